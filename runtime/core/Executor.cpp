@@ -1,0 +1,434 @@
+//===- Executor.cpp - Prepared instruction dispatch ----------------------===//
+
+#include "runtime/core/Executor.h"
+
+#include "runtime/core/Program.h"
+#include "runtime/core/Resolve.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+namespace trainc::rt {
+
+namespace {
+
+enum class Op : uint8_t { Kernel, Collective, Wait, Send, Recv, Call, HostIO, Region, Event };
+
+/// A view whose data pointer is bound when the instruction runs: buffer operands are fixed at
+/// prepare time; argument operands add `byteOffset` to the caller's argument pointer.
+struct Patch {
+  uint16_t slot;   // index into the instruction's views
+  uint16_t arg;    // argument index of the enclosing function
+  uint64_t byteOffset;
+};
+
+struct PInstr {
+  Op op;
+  uint8_t stream = 0;
+  KernelFn fn = nullptr;
+  Attrs attrs;
+  // Kernel: views = inputs then outputs. Collective/Send/Recv: views = [input, output] or [buf].
+  // Call: views = arguments.
+  std::vector<TensorView> views;
+  std::vector<Patch> patches;
+  uint16_t numIn = 0;
+  uint64_t staticEnd = 0; // max arena end of the buffer operands (for the high-water mark)
+  // Collective / p2p / wait / event fields.
+  schema::CollectiveKind ckind = schema::COLLECTIVE_KIND_UNSPECIFIED;
+  ReduceOp rop = ReduceOp::Sum;
+  int group = 0;
+  int64_t peerOrRoot = 0;
+  bool async = false;
+  uint32_t token = 0;
+  uint32_t callee = 0;
+  bool eventWait = false;
+  schema::HostIOKind hostKind = schema::HOST_IO_KIND_UNSPECIFIED;
+  std::string name;
+};
+
+struct PFunction {
+  std::vector<PInstr> body;
+};
+
+int64_t nowNs(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              t0)
+      .count();
+}
+
+} // namespace
+
+struct Executor::Impl {
+  std::vector<PFunction> functions;
+  ExecutorOptions options;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  std::vector<InstrTiming> computeTimings;
+  std::mutex commTimingsMu;
+  std::vector<InstrTiming> commTimings;
+  uint32_t numEvents = 0; // user events; token t uses event numEvents + t
+  char *arena = nullptr;
+  uint64_t arenaBytes = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Executor>>
+Executor::create(schema::Program program, Backend &backend, Communicator &comm,
+                 ExecutorOptions options) {
+  if (absl::Status s = validateProgram(program, &backend); !s.ok())
+    return s;
+  std::unique_ptr<Executor> ex(new Executor());
+  ex->program_ = std::move(program);
+  ex->backend_ = &backend;
+  ex->comm_ = &comm;
+  ex->impl_ = std::make_unique<Impl>();
+  Impl &im = *ex->impl_;
+  im.options = options;
+  const schema::Program &p = ex->program_;
+
+  std::vector<GroupSpec> groups;
+  for (const schema::CommGroup &g : p.groups())
+    groups.push_back({g.name(), {g.ranks().begin(), g.ranks().end()}});
+  if (std::string e = comm.setupGroups(groups); !e.empty())
+    return absl::FailedPreconditionError(absl::StrCat("communicator: ", e));
+  if (p.mesh().world_size() != comm.worldSize() || p.mesh().rank() != comm.rank())
+    return absl::FailedPreconditionError(
+        absl::StrCat("program is for rank ", p.mesh().rank(), " of ", p.mesh().world_size(),
+                     ", but the communicator is rank ", comm.rank(), " of ", comm.worldSize()));
+
+  size_t arenaBytes = std::max<uint64_t>(p.arena_bytes(), 64);
+  ex->arena_ = backend.allocateArena(arenaBytes);
+  if (!ex->arena_)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the arena of ", p.arena_bytes(), " bytes"));
+  im.arena = static_cast<char *>(ex->arena_);
+  im.arenaBytes = p.arena_bytes();
+  im.numEvents = p.num_events();
+  backend.resizeEvents(p.num_events() + p.num_tokens());
+
+  im.functions.resize(p.functions_size());
+  for (int fi = 0; fi < p.functions_size(); ++fi) {
+    const schema::Function &f = p.functions(fi);
+    PFunction &pf = im.functions[fi];
+    pf.body.resize(f.body_size());
+    for (int ii = 0; ii < f.body_size(); ++ii) {
+      const schema::Instruction &ins = f.body(ii);
+      PInstr &pi = pf.body[ii];
+      pi.stream = uint8_t(ins.stream());
+      auto add = [&](const schema::Operand &o) {
+        ResolvedOperand r;
+        resolveOperand(p, f, o, r); // validated above
+        TensorView v = r.view;
+        uint64_t off = r.elemOffset * dtypeSize(v.dtype);
+        if (r.isArg) {
+          pi.patches.push_back({uint16_t(pi.views.size()), uint16_t(r.base), off});
+        } else {
+          uint64_t b = p.buffers(r.base).offset() + off;
+          v.data = im.arena + b;
+          pi.staticEnd = std::max<uint64_t>(pi.staticEnd, b + v.bytes());
+        }
+        pi.views.push_back(v);
+      };
+      switch (ins.op_case()) {
+      case schema::Instruction::kKernel: {
+        const schema::KernelCall &k = ins.kernel();
+        pi.op = Op::Kernel;
+        pi.fn = backend.findKernel(k.kernel());
+        pi.name = k.kernel();
+        decodeAttrs(*findKernelSignature(k.kernel()), k.attrs(), pi.attrs);
+        for (const schema::Operand &o : k.inputs())
+          add(o);
+        pi.numIn = uint16_t(k.inputs_size());
+        for (const schema::Operand &o : k.outputs())
+          add(o);
+        break;
+      }
+      case schema::Instruction::kCollective: {
+        const schema::Collective &c = ins.collective();
+        pi.op = Op::Collective;
+        pi.ckind = c.kind();
+        pi.rop = ReduceOp(int(c.op()));
+        pi.group = int(c.group());
+        pi.peerOrRoot = c.root();
+        pi.async = c.async();
+        pi.token = c.token();
+        pi.name = schema::CollectiveKind_Name(c.kind());
+        if (c.kind() != schema::BARRIER) {
+          add(c.input());
+          add(c.output());
+        }
+        break;
+      }
+      case schema::Instruction::kWait:
+        pi.op = Op::Wait;
+        pi.token = ins.wait().token();
+        pi.name = "wait";
+        break;
+      case schema::Instruction::kSend:
+      case schema::Instruction::kRecv: {
+        const schema::SendRecv &s = ins.has_send() ? ins.send() : ins.recv();
+        pi.op = ins.has_send() ? Op::Send : Op::Recv;
+        pi.group = int(s.group());
+        pi.peerOrRoot = s.peer();
+        pi.async = s.async();
+        pi.token = s.token();
+        pi.name = ins.has_send() ? "send" : "recv";
+        add(s.operand());
+        break;
+      }
+      case schema::Instruction::kCall:
+        pi.op = Op::Call;
+        pi.callee = ins.call().function();
+        pi.name = p.functions(int(pi.callee)).name();
+        for (const schema::Operand &o : ins.call().args())
+          add(o);
+        break;
+      case schema::Instruction::kHostIo:
+        pi.op = Op::HostIO;
+        pi.hostKind = ins.host_io().kind();
+        pi.name = ins.host_io().name();
+        break;
+      case schema::Instruction::kRegion:
+        pi.op = Op::Region;
+        pi.eventWait = ins.region().kind() == schema::GRAPH_CAPTURE_BEGIN;
+        pi.name = ins.region().name();
+        break;
+      case schema::Instruction::kEvent:
+        pi.op = Op::Event;
+        pi.token = ins.event().event();
+        pi.eventWait = ins.event().wait();
+        pi.name = "event";
+        break;
+      default:
+        break;
+      }
+    }
+  }
+  return ex;
+}
+
+Executor::~Executor() {
+  if (backend_) {
+    backend_->synchronize(kCommStream);
+    if (arena_)
+      backend_->freeArena(arena_);
+  }
+}
+
+namespace {
+
+/// Runs a communication instruction with bound views (on whichever thread the backend chose).
+void runComm(Communicator &comm, const PInstr &pi, const TensorView *v) {
+  switch (pi.op) {
+  case Op::Collective:
+    switch (pi.ckind) {
+    case schema::ALL_REDUCE:
+      comm.allReduce(pi.group, v[0].data, v[1].data, v[0].numel, v[0].dtype, pi.rop);
+      break;
+    case schema::REDUCE_SCATTER:
+      comm.reduceScatter(pi.group, v[0].data, v[1].data, v[1].numel, v[0].dtype, pi.rop);
+      break;
+    case schema::ALL_GATHER:
+      comm.allGather(pi.group, v[0].data, v[1].data, v[0].numel, v[0].dtype);
+      break;
+    case schema::BROADCAST:
+      if (v[0].data != v[1].data)
+        std::memcpy(v[1].data, v[0].data, v[0].bytes());
+      comm.broadcast(pi.group, v[1].data, v[1].numel, v[1].dtype, pi.peerOrRoot);
+      break;
+    case schema::BARRIER:
+      comm.barrier(pi.group);
+      break;
+    default:
+      break;
+    }
+    break;
+  case Op::Send:
+    comm.send(pi.group, pi.peerOrRoot, v[0].data, v[0].bytes());
+    break;
+  case Op::Recv:
+    comm.recv(pi.group, pi.peerOrRoot, v[0].data, v[0].bytes());
+    break;
+  default:
+    break;
+  }
+}
+
+struct Runner {
+  Executor::Impl &im;
+  Backend &backend;
+  Communicator &comm;
+  const HostCallback &host;
+  uint64_t &hwm;
+  uint64_t &executed;
+  void *kdata[kNumStreams];
+
+  absl::Status runFunction(int fi, void *const *args) {
+    PFunction &pf = im.functions[fi];
+    const bool timing = im.options.timing;
+    for (size_t ii = 0; ii < pf.body.size(); ++ii) {
+      PInstr &pi = pf.body[ii];
+      ++executed;
+      uint64_t end = pi.staticEnd;
+      for (const Patch &pt : pi.patches) {
+        TensorView &v = pi.views[pt.slot];
+        v.data = static_cast<char *>(args[pt.arg]) + pt.byteOffset;
+        end = std::max<uint64_t>(end, uint64_t(static_cast<char *>(v.data) - im.arena) + v.bytes());
+      }
+      if (end > hwm)
+        hwm = end;
+      int64_t t0 = timing ? nowNs(im.t0) : 0;
+      switch (pi.op) {
+      case Op::Kernel: {
+        if (pi.stream == kComputeStream) {
+          KernelCtx ctx{pi.views.data(), pi.numIn, pi.views.data() + pi.numIn,
+                        int(pi.views.size()) - pi.numIn, &pi.attrs, kdata[kComputeStream]};
+          pi.fn(ctx);
+        } else {
+          std::vector<TensorView> views = pi.views;
+          const PInstr *pp = &pi;
+          void *kd = kdata[pi.stream];
+          int f = fi, idx = int(ii);
+          backend.enqueue(pi.stream, [this, pp, views, kd, f, idx]() mutable {
+            int64_t s = im.options.timing ? nowNs(im.t0) : 0;
+            KernelCtx ctx{views.data(), pp->numIn, views.data() + pp->numIn,
+                          int(views.size()) - pp->numIn, &pp->attrs, kd};
+            pp->fn(ctx);
+            recordComm(f, idx, s);
+          });
+        }
+        break;
+      }
+      case Op::Collective:
+      case Op::Send:
+      case Op::Recv: {
+        std::vector<TensorView> views = pi.views;
+        const PInstr *pp = &pi;
+        int f = fi, idx = int(ii);
+        backend.enqueue(kCommStream, [this, pp, views, f, idx]() {
+          int64_t s = im.options.timing ? nowNs(im.t0) : 0;
+          runComm(comm, *pp, views.data());
+          recordComm(f, idx, s);
+        });
+        if (pi.async)
+          backend.recordEvent(im.numEvents + pi.token, kCommStream);
+        else
+          backend.synchronize(kCommStream);
+        break;
+      }
+      case Op::Wait:
+        backend.streamWaitEvent(kComputeStream, im.numEvents + pi.token);
+        break;
+      case Op::Call: {
+        void *callArgs[64];
+        std::vector<void *> big;
+        void **a = callArgs;
+        if (pi.views.size() > 64) {
+          big.resize(pi.views.size());
+          a = big.data();
+        }
+        for (size_t k = 0; k < pi.views.size(); ++k)
+          a[k] = pi.views[k].data;
+        if (absl::Status s = runFunction(int(pi.callee), a); !s.ok())
+          return s;
+        break;
+      }
+      case Op::HostIO:
+        if (host) {
+          backend.synchronize(kCommStream);
+          if (absl::Status s = host(pi.hostKind, pi.name); !s.ok())
+            return s;
+        }
+        break;
+      case Op::Region:
+        if (pi.eventWait)
+          backend.beginCapture(pi.name);
+        else
+          backend.endCapture(pi.name);
+        break;
+      case Op::Event:
+        if (pi.eventWait)
+          backend.streamWaitEvent(pi.stream, pi.token);
+        else
+          backend.recordEvent(pi.token, pi.stream);
+        break;
+      }
+      if (timing && !(pi.stream != kComputeStream && pi.op == Op::Kernel) &&
+          pi.op != Op::Collective && pi.op != Op::Send && pi.op != Op::Recv)
+        im.computeTimings.push_back({fi, int(ii), kComputeStream, t0, nowNs(im.t0)});
+    }
+    return absl::OkStatus();
+  }
+
+  void recordComm(int f, int idx, int64_t start) {
+    if (!im.options.timing)
+      return;
+    std::lock_guard<std::mutex> l(im.commTimingsMu);
+    im.commTimings.push_back({f, idx, kCommStream, start, nowNs(im.t0)});
+  }
+};
+
+} // namespace
+
+absl::Status Executor::run(const HostCallback &host) {
+  executed_ = 0;
+  Runner r{*impl_, *backend_, *comm_, host, hwm_, executed_, {}};
+  for (unsigned s = 0; s < kNumStreams; ++s)
+    r.kdata[s] = backend_->kernelData(s);
+  absl::Status s = r.runFunction(int(program_.entry()), nullptr);
+  backend_->synchronize(kCommStream);
+  return s;
+}
+
+int Executor::findBuffer(std::string_view name) const {
+  for (int i = 0; i < program_.buffers_size(); ++i)
+    if (program_.buffers(i).name() == name)
+      return i;
+  return -1;
+}
+
+void *Executor::bufferData(int index) const {
+  return static_cast<char *>(arena_) + program_.buffers(index).offset();
+}
+
+absl::Status Executor::writeBuffer(int index, const void *src, size_t bytes) {
+  if (index < 0 || index >= program_.buffers_size())
+    return absl::InvalidArgumentError(absl::StrCat("no buffer with index ", index));
+  const schema::Buffer &b = program_.buffers(index);
+  if (bytes != b.byte_size())
+    return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name(), "' holds ", b.byte_size(),
+                                                   " bytes, got ", bytes));
+  backend_->copyToDevice(bufferData(index), src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::readBuffer(int index, void *dst, size_t bytes) const {
+  if (index < 0 || index >= program_.buffers_size())
+    return absl::InvalidArgumentError(absl::StrCat("no buffer with index ", index));
+  const schema::Buffer &b = program_.buffers(index);
+  if (bytes != b.byte_size())
+    return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name(), "' holds ", b.byte_size(),
+                                                   " bytes, got ", bytes));
+  backend_->copyToHost(dst, bufferData(index), bytes);
+  return absl::OkStatus();
+}
+
+std::vector<InstrTiming> Executor::timings() const {
+  std::vector<InstrTiming> all = impl_->computeTimings;
+  {
+    std::lock_guard<std::mutex> l(impl_->commTimingsMu);
+    all.insert(all.end(), impl_->commTimings.begin(), impl_->commTimings.end());
+  }
+  std::sort(all.begin(), all.end(),
+            [](const InstrTiming &a, const InstrTiming &b) { return a.startNs < b.startNs; });
+  return all;
+}
+
+void Executor::clearTimings() {
+  impl_->computeTimings.clear();
+  std::lock_guard<std::mutex> l(impl_->commTimingsMu);
+  impl_->commTimings.clear();
+}
+
+} // namespace trainc::rt

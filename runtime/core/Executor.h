@@ -1,0 +1,89 @@
+//===- Executor.h - Runs a validated program on a backend ----------------===//
+//
+// The executor prepares a program once (resolving operands, decoding attributes, binding kernel
+// implementations) and then runs one iteration per `run` call: the entry function's instructions in
+// order, compute on stream 0 and communication on stream 1, async collectives as start + wait on a
+// token, calls binding argument operands to the caller's views.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TRAINC_RUNTIME_CORE_EXECUTOR_H
+#define TRAINC_RUNTIME_CORE_EXECUTOR_H
+
+#include "runtime/comm/Communicator.h"
+#include "runtime/core/Backend.h"
+#include "runtime/schema/program.pb.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trainc::rt {
+
+/// One timed instruction execution (nanoseconds since the executor was created).
+struct InstrTiming {
+  int function;
+  int index;
+  unsigned stream;
+  int64_t startNs;
+  int64_t endNs;
+};
+
+struct ExecutorOptions {
+  /// Record start/end of every instruction (compute and communication stream).
+  bool timing = false;
+};
+
+/// Called at each HostIO point with its kind and name. Return a non-OK status to abort the run.
+using HostCallback = std::function<absl::Status(schema::HostIOKind, const std::string &)>;
+
+class Executor {
+public:
+  /// Validates `program` (validateProgram, with `backend`'s kernel set), allocates the arena and
+  /// prepares every instruction. `backend` and `comm` must outlive the executor. Errors: the
+  /// validator's message, an arena allocation failure, or a communicator that cannot serve the
+  /// program's groups.
+  static absl::StatusOr<std::unique_ptr<Executor>>
+  create(schema::Program program, Backend &backend, Communicator &comm,
+         ExecutorOptions options = {});
+  ~Executor();
+
+  /// Runs one iteration (the entry function). `host` may be empty if the program has no HostIO.
+  absl::Status run(const HostCallback &host = {});
+
+  const schema::Program &program() const { return program_; }
+  /// Index of the buffer called `name`, or -1.
+  int findBuffer(std::string_view name) const;
+  /// Device pointer of buffer `index` (a host pointer on the CPU backend).
+  void *bufferData(int index) const;
+  /// Copies host data into / out of buffer `index`; `bytes` must equal the buffer's byte size.
+  absl::Status writeBuffer(int index, const void *src, size_t bytes);
+  absl::Status readBuffer(int index, void *dst, size_t bytes) const;
+
+  /// Highest arena byte offset (exclusive) that any executed instruction has touched.
+  uint64_t highWaterMark() const { return hwm_; }
+  /// Timings of the runs so far (if enabled); cleared by clearTimings.
+  std::vector<InstrTiming> timings() const;
+  void clearTimings();
+  /// Number of instructions executed by the last run (all calls expanded).
+  uint64_t lastInstructionCount() const { return executed_; }
+
+  struct Impl;
+
+private:
+  Executor() = default;
+  schema::Program program_;
+  Backend *backend_ = nullptr;
+  Communicator *comm_ = nullptr;
+  void *arena_ = nullptr;
+  uint64_t hwm_ = 0;
+  uint64_t executed_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace trainc::rt
+
+#endif

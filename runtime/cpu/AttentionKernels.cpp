@@ -1,0 +1,10 @@
+//===- AttentionKernels.cpp ---------------------------------------------------===//
+
+#include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/Dispatch.h"
+
+namespace trainc::rt::cpu {
+
+void registerAttentionKernels(KernelTable &t) {}
+
+} // namespace trainc::rt::cpu

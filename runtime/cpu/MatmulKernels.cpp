@@ -1,0 +1,183 @@
+//===- MatmulKernels.cpp - matmul through oneDNN -------------------------===//
+//
+// c[..., M, N] = alpha * op(a)[..., M, K] @ op(b)[..., K, N] + beta * c, with op = transpose when
+// trans_a / trans_b is set and b either batched like a or a single [K, N] matrix shared by all
+// batches (a linear layer's weight). f32 and bf16 go through oneDNN's matmul primitive (cached per
+// shape); f64, which oneDNN's CPU matmul does not support, uses a blocked loop (it serves gradient
+// checks, not speed).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/Dispatch.h"
+
+#include "dnnl.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+namespace trainc::rt::cpu {
+namespace {
+
+struct MatmulShape {
+  int64_t batch, M, N, K;
+  bool ta, tb, bBatched;
+};
+
+MatmulShape matmulShape(const KernelCtx &c) {
+  const TensorView &a = c.in[0], &b = c.in[1];
+  MatmulShape s;
+  s.ta = c.attrs->i(0) != 0;
+  s.tb = c.attrs->i(1) != 0;
+  s.M = s.ta ? a.dim(-1) : a.dim(-2);
+  s.K = s.ta ? a.dim(-2) : a.dim(-1);
+  s.N = s.tb ? b.dim(-2) : b.dim(-1);
+  s.batch = a.numel / (s.M * s.K == 0 ? 1 : s.M * s.K);
+  if (s.M * s.K == 0) {
+    s.batch = 1;
+    for (int d = 0; d + 2 < a.rank; ++d)
+      s.batch *= a.dims[d];
+  }
+  s.bBatched = b.rank > 2;
+  return s;
+}
+
+/// f64 (and fallback) loop: c = alpha * op(a) @ op(b) + beta * c.
+template <typename T>
+void matmulLoop(const MatmulShape &s, const T *a, const T *b, T *c, double alpha, double beta) {
+  using A = Acc<T>;
+  std::vector<A> row(size_t(s.N));
+  for (int64_t bi = 0; bi < s.batch; ++bi) {
+    const T *ab = a + bi * s.M * s.K;
+    const T *bb = s.bBatched ? b + bi * s.K * s.N : b;
+    T *cb = c + bi * s.M * s.N;
+    for (int64_t i = 0; i < s.M; ++i) {
+      std::fill(row.begin(), row.end(), A(0));
+      for (int64_t k = 0; k < s.K; ++k) {
+        A aik = ld(ab, s.ta ? k * s.M + i : i * s.K + k);
+        if (aik == A(0))
+          continue;
+        if (!s.tb) {
+          const T *brow = bb + k * s.N;
+          for (int64_t j = 0; j < s.N; ++j)
+            row[j] += aik * ld(brow, j);
+        } else {
+          for (int64_t j = 0; j < s.N; ++j)
+            row[j] += aik * ld(bb, j * s.K + k);
+        }
+      }
+      for (int64_t j = 0; j < s.N; ++j) {
+        A v = A(alpha) * row[j];
+        if (beta != 0)
+          v += A(beta) * ld(cb, i * s.N + j);
+        st(cb, i * s.N + j, v);
+      }
+    }
+  }
+}
+
+/// oneDNN engine, stream and a primitive cache keyed by shape, dtype and attributes.
+class Dnnl {
+public:
+  static Dnnl &get() {
+    static Dnnl d;
+    return d;
+  }
+
+  /// Runs the matmul; returns false if oneDNN cannot build a primitive for it.
+  bool run(const MatmulShape &s, dnnl::memory::data_type dt, void *a, void *b, void *c,
+           double alpha, double beta) {
+    using dnnl::memory;
+    Key key{int(dt), s.batch, s.M, s.N, s.K, s.ta, s.tb, s.bBatched, alpha, beta};
+    std::shared_ptr<Entry> e;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      auto it = cache.find(key);
+      if (it != cache.end())
+        e = it->second;
+    }
+    if (!e) {
+      e = std::make_shared<Entry>();
+      try {
+        memory::dims ad = {s.batch, s.M, s.K};
+        memory::dims as = s.ta ? memory::dims{s.M * s.K, 1, s.M} : memory::dims{s.M * s.K, s.K, 1};
+        memory::dims bd = {s.bBatched ? s.batch : 1, s.K, s.N};
+        memory::dims bs = s.tb ? memory::dims{s.K * s.N, 1, s.K} : memory::dims{s.K * s.N, s.N, 1};
+        memory::dims cd = {s.batch, s.M, s.N};
+        memory::dims cs = {s.M * s.N, s.N, 1};
+        e->a = memory::desc(ad, dt, as);
+        e->b = memory::desc(bd, dt, bs);
+        e->c = memory::desc(cd, dt, cs);
+        dnnl::primitive_attr attr;
+        if (alpha != 1.0)
+          attr.set_output_scales(0, {float(alpha)});
+        if (beta != 0.0) {
+          dnnl::post_ops po;
+          po.append_sum(float(beta));
+          attr.set_post_ops(po);
+        }
+        dnnl::matmul::desc md(e->a, e->b, e->c);
+        dnnl::matmul::primitive_desc pd(md, attr, engine);
+        e->prim = dnnl::matmul(pd);
+      } catch (const dnnl::error &) {
+        return false;
+      }
+      std::lock_guard<std::mutex> l(mu);
+      cache.emplace(key, e);
+    }
+    dnnl::memory am(e->a, engine, a), bm(e->b, engine, b), cm(e->c, engine, c);
+    dnnl::stream st(engine);
+    e->prim.execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    st.wait();
+    return true;
+  }
+
+private:
+  Dnnl() : engine(dnnl::engine::kind::cpu, 0) {}
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, double, double>;
+  struct Entry {
+    dnnl::memory::desc a, b, c;
+    dnnl::matmul prim;
+  };
+  dnnl::engine engine;
+  std::mutex mu;
+  std::map<Key, std::shared_ptr<Entry>> cache;
+};
+
+void matmulKernel(const KernelCtx &c) {
+  MatmulShape s = matmulShape(c);
+  double alpha = c.attrs->f(2), beta = c.attrs->f(3);
+  if (s.M == 0 || s.N == 0)
+    return;
+  if (s.K == 0) {
+    // Empty contraction: c = beta * c.
+    dispatchFloat(c.out[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T *cp = c.out[0].as<T>();
+      for (int64_t i = 0; i < c.out[0].numel; ++i)
+        st(cp, i, beta == 0 ? Acc<T>(0) : ld(cp, i));
+    });
+    return;
+  }
+  DType t = c.in[0].dtype;
+  if (t == DType::F32 &&
+      Dnnl::get().run(s, dnnl::memory::data_type::f32, c.in[0].data, c.in[1].data, c.out[0].data,
+                      alpha, beta))
+    return;
+  if (t == DType::BF16 &&
+      Dnnl::get().run(s, dnnl::memory::data_type::bf16, c.in[0].data, c.in[1].data,
+                      c.out[0].data, alpha, beta))
+    return;
+  dispatchFloat(t, [&](auto tag) {
+    using T = decltype(tag);
+    matmulLoop<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), alpha, beta);
+  });
+}
+
+} // namespace
+
+void registerMatmulKernels(KernelTable &t) { t["matmul"] = matmulKernel; }
+
+} // namespace trainc::rt::cpu

@@ -1,0 +1,10 @@
+//===- OptimizerKernels.cpp ---------------------------------------------------===//
+
+#include "runtime/cpu/CpuKernels.h"
+#include "runtime/cpu/Dispatch.h"
+
+namespace trainc::rt::cpu {
+
+void registerOptimizerKernels(KernelTable &t) {}
+
+} // namespace trainc::rt::cpu

@@ -1,0 +1,299 @@
+//===- ElementwiseKernelsTest.cpp - matmul, gelu, swiglu, dropout, ... ---===//
+//
+// Forward kernels against naive f64 references; backward kernels against central finite
+// differences in f64 (norm-wise relative error <= 1e-6); f32 against f64 within the tolerances of
+// docs/kernels.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelTestUtil.h"
+
+#include <cmath>
+
+using namespace trainc::rt;
+using namespace trainc::rt::test;
+
+namespace {
+
+constexpr double kFdTol = 1e-6;
+
+//===----------------------------------------------------------------------===//
+// matmul
+//===----------------------------------------------------------------------===//
+
+/// Naive f64 reference of matmul with transposes and an optional shared (rank-2) b.
+HostTensor matmulRef(const HostTensor &a, const HostTensor &b, bool ta, bool tb, int64_t M,
+                     int64_t N, int64_t K, int64_t batch, bool bBatched) {
+  std::vector<int64_t> shape = a.shape;
+  shape[shape.size() - 2] = M;
+  shape[shape.size() - 1] = N;
+  HostTensor c(DType::F64, shape);
+  for (int64_t bi = 0; bi < batch; ++bi)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          double av = a.get(bi * M * K + (ta ? k * M + i : i * K + k));
+          int64_t bo = bBatched ? bi * K * N : 0;
+          double bv = b.get(bo + (tb ? j * K + k : k * N + j));
+          s += av * bv;
+        }
+        c.set(bi * M * N + i * N + j, s);
+      }
+  return c;
+}
+
+struct MatmulCase {
+  bool ta, tb, bBatched;
+  int64_t batch, M, N, K;
+};
+
+class MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTest, ForwardMatchesReferenceAndGradientsMatchFiniteDifferences) {
+  MatmulCase p = GetParam();
+  std::vector<int64_t> as = {p.batch, p.ta ? p.K : p.M, p.ta ? p.M : p.K};
+  std::vector<int64_t> bs = {p.tb ? p.N : p.K, p.tb ? p.K : p.N};
+  if (p.bBatched)
+    bs.insert(bs.begin(), p.batch);
+  HostTensor a = randomTensor(DType::F64, as, 1), b = randomTensor(DType::F64, bs, 2);
+  std::vector<AttrArg> attrs = {AttrArg("trans_a", int(p.ta)), AttrArg("trans_b", int(p.tb))};
+  HostTensor c(DType::F64, {p.batch, p.M, p.N});
+  runKernel("matmul", {&a, &b}, {&c}, attrs);
+  HostTensor ref = matmulRef(a, b, p.ta, p.tb, p.M, p.N, p.K, p.batch, p.bBatched);
+  EXPECT_LT(relError(c, ref), 1e-14);
+
+  // f32 (oneDNN) against f64.
+  HostTensor a32 = a.as(DType::F32), b32 = b.as(DType::F32), c32(DType::F32, c.shape);
+  runKernel("matmul", {&a32, &b32}, {&c32}, attrs);
+  EXPECT_LT(relError(c32, ref), 1e-6);
+
+  // beta = 1 accumulates; alpha scales.
+  HostTensor acc = c;
+  runKernel("matmul", {&a, &b}, {&acc},
+            {attrs[0], attrs[1], AttrArg("alpha", 0.5), AttrArg("beta", 1.0)});
+  for (int64_t i = 0; i < acc.numel(); ++i)
+    EXPECT_NEAR(acc.get(i), 1.5 * ref.get(i), 1e-12);
+
+  // Gradients of L = <w, a @ b>: dA = w @ b^T, dB = a^T @ w, computed with the matmul kernel itself
+  // (as the compiler lowers the VJP) and checked against finite differences.
+  HostTensor w = randomTensor(DType::F64, c.shape, 3);
+  ForwardFn fwd = [&](std::vector<HostTensor> &x) {
+    HostTensor out(DType::F64, {p.batch, p.M, p.N});
+    runKernel("matmul", {&x[0], &x[1]}, {&out}, attrs);
+    return std::vector<HostTensor>{out};
+  };
+  HostTensor fdA = finiteDifference(fwd, {a, b}, {w}, 0);
+  HostTensor fdB = finiteDifference(fwd, {a, b}, {w}, 1);
+  // dA: if !ta, dA[M,K] = w[M,N] @ op(b)^T; if ta, dA[K,M] = op(b) @ w^T.
+  HostTensor dA(DType::F64, as);
+  if (!p.ta)
+    runKernel("matmul", {&w, &b}, {&dA}, {AttrArg("trans_b", int(!p.tb))});
+  else {
+    // dA = b_op @ w^T where b_op[K,N]: use matmul(b, w) with trans_a = tb, trans_b = 1 per batch.
+    for (int64_t bi = 0; bi < p.batch; ++bi) {
+      HostTensor wb(DType::F64, {p.M, p.N}), bb(DType::F64, bs.size() == 3
+                                                               ? std::vector<int64_t>(bs.begin() + 1, bs.end())
+                                                               : bs),
+          out(DType::F64, {p.K, p.M});
+      for (int64_t i = 0; i < p.M * p.N; ++i)
+        wb.set(i, w.get(bi * p.M * p.N + i));
+      for (int64_t i = 0; i < p.K * p.N; ++i)
+        bb.set(i, b.get((p.bBatched ? bi * p.K * p.N : 0) + i));
+      runKernel("matmul", {&bb, &wb}, {&out}, {AttrArg("trans_a", int(p.tb)), AttrArg("trans_b", 1)});
+      for (int64_t i = 0; i < p.K * p.M; ++i)
+        dA.set(bi * p.K * p.M + i, out.get(i));
+    }
+  }
+  EXPECT_LT(relError(dA, fdA), kFdTol);
+  // dB summed over the batch when b is shared: per batch op(a)^T @ w (or its transpose).
+  HostTensor dB(DType::F64, bs);
+  for (int64_t bi = 0; bi < p.batch; ++bi) {
+    HostTensor ab(DType::F64, {as[1], as[2]}), wb(DType::F64, {p.M, p.N});
+    for (int64_t i = 0; i < p.M * p.K; ++i)
+      ab.set(i, a.get(bi * p.M * p.K + i));
+    for (int64_t i = 0; i < p.M * p.N; ++i)
+      wb.set(i, w.get(bi * p.M * p.N + i));
+    HostTensor out(DType::F64, {p.tb ? p.N : p.K, p.tb ? p.K : p.N});
+    if (!p.tb) // dB[K,N] = op(a)^T @ w
+      runKernel("matmul", {&ab, &wb}, {&out}, {AttrArg("trans_a", int(!p.ta))});
+    else // dB[N,K] = w^T @ op(a)
+      runKernel("matmul", {&wb, &ab}, {&out}, {AttrArg("trans_a", 1), AttrArg("trans_b", int(p.ta))});
+    int64_t off = p.bBatched ? bi * p.K * p.N : 0;
+    for (int64_t i = 0; i < p.K * p.N; ++i)
+      dB.set(off + i, dB.get(off + i) + out.get(i));
+  }
+  EXPECT_LT(relError(dB, fdB), kFdTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
+                         ::testing::Values(MatmulCase{false, false, false, 1, 5, 7, 3},
+                                           MatmulCase{false, true, false, 2, 7, 12, 9},
+                                           MatmulCase{true, false, true, 3, 4, 5, 6},
+                                           MatmulCase{true, true, true, 2, 9, 4, 7},
+                                           MatmulCase{false, false, true, 4, 7, 7, 12}));
+
+TEST(Matmul, Bf16AgreesWithF64) {
+  HostTensor a = randomTensor(DType::F64, {33, 64}, 4), b = randomTensor(DType::F64, {48, 64}, 5);
+  HostTensor c(DType::F64, {33, 48});
+  runKernel("matmul", {&a, &b}, {&c}, {AttrArg("trans_b", 1)});
+  HostTensor a16 = a.as(DType::BF16), b16 = b.as(DType::BF16), c16(DType::BF16, {33, 48});
+  runKernel("matmul", {&a16, &b16}, {&c16}, {AttrArg("trans_b", 1)});
+  EXPECT_LT(relError(c16, c), 2e-2); // bf16 storage: 8-bit mantissa.
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise families
+//===----------------------------------------------------------------------===//
+
+TEST(Elementwise, AddScaleCastFill) {
+  HostTensor a = randomTensor(DType::F64, {7, 3}, 1), b = randomTensor(DType::F64, {21}, 2);
+  HostTensor c(DType::F64, {21});
+  runKernel("add", {&a, &b}, {&c}, {AttrArg("alpha", -2.0)});
+  for (int64_t i = 0; i < 21; ++i)
+    EXPECT_DOUBLE_EQ(c.get(i), a.get(i) - 2 * b.get(i));
+  HostTensor s(DType::F32, {});
+  s.set(0, 0.25);
+  runKernel("scale_by", {&a, &s}, {&c});
+  for (int64_t i = 0; i < 21; ++i)
+    EXPECT_DOUBLE_EQ(c.get(i), a.get(i) * 0.25);
+  HostTensor h(DType::BF16, {21}), back(DType::F64, {21});
+  runKernel("cast", {&a}, {&h});
+  runKernel("cast", {&h}, {&back});
+  EXPECT_LT(relError(back, a), 4e-3);
+  runKernel("fill", {}, {&back}, {AttrArg("value", 1.5)});
+  EXPECT_EQ(back.get(20), 1.5);
+  HostTensor x(DType::F64, {}), r(DType::F64, {});
+  x.set(0, 4);
+  runKernel("reciprocal", {&x}, {&r});
+  EXPECT_EQ(r.get(0), 0.25);
+  x.set(0, 0);
+  runKernel("reciprocal", {&x}, {&r});
+  EXPECT_EQ(r.get(0), 0.0);
+}
+
+TEST(Elementwise, AddBiasAndSumRowsAreAdjoint) {
+  HostTensor x = randomTensor(DType::F64, {5, 3, 7}, 1), b = randomTensor(DType::F64, {7}, 2);
+  HostTensor y(DType::F64, x.shape);
+  runKernel("add_bias", {&x, &b}, {&y});
+  EXPECT_DOUBLE_EQ(y.get(7 * 4 + 2), x.get(7 * 4 + 2) + b.get(2));
+  HostTensor w = randomTensor(DType::F64, x.shape, 3);
+  ForwardFn fwd = [](std::vector<HostTensor> &in) {
+    HostTensor out(DType::F64, in[0].shape);
+    runKernel("add_bias", {&in[0], &in[1]}, {&out});
+    return std::vector<HostTensor>{out};
+  };
+  HostTensor fd = finiteDifference(fwd, {x, b}, {w}, 1);
+  HostTensor db(DType::F64, {7});
+  runKernel("sum_rows", {&w}, {&db});
+  EXPECT_LT(relError(db, fd), kFdTol);
+  runKernel("sum_rows", {&w}, {&db}, {AttrArg("beta", 1.0)});
+  HostTensor twice = fd;
+  for (int i = 0; i < 7; ++i)
+    twice.set(i, 2 * fd.get(i));
+  EXPECT_LT(relError(db, twice), kFdTol);
+}
+
+class GeluTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GeluTest, ForwardAndBackward) {
+  int approx = GetParam();
+  HostTensor x = randomTensor(DType::F64, {3, 19}, 7, -3, 3);
+  HostTensor y(DType::F64, x.shape);
+  runKernel("gelu", {&x}, {&y}, {AttrArg("approximate", approx)});
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double v = x.get(i);
+    double ref = approx ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                        : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    EXPECT_NEAR(y.get(i), ref, 1e-15);
+  }
+  HostTensor w = randomTensor(DType::F64, x.shape, 8);
+  ForwardFn fwd = [&](std::vector<HostTensor> &in) {
+    HostTensor out(DType::F64, in[0].shape);
+    runKernel("gelu", {&in[0]}, {&out}, {AttrArg("approximate", approx)});
+    return std::vector<HostTensor>{out};
+  };
+  HostTensor fd = finiteDifference(fwd, {x}, {w}, 0);
+  HostTensor dx(DType::F64, x.shape);
+  runKernel("gelu_backward", {&w, &x}, {&dx}, {AttrArg("approximate", approx)});
+  EXPECT_LT(relError(dx, fd), kFdTol);
+  HostTensor x32 = x.as(DType::F32), y32(DType::F32, x.shape);
+  runKernel("gelu", {&x32}, {&y32}, {AttrArg("approximate", approx)});
+  EXPECT_LT(relError(y32, y), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, GeluTest, ::testing::Values(0, 1));
+
+TEST(Elementwise, SwigluForwardAndBackward) {
+  HostTensor x = randomTensor(DType::F64, {3, 2, 14}, 9, -2, 2);
+  HostTensor y(DType::F64, {3, 2, 7});
+  runKernel("swiglu", {&x}, {&y});
+  for (int64_t r = 0; r < 6; ++r)
+    for (int j = 0; j < 7; ++j) {
+      double a = x.get(r * 14 + j), b = x.get(r * 14 + 7 + j);
+      EXPECT_NEAR(y.get(r * 7 + j), a / (1 + std::exp(-a)) * b, 1e-15);
+    }
+  HostTensor w = randomTensor(DType::F64, y.shape, 10);
+  ForwardFn fwd = [](std::vector<HostTensor> &in) {
+    HostTensor out(DType::F64, {3, 2, 7});
+    runKernel("swiglu", {&in[0]}, {&out});
+    return std::vector<HostTensor>{out};
+  };
+  HostTensor fd = finiteDifference(fwd, {x}, {w}, 0);
+  HostTensor dx(DType::F64, x.shape);
+  runKernel("swiglu_backward", {&w, &x}, {&dx});
+  EXPECT_LT(relError(dx, fd), kFdTol);
+}
+
+TEST(Elementwise, DropoutIsCounterBasedAndItsBackwardIsTheSameMask) {
+  HostTensor x = randomTensor(DType::F64, {1001}, 11, 0.5, 1.5);
+  HostTensor rng(DType::I64, {2});
+  rng.set(0, 1234);
+  rng.set(1, 7);
+  std::vector<AttrArg> attrs = {AttrArg("p", 0.25), AttrArg("op_id", 3), AttrArg("microbatch", 1)};
+  HostTensor y1(DType::F64, x.shape), y2(DType::F64, x.shape);
+  runKernel("dropout", {&x, &rng}, {&y1}, attrs);
+  runKernel("dropout", {&x, &rng}, {&y2}, attrs);
+  int dropped = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    EXPECT_EQ(y1.get(i), y2.get(i));
+    if (y1.get(i) == 0)
+      ++dropped;
+    else
+      EXPECT_NEAR(y1.get(i), x.get(i) / 0.75, 1e-15);
+  }
+  // Binomial(1001, 0.25): mean 250, sd 13.7.
+  EXPECT_GT(dropped, 250 - 5 * 14);
+  EXPECT_LT(dropped, 250 + 5 * 14);
+  // A different microbatch, op or iteration gives a different mask.
+  HostTensor y3(DType::F64, x.shape);
+  runKernel("dropout", {&x, &rng}, {&y3}, {attrs[0], attrs[1], AttrArg("microbatch", 2)});
+  int differ = 0;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    differ += (y3.get(i) == 0) != (y1.get(i) == 0);
+  EXPECT_GT(differ, 100);
+  // Backward: the gradient of <w, dropout(x)> is dropout applied to w (finite differences).
+  HostTensor w = randomTensor(DType::F64, x.shape, 12);
+  ForwardFn fwd = [&](std::vector<HostTensor> &in) {
+    HostTensor out(DType::F64, in[0].shape);
+    runKernel("dropout", {&in[0], &rng}, {&out}, attrs);
+    return std::vector<HostTensor>{out};
+  };
+  HostTensor fd = finiteDifference(fwd, {x}, {w}, 0);
+  HostTensor dx(DType::F64, x.shape);
+  runKernel("dropout_backward", {&w, &rng}, {&dx}, attrs);
+  EXPECT_LT(relError(dx, fd), kFdTol);
+}
+
+TEST(Elementwise, SignatureErrorsNameTheOperand) {
+  HostTensor a(DType::F32, {4}), b(DType::F64, {4}), c(DType::F32, {4});
+  EXPECT_EQ(verifyKernel("add", {&a, &b}, {&c}), "input 1: dtype f64, expected f32 (as input 0)");
+  HostTensor x(DType::F32, {3, 5}), y(DType::F32, {3, 3});
+  EXPECT_EQ(verifyKernel("swiglu", {&x}, {&y}),
+            "input 0: shape [3, 5], expected an even last dim");
+  HostTensor r(DType::I32, {2});
+  EXPECT_EQ(verifyKernel("dropout", {&x, &r}, {&x}, {AttrArg("p", 0.1)}),
+            "input 1: dtype i32, expected i64");
+}
+
+} // namespace

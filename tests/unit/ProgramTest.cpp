@@ -1,0 +1,334 @@
+//===- ProgramTest.cpp - Program file format, validator, executor --------===//
+
+#include "runtime/comm/Communicator.h"
+#include "runtime/core/Executor.h"
+#include "runtime/core/Program.h"
+#include "runtime/core/ProgramBuilder.h"
+
+#include <gtest/gtest.h>
+
+using namespace trainc::rt;
+using trainc::schema::Program;
+namespace schema = trainc::schema;
+
+namespace {
+
+/// y = a @ b + bias (f32), one function; a valid baseline that each refusal test breaks once.
+struct Baseline {
+  ProgramBuilder b;
+  int a, w, y, bias, fn;
+  Baseline() {
+    a = b.addBuffer("a", schema::ACTIVATION, DType::F32, {4, 3});
+    w = b.addBuffer("w", schema::PARAMETER, DType::F32, {3, 5});
+    bias = b.addBuffer("bias", schema::PARAMETER, DType::F32, {5});
+    y = b.addBuffer("y", schema::ACTIVATION, DType::F32, {4, 5});
+    fn = b.addFunction("main");
+    b.setCurrentLocation(b.addLocation("model.mlir", 7, 3, "model.linear"));
+    b.kernel(fn, "matmul", {ProgramBuilder::buf(a), ProgramBuilder::buf(w)},
+             {ProgramBuilder::buf(y)});
+    b.kernel(fn, "add_bias", {ProgramBuilder::buf(y), ProgramBuilder::buf(bias)},
+             {ProgramBuilder::buf(y)}, {}, {0});
+  }
+};
+
+std::string validateMessage(const Program &p) {
+  absl::Status s = validateProgram(p);
+  return s.ok() ? "" : std::string(s.message());
+}
+
+TEST(Validator, AcceptsBaseline) {
+  Baseline base;
+  EXPECT_EQ(validateMessage(base.b.finish()), "");
+}
+
+TEST(Validator, RefusesOffsetOutsideArena) {
+  Baseline base;
+  Program p = base.b.finish();
+  p.mutable_buffers(base.y)->set_offset(p.arena_bytes());
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("buffer 3 'y': offset"), std::string::npos) << m;
+  EXPECT_NE(m.find("outside the arena"), std::string::npos) << m;
+}
+
+TEST(Validator, RefusesOperandViewOutsideItsBuffer) {
+  Baseline base;
+  Program p = base.b.finish();
+  auto *in = p.mutable_functions(0)->mutable_body(0)->mutable_kernel()->mutable_inputs(0);
+  *in = ProgramBuilder::buf(base.a, 5, {4, 3});
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("function 'main' instruction 0 (loc model.mlir:7:3 model.linear)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("input 0: offset 5 + 12 elements"), std::string::npos) << m;
+}
+
+TEST(Validator, RefusesUndeclaredOverlap) {
+  Baseline base;
+  Program p = base.b.finish();
+  p.mutable_functions(0)->mutable_body(1)->mutable_kernel()->clear_in_place();
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("instruction 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("output 0 overlaps input 0 without an in_place declaration"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Validator, RefusesPartialInPlace) {
+  Baseline base;
+  Program p = base.b.finish();
+  *p.mutable_functions(0)->mutable_body(1)->mutable_kernel()->mutable_outputs(0) =
+      ProgramBuilder::buf(base.y, 5, {3, 5});
+  *p.mutable_functions(0)->mutable_body(1)->mutable_kernel()->mutable_inputs(0) =
+      ProgramBuilder::buf(base.y, 0, {3, 5});
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("declared in place of input 0 but covers a different range"), std::string::npos)
+      << m;
+}
+
+TEST(Validator, RefusesDTypeMismatch) {
+  Baseline base;
+  Program p = base.b.finish();
+  p.mutable_buffers(base.w)->set_dtype(schema::F64);
+  p.mutable_buffers(base.w)->set_byte_size(15 * 8);
+  p.set_arena_bytes(p.arena_bytes() + 1024);
+  p.mutable_buffers(base.w)->set_offset(p.arena_bytes() - 512);
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("kernel 'matmul' input 1: dtype f64, expected f32"), std::string::npos) << m;
+}
+
+TEST(Validator, RefusesShapeMismatch) {
+  Baseline base;
+  Program p = base.b.finish();
+  *p.mutable_functions(0)->mutable_body(0)->mutable_kernel()->mutable_inputs(1) =
+      ProgramBuilder::buf(base.w, 0, {5, 3});
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("kernel 'matmul' input 1: shape [5, 3], expected contraction dim 3"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Validator, RefusesWrongOperandCount) {
+  Baseline base;
+  Program p = base.b.finish();
+  p.mutable_functions(0)->mutable_body(0)->mutable_kernel()->mutable_inputs()->RemoveLast();
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("kernel 'matmul' takes 2 inputs and 1 outputs, got 1 inputs and 1 outputs"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Validator, RefusesUnknownKernel) {
+  Baseline base;
+  Program p = base.b.finish();
+  p.mutable_functions(0)->mutable_body(0)->mutable_kernel()->set_kernel("conv3d");
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("function 'main' instruction 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown kernel 'conv3d'"), std::string::npos) << m;
+}
+
+TEST(Validator, RefusesUnknownAttribute) {
+  Baseline base;
+  Program p = base.b.finish();
+  auto *a = p.mutable_functions(0)->mutable_body(0)->mutable_kernel()->add_attrs();
+  a->set_name("transpose");
+  a->mutable_value()->set_i(1);
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("unknown attribute 'transpose' (kernel 'matmul' takes: trans_a, trans_b, "
+                   "alpha, beta)"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Validator, RefusesGroupRankOutsideMesh) {
+  Baseline base;
+  base.b.addGroup("dp", {0, 3});
+  std::string m = validateMessage(base.b.finish());
+  EXPECT_NE(m.find("communicator group 0 'dp' names rank 3, outside the mesh of 1 ranks"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Validator, RefusesNewerFormatVersion) {
+  Baseline base;
+  Program p = base.b.finish();
+  p.set_format_version(kFormatVersion + 1);
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("format_version 2 is not supported"), std::string::npos) << m;
+  // And at file level, before parsing the payload.
+  std::string bytes = serializeProgram(p);
+  auto parsed = parseProgram(bytes);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("program format version 2 is not supported"),
+            std::string::npos)
+      << parsed.status();
+}
+
+TEST(Validator, RefusesTruncatedFile) {
+  Baseline base;
+  std::string bytes = serializeProgram(base.b.finish());
+  ASSERT_TRUE(parseProgram(bytes).ok());
+  for (size_t cut : {size_t(0), size_t(10), kProgramHeaderSize, bytes.size() - 1}) {
+    auto parsed = parseProgram(std::string_view(bytes).substr(0, cut));
+    ASSERT_FALSE(parsed.ok()) << cut;
+    EXPECT_NE(parsed.status().message().find("truncated"), std::string::npos) << parsed.status();
+  }
+}
+
+TEST(Validator, RefusesBadMagicAndGarbage) {
+  auto parsed = parseProgram(std::string(64, 'x'));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("not a trainc program"), std::string::npos);
+}
+
+TEST(Validator, RefusesMissingFile) {
+  auto parsed = readProgramFile("/nonexistent/rank0.pb");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("cannot open program file '/nonexistent/rank0.pb'"),
+            std::string::npos);
+}
+
+TEST(Validator, RefusesByteSizeMismatch) {
+  Baseline base;
+  Program p = base.b.finish();
+  p.mutable_buffers(base.a)->set_byte_size(40);
+  std::string m = validateMessage(p);
+  EXPECT_NE(m.find("buffer 0 'a': byte_size 40 differs from 48"), std::string::npos) << m;
+}
+
+TEST(Validator, RefusesRecursionAndBadCallBinding) {
+  ProgramBuilder b;
+  int x = b.addBuffer("x", schema::ACTIVATION, DType::F32, {8});
+  int main = b.addFunction("main");
+  int f = b.addFunction("f", {{"v", DType::F32, {8}}});
+  b.call(main, f, {ProgramBuilder::buf(x)});
+  b.call(f, f, {ProgramBuilder::arg(0)});
+  std::string m = validateMessage(b.finish());
+  EXPECT_NE(m.find("makes the call graph recursive"), std::string::npos) << m;
+
+  ProgramBuilder b2;
+  x = b2.addBuffer("x", schema::ACTIVATION, DType::F32, {4});
+  main = b2.addFunction("main");
+  f = b2.addFunction("f", {{"v", DType::F32, {8}}});
+  b2.call(main, f, {ProgramBuilder::buf(x)});
+  m = validateMessage(b2.finish());
+  EXPECT_NE(m.find("call of 'f' argument 0 'v': got f32 [4], expected f32 [8]"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Validator, RefusesUnbalancedTokensAndRegions) {
+  ProgramBuilder b;
+  int x = b.addBuffer("x", schema::MAIN_GRAD, DType::F32, {8});
+  int dp = b.addGroup("dp", {0});
+  int main = b.addFunction("main");
+  b.collective(main, schema::ALL_REDUCE, dp, ProgramBuilder::buf(x), ProgramBuilder::buf(x),
+               schema::SUM, /*async=*/true, 0);
+  std::string m = validateMessage(b.finish());
+  EXPECT_NE(m.find("async token 0 is still pending at the end of the iteration"),
+            std::string::npos)
+      << m;
+  b.wait(main, 0);
+  EXPECT_EQ(validateMessage(b.finish()), "");
+  b.wait(main, 0);
+  m = validateMessage(b.finish());
+  EXPECT_NE(m.find("wait on token 0 that no async operation started"), std::string::npos) << m;
+
+  ProgramBuilder r;
+  main = r.addFunction("main");
+  r.region(main, schema::GRAPH_CAPTURE_BEGIN, "iteration");
+  r.hostIO(main, schema::FILL_INPUTS, "batch");
+  r.region(main, schema::GRAPH_CAPTURE_END, "iteration");
+  m = validateMessage(r.finish());
+  EXPECT_NE(m.find("host_io 'batch' inside a graph-capture region"), std::string::npos) << m;
+}
+
+TEST(Executor, RunsFunctionsWithBindingsAndTracksHighWaterMark) {
+  // main: fill a, b; call axpy(a, b -> c) twice on different views.
+  ProgramBuilder b;
+  int a = b.addBuffer("a", schema::ACTIVATION, DType::F32, {2, 4});
+  int c = b.addBuffer("c", schema::ACTIVATION, DType::F32, {2, 4});
+  int unused = b.addBuffer("unused", schema::WORKSPACE, DType::F32, {1024});
+  (void)unused;
+  int main = b.addFunction("main");
+  int axpy = b.addFunction("axpy", {{"x", DType::F32, {4}}, {"y", DType::F32, {4}}});
+  b.kernel(axpy, "add", {ProgramBuilder::arg(1), ProgramBuilder::arg(0)}, {ProgramBuilder::arg(1)},
+           {AttrArg("alpha", 2.0)}, {0});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(a, 0, {4})}, {AttrArg("value", 1.0)});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(a, 4, {4})}, {AttrArg("value", 3.0)});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(c)}, {AttrArg("value", 0.5)});
+  b.call(main, axpy, {ProgramBuilder::buf(a, 0, {4}), ProgramBuilder::buf(c, 0, {4})});
+  b.call(main, axpy, {ProgramBuilder::buf(a, 4, {4}), ProgramBuilder::buf(c, 4, {4})});
+  Program p = b.finish();
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  auto ex = Executor::create(p, *backend, *comm);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_TRUE((*ex)->run().ok());
+  std::vector<float> out(8);
+  ASSERT_TRUE((*ex)->readBuffer(c, out.data(), 32).ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out[i], 0.5f + 2.0f * 1.0f);
+    EXPECT_EQ(out[4 + i], 0.5f + 2.0f * 3.0f);
+  }
+  EXPECT_EQ((*ex)->lastInstructionCount(), 7u);
+  // The workspace buffer is never touched: the high-water mark ends at c.
+  EXPECT_EQ((*ex)->highWaterMark(), p.buffers(c).offset() + p.buffers(c).byte_size());
+  EXPECT_GT(p.arena_bytes(), (*ex)->highWaterMark());
+}
+
+TEST(Executor, AsyncCollectiveAndHostIO) {
+  ProgramBuilder b;
+  int g = b.addBuffer("grad", schema::MAIN_GRAD, DType::F32, {16});
+  int out = b.addBuffer("out", schema::OUTPUT, DType::F32, {16});
+  int in = b.addBuffer("in", schema::INPUT, DType::F32, {16});
+  int dp = b.addGroup("dp", {0});
+  int main = b.addFunction("main");
+  b.hostIO(main, schema::FILL_INPUTS, "inputs");
+  b.kernel(main, "scale", {ProgramBuilder::buf(in)}, {ProgramBuilder::buf(g)},
+           {AttrArg("alpha", 2.0)});
+  b.collective(main, schema::ALL_REDUCE, dp, ProgramBuilder::buf(g), ProgramBuilder::buf(g),
+               schema::SUM, true, 3);
+  b.wait(main, 3);
+  b.kernel(main, "copy", {ProgramBuilder::buf(g)}, {ProgramBuilder::buf(out)});
+  b.hostIO(main, schema::READ_OUTPUTS, "outputs");
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  auto ex = Executor::create(b.finish(), *backend, *comm, {.timing = true});
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  std::vector<float> result(16);
+  int calls = 0;
+  absl::Status s = (*ex)->run([&](schema::HostIOKind k, const std::string &name) {
+    ++calls;
+    if (k == schema::FILL_INPUTS) {
+      std::vector<float> v(16);
+      for (int i = 0; i < 16; ++i)
+        v[i] = float(i);
+      return (*ex)->writeBuffer(in, v.data(), 64);
+    }
+    return (*ex)->readBuffer(out, result.data(), 64);
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(calls, 2);
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(result[i], 2.0f * i);
+  auto t = (*ex)->timings();
+  EXPECT_EQ(t.size(), 6u);
+  bool sawComm = false;
+  for (const InstrTiming &x : t)
+    sawComm |= x.stream == kCommStream;
+  EXPECT_TRUE(sawComm);
+}
+
+TEST(Executor, RefusesProgramForAnotherRank) {
+  ProgramBuilder b;
+  b.setMesh({"dp"}, {2}, 1);
+  b.addFunction("main");
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  auto ex = Executor::create(b.finish(), *backend, *comm);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find("program is for rank 1 of 2"), std::string::npos)
+      << ex.status();
+}
+
+} // namespace
