@@ -373,8 +373,9 @@ std::string verifyRope(const KernelCtx &c) {
   int64_t D = c.in[0].dims[3];
   int64_t rd = c.attrs->i(1) == 0 ? D : c.attrs->i(1);
   k.attrCond(rd > 0 && rd <= D && rd % 2 == 0,
-             "rotary_dim = " + std::to_string(rd) + ", expected even and <= head dim " +
-                 std::to_string(D));
+             "rotary_dim = " + std::to_string(c.attrs->i(1)) +
+                 (c.attrs->i(1) == 0 ? " (the head dim " + std::to_string(D) + ")" : "") +
+                 ", expected an even value <= head dim " + std::to_string(D));
   k.attrCond(c.attrs->f(0) > 0, "base: expected > 0");
   return k.result();
 }
@@ -479,11 +480,11 @@ std::string verifySwigluBackward(const KernelCtx &c) {
 }
 
 std::string verifyDropout(const KernelCtx &c) {
-  // x, rng[2] i64 (seed, iteration) -> y
+  // x, rng[3] i64 (seed, iteration, microbatch) -> y
   Check k(c);
   k.floatT(I, 0);
   k.dtype(I, 1, DType::I64);
-  k.numelEq(I, 1, 2, "seed and iteration");
+  k.numelEq(I, 1, 3, "seed, iteration and microbatch");
   k.sameDType(I, 0, O, 0);
   k.sameNumel(I, 0, O, 0);
   k.attrCond(c.attrs->f(0) >= 0 && c.attrs->f(0) < 1,
@@ -695,9 +696,9 @@ std::vector<KernelSignature> buildTable() {
       {"gelu_backward", 2, 1, {A{"approximate", Int, 0}}, verifyGeluBackward, "dx of gelu"},
       {"swiglu", 1, 1, {}, verifySwiglu, "y = silu(x[..., :F]) * x[..., F:]"},
       {"swiglu_backward", 2, 1, {}, verifySwigluBackward, "dx of swiglu"},
-      {"dropout", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}, A{"microbatch", Int, 0}},
+      {"dropout", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}},
        verifyDropout, "y = x * mask / (1 - p), mask from Philox(seed, op_id, iteration, mb, i)"},
-      {"dropout_backward", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}, A{"microbatch", Int, 0}},
+      {"dropout_backward", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}},
        verifyDropout, "dx = dy * the same mask / (1 - p)"},
       {"cross_entropy", 3, 3, {A{"vocab_start", Int, 0}, A{"valid_vocab", Int, -1}},
        verifyCrossEntropy, "masked token cross entropy: loss_sum, num_tokens, lse"},

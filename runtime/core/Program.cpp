@@ -616,8 +616,8 @@ absl::Status Validator::simulate(int fn, const std::vector<Range> &argRanges, st
     return path.empty() ? std::string() : absl::StrCat(" (called via ", path, ")");
   };
   for (int i = 0; i < f.body_size(); ++i) {
-    if (++steps > (uint64_t(1) << 26))
-      return top("program executes more than 2^26 instructions per iteration");
+    if (++steps > (uint64_t(1) << 24))
+      return top("program executes more than 2^24 instructions per iteration");
     const schema::Instruction &ins = f.body(i);
     const std::vector<ResolvedOperand> &res = resolved[fn][i];
     std::vector<Range> rs;

@@ -24,7 +24,12 @@ struct TensorView {
   int64_t dim(int i) const { return dims[i < 0 ? rank + i : i]; }
   size_t bytes() const { return size_t(numel) * dtypeSize(dtype); }
   /// Product of all dims but the last (the "rows" of a [..., N] tensor); 1 for rank <= 1.
-  int64_t rows() const { return rank == 0 ? 1 : numel / dims[rank - 1]; }
+  int64_t rows() const {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < rank; ++i)
+      r *= dims[i];
+    return r;
+  }
   template <typename T> T *as() const { return static_cast<T *>(data); }
   std::string shapeString() const;
 };

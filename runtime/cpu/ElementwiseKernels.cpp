@@ -254,13 +254,14 @@ void swigluBackwardKernel(const KernelCtx &c) {
 
 //===----------------------------------------------------------------------===//
 // dropout: keep element i when u(seed, op_id, iteration, microbatch, i) >= p; scale by 1/(1-p).
+// rng = (seed, iteration, microbatch), an i64 [3] buffer the host fills per microbatch.
 //===----------------------------------------------------------------------===//
 
 void dropoutApply(const KernelCtx &c) {
   const TensorView &x = c.in[0];
   const int64_t *rng = c.in[1].as<int64_t>();
   double p = c.attrs->f(0);
-  uint32_t opId = uint32_t(c.attrs->i(1)), mb = uint32_t(c.attrs->i(2));
+  uint32_t opId = uint32_t(c.attrs->i(1)), mb = uint32_t(rng[2]);
   dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;

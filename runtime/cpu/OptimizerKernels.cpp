@@ -1,10 +1,139 @@
-//===- OptimizerKernels.cpp ---------------------------------------------------===//
+//===- OptimizerKernels.cpp - adamw, sum_squares, grad_norm_finalize ------===//
+//
+// Operand conventions are in Kernel.h's table (KernelSignatures.cpp).
+//
+// The optimizer step of a Megatron iteration on device, without host synchronisation:
+//   sum_squares over every gradient (beta = 1 accumulates) -> all-reduce SUM across the ranks
+//   holding distinct gradient shards -> grad_norm_finalize -> adamw on every parameter, with
+//   grad_scale (the clipping coefficient) and update (0 when the norm is inf/NaN) as device scalars.
+//
+//===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/CpuKernels.h"
 #include "runtime/cpu/Dispatch.h"
 
-namespace trainc::rt::cpu {
+#include <cmath>
+#include <cstring>
 
-void registerOptimizerKernels(KernelTable &t) {}
+namespace trainc::rt::cpu {
+namespace {
+
+//===----------------------------------------------------------------------===//
+// adamw: param, grad, exp_avg, exp_avg_sq, lr[], weight_decay[], step[], grad_scale[], update[]
+//          -> param, exp_avg, exp_avg_sq (normally in place of inputs 0, 2, 3)
+//
+// torch.optim.AdamW / Apex FusedAdam(adam_w_mode=True) as Megatron uses them, with g = grad *
+// grad_scale and t = step (1-based, already incremented by the host):
+//   param *= 1 - lr * weight_decay          (only when decay != 0: biases and norm weights use 0)
+//   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+//   param -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+// The bias corrections are computed in double from the attributes (as the host computes them in
+// Python) and rounded once to T; the per-element math runs in T (f32 master weights compute in f32
+// like Apex's MATH_T = float). step must be >= 1 (t = 0 would divide by a zero bias correction).
+// Any non-zero `decay` attribute means "apply weight decay" (it is a flag, not a multiplier).
+//
+// update == 0 is the predicated (skipped) step: nothing changes, and the outputs equal the inputs
+// (copied when they are not in place).
+//===----------------------------------------------------------------------===//
+
+template <typename T> void adamw(const KernelCtx &c) {
+  const Attrs &a = *c.attrs;
+  int64_t n = c.in[0].numel;
+  const T *p = c.in[0].as<T>(), *g = c.in[1].as<T>(), *m = c.in[2].as<T>(),
+          *v = c.in[3].as<T>();
+  T lr = c.in[4].as<T>()[0], wd = c.in[5].as<T>()[0], step = c.in[6].as<T>()[0],
+    gradScale = c.in[7].as<T>()[0], update = c.in[8].as<T>()[0];
+  T *po = c.out[0].as<T>(), *mo = c.out[1].as<T>(), *vo = c.out[2].as<T>();
+
+  if (update == T(0)) {
+    const T *src[3] = {p, m, v};
+    T *dst[3] = {po, mo, vo};
+    for (int k = 0; k < 3; ++k)
+      if (dst[k] != src[k])
+        std::memmove(dst[k], src[k], size_t(n) * sizeof(T));
+    return;
+  }
+
+  double b1d = a.f(0), b2d = a.f(1), t = double(step);
+  T b1 = T(b1d), b2 = T(b2d), eps = T(a.f(2));
+  T oneMinusB1 = T(1.0 - b1d), oneMinusB2 = T(1.0 - b2d);
+  T biasCorr1 = T(1.0 - std::pow(b1d, t)), biasCorr2 = T(1.0 - std::pow(b2d, t));
+  T decayFactor = a.i(3) != 0 ? T(1) - lr * wd : T(1);
+  // Reads all inputs of element i before writing outputs of element i: in place is safe.
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i] * gradScale;
+    T mi = b1 * m[i] + oneMinusB1 * gi;
+    T vi = b2 * v[i] + oneMinusB2 * gi * gi;
+    T mhat = mi / biasCorr1, vhat = vi / biasCorr2;
+    T pi = p[i] * decayFactor;
+    pi -= lr * mhat / (std::sqrt(vhat) + eps);
+    po[i] = pi;
+    mo[i] = mi;
+    vo[i] = vi;
+  }
+}
+
+void adamwKernel(const KernelCtx &c) {
+  if (c.in[0].dtype == DType::F64)
+    adamw<double>(c);
+  else
+    adamw<float>(c);
+}
+
+//===----------------------------------------------------------------------===//
+// sum_squares: x (T) -> out[] (S) = sum x^2 (+ out when beta = 1). Squares and the sum are taken
+// in double, sequentially, whatever T is: the result is deterministic and exact to the final
+// rounding to S for any realistic element count.
+//===----------------------------------------------------------------------===//
+
+void sumSquaresKernel(const KernelCtx &c) {
+  dispatchFloat(c.in[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using S = Stat<T>;
+    const T *x = c.in[0].as<T>();
+    double acc = 0;
+    for (int64_t i = 0, n = c.in[0].numel; i < n; ++i) {
+      double xi = double(x[i]);
+      acc += xi * xi;
+    }
+    S *out = c.out[0].as<S>();
+    if (c.attrs->f(0) != 0)
+      acc = double(out[0]) + acc;
+    out[0] = S(acc);
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// grad_norm_finalize: sumsq[] -> norm[], grad_scale[], update[] (all S), Megatron's
+// clip_grad_norm: norm = sqrt(sumsq); clip_coeff = max_norm / (norm + 1e-6), applied only when < 1;
+// max_norm = 0 disables clipping. A non-finite norm (inf/NaN gradients) gives update = 0 (the step
+// is skipped) and grad_scale = 1. Computed in double, stored as S.
+//===----------------------------------------------------------------------===//
+
+template <typename S> void gradNormFinalize(const KernelCtx &c) {
+  double sumsq = double(c.in[0].as<S>()[0]);
+  double maxNorm = c.attrs->f(0);
+  double norm = std::sqrt(sumsq);
+  bool finite = std::isfinite(norm);
+  double scale = maxNorm > 0 && finite ? std::min(1.0, maxNorm / (norm + 1e-6)) : 1.0;
+  c.out[0].as<S>()[0] = S(norm);
+  c.out[1].as<S>()[0] = S(scale);
+  c.out[2].as<S>()[0] = finite ? S(1) : S(0);
+}
+
+void gradNormFinalizeKernel(const KernelCtx &c) {
+  if (c.in[0].dtype == DType::F64)
+    gradNormFinalize<double>(c);
+  else
+    gradNormFinalize<float>(c);
+}
+
+} // namespace
+
+void registerOptimizerKernels(KernelTable &t) {
+  t["adamw"] = adamwKernel;
+  t["sum_squares"] = sumSquaresKernel;
+  t["grad_norm_finalize"] = gradNormFinalizeKernel;
+}
 
 } // namespace trainc::rt::cpu

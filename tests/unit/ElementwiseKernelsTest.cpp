@@ -247,10 +247,11 @@ TEST(Elementwise, SwigluForwardAndBackward) {
 
 TEST(Elementwise, DropoutIsCounterBasedAndItsBackwardIsTheSameMask) {
   HostTensor x = randomTensor(DType::F64, {1001}, 11, 0.5, 1.5);
-  HostTensor rng(DType::I64, {2});
+  HostTensor rng(DType::I64, {3});
   rng.set(0, 1234);
   rng.set(1, 7);
-  std::vector<AttrArg> attrs = {AttrArg("p", 0.25), AttrArg("op_id", 3), AttrArg("microbatch", 1)};
+  rng.set(2, 1);
+  std::vector<AttrArg> attrs = {AttrArg("p", 0.25), AttrArg("op_id", 3)};
   HostTensor y1(DType::F64, x.shape), y2(DType::F64, x.shape);
   runKernel("dropout", {&x, &rng}, {&y1}, attrs);
   runKernel("dropout", {&x, &rng}, {&y2}, attrs);
@@ -266,8 +267,9 @@ TEST(Elementwise, DropoutIsCounterBasedAndItsBackwardIsTheSameMask) {
   EXPECT_GT(dropped, 250 - 5 * 14);
   EXPECT_LT(dropped, 250 + 5 * 14);
   // A different microbatch, op or iteration gives a different mask.
-  HostTensor y3(DType::F64, x.shape);
-  runKernel("dropout", {&x, &rng}, {&y3}, {attrs[0], attrs[1], AttrArg("microbatch", 2)});
+  HostTensor y3(DType::F64, x.shape), rng2 = rng;
+  rng2.set(2, 2);
+  runKernel("dropout", {&x, &rng2}, {&y3}, attrs);
   int differ = 0;
   for (int64_t i = 0; i < x.numel(); ++i)
     differ += (y3.get(i) == 0) != (y1.get(i) == 0);
@@ -291,7 +293,7 @@ TEST(Elementwise, SignatureErrorsNameTheOperand) {
   HostTensor x(DType::F32, {3, 5}), y(DType::F32, {3, 3});
   EXPECT_EQ(verifyKernel("swiglu", {&x}, {&y}),
             "input 0: shape [3, 5], expected an even last dim");
-  HostTensor r(DType::I32, {2});
+  HostTensor r(DType::I32, {3});
   EXPECT_EQ(verifyKernel("dropout", {&x, &r}, {&x}, {AttrArg("p", 0.1)}),
             "input 1: dtype i32, expected i64");
 }

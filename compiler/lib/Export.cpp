@@ -1,0 +1,288 @@
+//===- Export.cpp - rt IR to program.proto --------------------------------===//
+
+#include "compiler/Export.h"
+
+#include "dialects/Rt/RtDialect.h"
+#include "runtime/core/Program.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/StringMap.h"
+
+using namespace mlir;
+using namespace mlir::trainc;
+namespace schema = ::trainc::schema;
+
+namespace {
+
+schema::DType dtypeOf(Type t) {
+  if (t.isF32())
+    return schema::F32;
+  if (t.isF64())
+    return schema::F64;
+  if (t.isBF16())
+    return schema::BF16;
+  if (t.isF16())
+    return schema::F16;
+  if (t.isInteger(32))
+    return schema::I32;
+  if (t.isInteger(64))
+    return schema::I64;
+  if (t.isInteger(8))
+    return schema::U8;
+  return schema::DTYPE_UNSPECIFIED;
+}
+
+/// An exported operand: base buffer or argument, element offset.
+struct OperandRef {
+  bool isArg = false;
+  uint32_t base = 0;
+  uint64_t offset = 0;
+};
+
+class Exporter {
+public:
+  explicit Exporter(ModuleOp m) : module(m) {}
+  FailureOr<schema::Program> run();
+
+private:
+  LogicalResult exportFunction(func::FuncOp fn, schema::Function &out);
+  uint32_t location(Location loc);
+  FailureOr<schema::Operand> operand(Value v, Operation *user);
+
+  ModuleOp module;
+  schema::Program p;
+  llvm::StringMap<uint32_t> bufferIndex, functionIndex, locIndex;
+  llvm::DenseMap<Value, OperandRef> refs;
+};
+
+uint32_t Exporter::location(Location loc) {
+  std::string op, file;
+  unsigned line = 0, col = 0;
+  std::function<void(Location)> visit = [&](Location l) {
+    if (auto n = dyn_cast<NameLoc>(l)) {
+      if (op.empty())
+        op = n.getName().str();
+      visit(n.getChildLoc());
+    } else if (auto f = dyn_cast<FileLineColLoc>(l)) {
+      if (file.empty()) {
+        file = f.getFilename().str();
+        line = f.getLine();
+        col = f.getColumn();
+      }
+    } else if (auto fu = dyn_cast<FusedLoc>(l)) {
+      for (Location c : fu.getLocations())
+        visit(c);
+    } else if (auto cs = dyn_cast<CallSiteLoc>(l)) {
+      visit(cs.getCallee());
+    }
+  };
+  visit(loc);
+  std::string key = file + ":" + std::to_string(line) + ":" + std::to_string(col) + " " + op;
+  auto [it, fresh] = locIndex.try_emplace(key, p.locations_size());
+  if (fresh) {
+    schema::Location *l = p.add_locations();
+    l->set_file(file);
+    l->set_line(line);
+    l->set_column(col);
+    l->set_op(op);
+  }
+  return it->second;
+}
+
+FailureOr<schema::Operand> Exporter::operand(Value v, Operation *user) {
+  auto it = refs.find(v);
+  if (it == refs.end()) {
+    user->emitOpError() << "operand is not an rt.buffer_ref, rt.view or function argument";
+    return failure();
+  }
+  schema::Operand o;
+  if (it->second.isArg)
+    o.set_arg(it->second.base);
+  else
+    o.set_buffer(it->second.base);
+  o.set_offset(it->second.offset);
+  for (int64_t d : cast<MemRefType>(v.getType()).getShape())
+    o.add_shape(d);
+  return o;
+}
+
+LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
+  out.set_name(fn.getSymName().str());
+  for (BlockArgument a : fn.getArguments()) {
+    auto t = cast<MemRefType>(a.getType());
+    schema::Arg *arg = out.add_args();
+    auto name = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), "rt.input");
+    arg->set_name(name ? name.str() : "arg" + std::to_string(a.getArgNumber()));
+    arg->set_dtype(dtypeOf(t.getElementType()));
+    for (int64_t d : t.getShape())
+      arg->add_shape(d);
+    refs[a] = {true, a.getArgNumber(), 0};
+  }
+  for (Operation &op : fn.getBody().front()) {
+    if (auto ref = dyn_cast<rt::BufferRefOp>(op)) {
+      refs[ref.getResult()] = {false, bufferIndex.lookup(ref.getBuffer()), 0};
+      continue;
+    }
+    if (auto view = dyn_cast<rt::ViewOp>(op)) {
+      OperandRef r = refs.lookup(view.getSource());
+      r.offset += uint64_t(view.getOffset());
+      refs[view.getResult()] = r;
+      continue;
+    }
+    if (isa<func::ReturnOp>(op))
+      continue;
+    schema::Instruction ins;
+    ins.set_loc(location(op.getLoc()));
+    if (auto k = dyn_cast<rt::KernelOp>(op)) {
+      schema::KernelCall *kc = ins.mutable_kernel();
+      kc->set_kernel(k.getKernel().str());
+      for (Value v : k.getInputs()) {
+        FailureOr<schema::Operand> o = operand(v, &op);
+        if (failed(o))
+          return failure();
+        *kc->add_inputs() = *o;
+      }
+      for (Value v : k.getOutputs()) {
+        FailureOr<schema::Operand> o = operand(v, &op);
+        if (failed(o))
+          return failure();
+        *kc->add_outputs() = *o;
+      }
+      for (NamedAttribute a : k.getKernelAttrs()) {
+        schema::Attr *x = kc->add_attrs();
+        x->set_name(a.getName().str());
+        if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
+          x->mutable_value()->set_i(i.getInt());
+        else if (auto f = dyn_cast<FloatAttr>(a.getValue()))
+          x->mutable_value()->set_f(f.getValueAsDouble());
+        else
+          return op.emitOpError() << "attribute '" << a.getName() << "' cannot be exported";
+      }
+      if (auto ip = k.getInPlace())
+        for (int32_t j : *ip)
+          kc->add_in_place(j);
+    } else if (auto call = dyn_cast<func::CallOp>(op)) {
+      auto it = functionIndex.find(call.getCallee());
+      if (it == functionIndex.end())
+        return op.emitOpError() << "calls unknown function @" << call.getCallee();
+      schema::Call *c = ins.mutable_call();
+      c->set_function(it->second);
+      for (Value v : call.getOperands()) {
+        FailureOr<schema::Operand> o = operand(v, &op);
+        if (failed(o))
+          return failure();
+        *c->add_args() = *o;
+      }
+    } else if (auto io = dyn_cast<rt::HostIOOp>(op)) {
+      ins.mutable_host_io()->set_kind(io.getKind() == "fill_inputs" ? schema::FILL_INPUTS
+                                                                    : schema::READ_OUTPUTS);
+      ins.mutable_host_io()->set_name(io.getLabel().str());
+    } else if (auto r = dyn_cast<rt::RegionOp>(op)) {
+      ins.mutable_region()->set_kind(r.getKind() == "begin" ? schema::GRAPH_CAPTURE_BEGIN
+                                                            : schema::GRAPH_CAPTURE_END);
+      ins.mutable_region()->set_name(r.getLabel().str());
+    } else if (auto w = dyn_cast<rt::WaitOp>(op)) {
+      ins.mutable_wait()->set_token(uint32_t(w.getToken()));
+    } else {
+      return op.emitOpError() << "cannot be exported to program.proto";
+    }
+    *out.add_body() = std::move(ins);
+  }
+  return success();
+}
+
+FailureOr<schema::Program> Exporter::run() {
+  p.set_format_version(::trainc::rt::kFormatVersion);
+  p.set_producer("trainc compiler (MLIR 19)");
+  schema::Mesh *mesh = p.mutable_mesh();
+  for (const char *axis : {"tp", "dp", "pp"}) {
+    mesh->add_axis_names(axis);
+    mesh->add_axis_sizes(1);
+    mesh->add_coords(0);
+  }
+  mesh->set_rank(0);
+  mesh->set_world_size(1);
+  auto arena = module->getAttrOfType<IntegerAttr>("rt.arena_bytes");
+  if (!arena)
+    return module.emitError() << "export: the module has no memory plan (run trainc-memory-plan)";
+  p.set_arena_bytes(uint64_t(arena.getInt()));
+
+  std::map<std::string, uint64_t> kindBytes;
+  for (rt::BufferOp b : module.getOps<rt::BufferOp>()) {
+    bufferIndex[b.getSymName()] = p.buffers_size();
+    schema::Buffer *buf = p.add_buffers();
+    buf->set_name(b.getSymName().str());
+    auto kinds = rt::bufferKinds();
+    buf->set_kind(schema::BufferKind(llvm::find(kinds, b.getKind()) - kinds.begin() + 1));
+    MemRefType t = b.getType();
+    buf->set_dtype(dtypeOf(t.getElementType()));
+    for (int64_t d : t.getShape())
+      buf->add_shape(d);
+    if (int64_t(b.getOffset()) < 0)
+      return b.emitOpError() << "export: buffer has no offset (run trainc-memory-plan)";
+    buf->set_offset(uint64_t(b.getOffset()));
+    uint64_t bytes = uint64_t(t.getNumElements()) * ((t.getElementTypeBitWidth() + 7) / 8);
+    buf->set_byte_size(bytes);
+    kindBytes[b.getKind().str()] += bytes;
+    if (auto name = b->getAttrOfType<StringAttr>("param_name")) {
+      schema::Parameter *q = p.add_parameters();
+      q->set_name(name.str());
+      for (int64_t d : t.getShape()) {
+        q->add_global_shape(d);
+        q->add_slice_start(0);
+        q->add_slice_size(d);
+      }
+      q->set_buffer(uint32_t(p.buffers_size() - 1));
+      q->set_no_weight_decay(b->hasAttr("no_weight_decay"));
+      if (auto init = b->getAttrOfType<StringAttr>("init"))
+        q->set_init(init.str());
+      if (auto std = b->getAttrOfType<FloatAttr>("init_std"))
+        q->set_init_std(std.getValueAsDouble());
+    }
+  }
+  SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
+  for (func::FuncOp fn : fns) {
+    functionIndex[fn.getSymName()] = p.functions_size();
+    p.add_functions();
+    if (fn->hasAttr("rt.entry"))
+      p.set_entry(uint32_t(p.functions_size() - 1));
+  }
+  for (auto [i, fn] : llvm::enumerate(fns))
+    if (failed(exportFunction(fn, *p.mutable_functions(int(i)))))
+      return failure();
+
+  schema::Reports *r = p.mutable_reports();
+  schema::MemoryReport *mem = r->mutable_memory();
+  if (auto a = module->getAttrOfType<IntegerAttr>("rt.persistent_bytes"))
+    mem->set_persistent_bytes(uint64_t(a.getInt()));
+  if (auto a = module->getAttrOfType<IntegerAttr>("rt.flowing_peak_bytes"))
+    mem->set_flowing_peak_bytes(uint64_t(a.getInt()));
+  mem->set_arena_bytes(p.arena_bytes());
+  auto kinds = rt::bufferKinds();
+  for (auto &[kind, bytes] : kindBytes) {
+    schema::KindBytes *kb = mem->add_by_kind();
+    kb->set_kind(schema::BufferKind(llvm::find(kinds, kind) - kinds.begin() + 1));
+    kb->set_bytes(bytes);
+  }
+  if (auto f = module->getAttrOfType<FloatAttr>("trainc.flops_per_iteration")) {
+    r->mutable_flops()->set_flops_per_iteration(f.getValueAsDouble());
+    r->mutable_flops()->set_model_flops_per_iteration(f.getValueAsDouble());
+  }
+  if (auto f = module->getAttrOfType<FloatAttr>("trainc.bytes_per_iteration"))
+    r->mutable_flops()->set_bytes_per_iteration(f.getValueAsDouble());
+  schema::ScheduleReport *s = r->mutable_schedule();
+  s->set_schedule("no-pipelining");
+  if (auto m = module->getAttrOfType<IntegerAttr>("trainc.num_microbatches"))
+    s->set_num_microbatches(m.getInt());
+  for (Operation &op : fns[p.entry()].getBody().front())
+    if (auto call = dyn_cast<func::CallOp>(op))
+      s->add_steps(("F+B " + call.getCallee()).str());
+  return p;
+}
+
+} // namespace
+
+FailureOr<schema::Program> mlir::trainc::exportProgram(ModuleOp module) {
+  return Exporter(module).run();
+}

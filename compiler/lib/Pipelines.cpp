@@ -1,0 +1,91 @@
+//===- Pipelines.cpp - Phase pipelines ------------------------------------===//
+
+#include "compiler/Pipelines.h"
+
+#include "passes/InitAllPasses.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+using namespace mlir::trainc;
+
+namespace {
+std::unique_ptr<Pass> verify(const char *phase) {
+  VerifyPhasePassOptions o;
+  o.phase = phase;
+  return createVerifyPhasePass(o);
+}
+} // namespace
+
+void mlir::trainc::buildAutodiffPhase(OpPassManager &pm, const PlanOptions &) {
+  pm.addPass(verify("model"));
+  pm.addPass(createAutodiffPass());
+  pm.addPass(verify("autodiff"));
+}
+
+void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
+  GradAccumulatePassOptions g;
+  g.normalization = o.normalization;
+  g.numMicrobatches = o.numMicrobatches;
+  pm.addPass(createGradAccumulatePass(g));
+  ScheduleNoPipeliningPassOptions s;
+  s.numMicrobatches = o.numMicrobatches;
+  s.beta1 = o.adamBeta1;
+  s.beta2 = o.adamBeta2;
+  s.eps = o.adamEps;
+  s.clipGrad = o.clipGrad;
+  pm.addPass(createScheduleNoPipeliningPass(s));
+  pm.addPass(createOptimizerExpandPass());
+  pm.addPass(verify("sched"));
+}
+
+void mlir::trainc::buildLowerPhase(OpPassManager &pm, const PlanOptions &) {
+  pm.addPass(createLowerToRtPass());
+  pm.addPass(verify("rt"));
+}
+
+void mlir::trainc::buildMemoryPhase(OpPassManager &pm, const PlanOptions &) {
+  pm.addPass(createMemoryPlanPass());
+  pm.addPass(verify("memory"));
+}
+
+void mlir::trainc::buildCompilePipeline(OpPassManager &pm, const PlanOptions &o) {
+  buildAutodiffPhase(pm, o);
+  buildSchedulePhase(pm, o);
+  buildLowerPhase(pm, o);
+  buildMemoryPhase(pm, o);
+}
+
+namespace {
+struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
+  Option<int64_t> numMicrobatches{*this, "num-microbatches", llvm::cl::init(1),
+                                  llvm::cl::desc("Microbatches per iteration")};
+  Option<std::string> normalization{*this, "normalization", llvm::cl::init("per_token"),
+                                    llvm::cl::desc("per_token or per_microbatch")};
+  Option<double> clipGrad{*this, "clip-grad", llvm::cl::init(1.0),
+                          llvm::cl::desc("Global grad-norm clip (0 disables)")};
+  PlanOptions plan() const {
+    PlanOptions p;
+    p.numMicrobatches = numMicrobatches;
+    p.normalization = normalization;
+    p.clipGrad = clipGrad;
+    return p;
+  }
+};
+
+template <void (*Build)(OpPassManager &, const PlanOptions &)>
+void registerPhase(const char *name, const char *desc) {
+  PassPipelineRegistration<PlanPipelineOptions>(
+      name, desc, [](OpPassManager &pm, const PlanPipelineOptions &o) { Build(pm, o.plan()); });
+}
+} // namespace
+
+void mlir::trainc::registerPipelines() {
+  registerPhase<buildAutodiffPhase>("trainc-phase-autodiff",
+                                    "verify(model), autodiff, verify(autodiff)");
+  registerPhase<buildSchedulePhase>(
+      "trainc-phase-schedule", "grad-accumulate, schedule, optimizer-expand, verify(sched)");
+  registerPhase<buildLowerPhase>("trainc-phase-lower", "lower-to-rt, verify(rt)");
+  registerPhase<buildMemoryPhase>("trainc-phase-memory", "memory-plan, verify(memory)");
+  registerPhase<buildCompilePipeline>("trainc-compile", "every phase, model IR to planned rt IR");
+}

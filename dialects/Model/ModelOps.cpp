@@ -1,0 +1,658 @@
+//===- ModelOps.cpp - Model dialect: verifiers, VJP, cost, sharding, kernels ===//
+
+#include "dialects/Model/ModelDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace mlir::trainc::model;
+
+#include "dialects/Model/ModelDialect.cpp.inc"
+#include "dialects/Model/ModelInterfaces.cpp.inc"
+
+void ModelDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/Model/ModelOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace mlir::trainc::model {
+
+NamedAttribute KernelEmitter::intAttr(StringRef name, int64_t v) {
+  Builder b(getContext());
+  return b.getNamedAttr(name, b.getI64IntegerAttr(v));
+}
+NamedAttribute KernelEmitter::floatAttr(StringRef name, double v) {
+  Builder b(getContext());
+  return b.getNamedAttr(name, b.getF64FloatAttr(v));
+}
+
+int64_t numElements(Type t) { return cast<ShapedType>(t).getNumElements(); }
+
+double byteSize(Type t) {
+  auto s = cast<ShapedType>(t);
+  return double(s.getNumElements()) * double((s.getElementTypeBitWidth() + 7) / 8);
+}
+
+Type statsElementType(Type t) {
+  return t.isF64() ? t : Float32Type::get(t.getContext());
+}
+
+} // namespace mlir::trainc::model
+
+namespace {
+
+RankedTensorType ty(Value v) { return cast<RankedTensorType>(v.getType()); }
+ArrayRef<int64_t> shapeOf(Value v) { return ty(v).getShape(); }
+int64_t rowsOf(Value v) {
+  ArrayRef<int64_t> s = shapeOf(v);
+  int64_t n = 1;
+  for (size_t i = 0; i + 1 < s.size(); ++i)
+    n *= s[i];
+  return n;
+}
+
+std::string str(ArrayRef<int64_t> s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+/// Checks that `v` has exactly `shape`; the message names `what`.
+LogicalResult expectShape(Operation *op, Value v, ArrayRef<int64_t> shape, StringRef what) {
+  if (shapeOf(v) != shape)
+    return op->emitOpError() << what << " has shape " << str(shapeOf(v)) << ", expected "
+                             << str(shape);
+  return success();
+}
+
+LogicalResult expectElementType(Operation *op, Value v, Type t, StringRef what) {
+  if (ty(v).getElementType() != t)
+    return op->emitOpError() << what << " has element type " << ty(v).getElementType()
+                             << ", expected " << t;
+  return success();
+}
+
+/// Statistics tensors (mean/rstd/lse/loss) use f64 for f64 data and f32 otherwise.
+LogicalResult expectStats(Operation *op, Value v, Value data, ArrayRef<int64_t> shape,
+                          StringRef what) {
+  if (failed(expectShape(op, v, shape, what)))
+    return failure();
+  return expectElementType(op, v, statsElementType(ty(data).getElementType()), what);
+}
+
+SmallVector<int64_t> withLast(ArrayRef<int64_t> s, int64_t last) {
+  SmallVector<int64_t> r(s.begin(), s.end());
+  r.back() = last;
+  return r;
+}
+
+double bytesOf(Operation *op) {
+  double b = 0;
+  for (Value v : op->getOperands())
+    b += byteSize(v.getType());
+  for (Value v : op->getResults())
+    b += byteSize(v.getType());
+  return b;
+}
+
+/// Attention FLOPs of one forward pass: two [s x s x d] matmuls per head (QK^T and PV), half of
+/// them under causal masking (FlashAttention-2's accounting).
+double attentionFlops(Value q, bool causal) {
+  ArrayRef<int64_t> s = shapeOf(q);
+  double f = 4.0 * double(s[0]) * double(s[2]) * double(s[1]) * double(s[1]) * double(s[3]);
+  return causal ? f / 2 : f;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// fill, reshape
+//===----------------------------------------------------------------------===//
+
+LogicalResult FillOp::verify() { return success(); }
+double FillOp::getFlops() { return 0; }
+double FillOp::getBytesMoved() { return byteSize(getType()); }
+void FillOp::emitKernels(KernelEmitter &e) {
+  e.kernel("fill", {}, {e.result(0)}, {e.floatAttr("value", getValue().convertToDouble())});
+}
+
+LogicalResult ReshapeOp::verify() {
+  if (ty(getInput()).getElementType() != ty(getResult()).getElementType())
+    return emitOpError() << "changes the element type from " << ty(getInput()).getElementType()
+                         << " to " << ty(getResult()).getElementType();
+  if (numElements(getInput().getType()) != numElements(getResult().getType()))
+    return emitOpError() << "result shape " << str(shapeOf(getResult())) << " has "
+                         << numElements(getResult().getType()) << " elements, the input shape "
+                         << str(shapeOf(getInput())) << " has "
+                         << numElements(getInput().getType());
+  return success();
+}
+double ReshapeOp::getFlops() { return 0; }
+double ReshapeOp::getBytesMoved() { return 0; }
+StringRef ReshapeOp::getShardingRule() { return "follows the sharded dim of the input"; }
+void ReshapeOp::emitKernels(KernelEmitter &e) {
+  e.aliasResult(0, e.reshape(e.operand(0), shapeOf(getResult())));
+}
+SmallVector<Value> ReshapeOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value()};
+  return {b.create<ReshapeOp>(getLoc(), getInput().getType(), g[0])};
+}
+
+//===----------------------------------------------------------------------===//
+// embedding
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  if (ty(getTable()).getRank() != 2)
+    return emitOpError() << "table has rank " << ty(getTable()).getRank()
+                         << ", expected 2 ([vocab, hidden])";
+  SmallVector<int64_t> want(shapeOf(getIds()));
+  want.push_back(shapeOf(getTable())[1]);
+  if (failed(expectShape(*this, getResult(), want, "result")))
+    return failure();
+  return expectElementType(*this, getResult(), ty(getTable()).getElementType(), "result");
+}
+double EmbeddingOp::getFlops() { return 0; }
+double EmbeddingOp::getBytesMoved() {
+  return byteSize(getIds().getType()) + 2 * byteSize(getResult().getType());
+}
+StringRef EmbeddingOp::getShardingRule() {
+  return "vocab-parallel: table[V/tp, H]; out-of-shard ids give 0; y all-reduced (or "
+         "reduce-scattered along s under sequence parallelism) over tp";
+}
+void EmbeddingOp::emitKernels(KernelEmitter &e) {
+  e.kernel("embedding", {e.operand(0), e.operand(1)}, {e.result(0)},
+           {e.intAttr("vocab_start", getVocabStart())});
+}
+SmallVector<Value> EmbeddingOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value()};
+  Value dt = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(), getIds(), g[0],
+                                       getVocabStartAttr());
+  return {dt, Value()};
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  if (ty(getResult()).getRank() != 2)
+    return emitOpError() << "result has rank " << ty(getResult()).getRank() << ", expected 2";
+  SmallVector<int64_t> want(shapeOf(getIds()));
+  want.push_back(shapeOf(getResult())[1]);
+  return expectShape(*this, getGrad(), want, "grad");
+}
+double EmbeddingGradOp::getFlops() { return 0; }
+double EmbeddingGradOp::getBytesMoved() { return bytesOf(*this); }
+void EmbeddingGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("embedding_backward", {e.operand(0), e.operand(1)}, {e.result(0)},
+           {e.intAttr("vocab_start", getVocabStart()), e.floatAttr("beta", 0)});
+}
+
+//===----------------------------------------------------------------------===//
+// linear
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::verify() {
+  if (ty(getWeight()).getRank() != 2)
+    return emitOpError() << "weight has rank " << ty(getWeight()).getRank()
+                         << ", expected 2 ([out_features, in_features])";
+  if (ty(getInput()).getRank() < 1)
+    return emitOpError() << "input must have rank >= 1";
+  int64_t k = shapeOf(getInput()).back(), n = shapeOf(getWeight())[0];
+  if (k != shapeOf(getWeight())[1])
+    return emitOpError() << "input feature size " << k << " does not match weight in_features "
+                         << shapeOf(getWeight())[1];
+  if (getBias() && failed(expectShape(*this, getBias(), {n}, "bias")))
+    return failure();
+  for (Value v : {getWeight(), getResult()})
+    if (failed(expectElementType(*this, v, ty(getInput()).getElementType(), "operand")))
+      return failure();
+  return expectShape(*this, getResult(), withLast(shapeOf(getInput()), n), "result");
+}
+double LinearOp::getFlops() {
+  return 2.0 * double(rowsOf(getInput())) * double(shapeOf(getWeight())[0]) *
+         double(shapeOf(getWeight())[1]);
+}
+double LinearOp::getBytesMoved() { return bytesOf(*this); }
+StringRef LinearOp::getShardingRule() {
+  return "column-parallel: w[N/tp, K], b[N/tp], y[..., N/tp] (x all-gathered along s under "
+         "sequence parallelism); row-parallel: x[..., K/tp], w[N, K/tp], y all-reduced (or "
+         "reduce-scattered along s), bias added after the reduction";
+}
+void LinearOp::emitKernels(KernelEmitter &e) {
+  int64_t k = shapeOf(getInput()).back(), n = shapeOf(getWeight())[0], r = rowsOf(getInput());
+  Value x = e.reshape(e.operand(0), {r, k});
+  Value y = e.reshape(e.result(0), {r, n});
+  e.kernel("matmul", {x, e.operand(1)}, {y}, {e.intAttr("trans_b", 1)});
+  if (getBias())
+    e.kernel("add_bias", {y, e.operand(2)}, {y});
+}
+SmallVector<Value> LinearOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return SmallVector<Value>(getNumOperands(), Value());
+  SmallVector<Value> r;
+  r.push_back(b.create<LinearGradInputOp>(getLoc(), getInput().getType(), g[0], getWeight()));
+  r.push_back(b.create<LinearGradWeightOp>(getLoc(), getWeight().getType(), g[0], getInput()));
+  if (getBias())
+    r.push_back(b.create<BiasGradOp>(getLoc(), getBias().getType(), g[0]));
+  return r;
+}
+
+LogicalResult LinearGradInputOp::verify() {
+  int64_t n = shapeOf(getWeight())[0], k = shapeOf(getWeight())[1];
+  if (shapeOf(getGrad()).back() != n)
+    return emitOpError() << "grad feature size " << shapeOf(getGrad()).back()
+                         << " does not match weight out_features " << n;
+  return expectShape(*this, getResult(), withLast(shapeOf(getGrad()), k), "result");
+}
+double LinearGradInputOp::getFlops() {
+  return 2.0 * double(rowsOf(getGrad())) * double(shapeOf(getWeight())[0]) *
+         double(shapeOf(getWeight())[1]);
+}
+double LinearGradInputOp::getBytesMoved() { return bytesOf(*this); }
+void LinearGradInputOp::emitKernels(KernelEmitter &e) {
+  int64_t n = shapeOf(getWeight())[0], k = shapeOf(getWeight())[1], r = rowsOf(getGrad());
+  e.kernel("matmul", {e.reshape(e.operand(0), {r, n}), e.operand(1)},
+           {e.reshape(e.result(0), {r, k})});
+}
+
+LogicalResult LinearGradWeightOp::verify() {
+  if (rowsOf(getGrad()) != rowsOf(getInput()))
+    return emitOpError() << "grad has " << rowsOf(getGrad()) << " rows, input has "
+                         << rowsOf(getInput());
+  return expectShape(*this, getResult(), {shapeOf(getGrad()).back(), shapeOf(getInput()).back()},
+                     "result");
+}
+double LinearGradWeightOp::getFlops() {
+  return 2.0 * double(rowsOf(getGrad())) * double(shapeOf(getGrad()).back()) *
+         double(shapeOf(getInput()).back());
+}
+double LinearGradWeightOp::getBytesMoved() { return bytesOf(*this); }
+void LinearGradWeightOp::emitKernels(KernelEmitter &e) {
+  int64_t n = shapeOf(getGrad()).back(), k = shapeOf(getInput()).back(), r = rowsOf(getGrad());
+  e.kernel("matmul", {e.reshape(e.operand(0), {r, n}), e.reshape(e.operand(1), {r, k})},
+           {e.result(0)}, {e.intAttr("trans_a", 1)});
+}
+
+LogicalResult BiasGradOp::verify() {
+  return expectShape(*this, getResult(), {shapeOf(getGrad()).back()}, "result");
+}
+double BiasGradOp::getFlops() { return 0; }
+double BiasGradOp::getBytesMoved() { return bytesOf(*this); }
+void BiasGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("sum_rows", {e.operand(0)}, {e.result(0)});
+}
+
+//===----------------------------------------------------------------------===//
+// layer_norm, rms_norm
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult verifyNorm(Operation *op, Value x, Value w, Value y, ValueRange stats) {
+  int64_t h = shapeOf(x).back();
+  if (failed(expectShape(op, w, {h}, "weight")) || failed(expectShape(op, y, shapeOf(x), "result")))
+    return failure();
+  for (Value s : stats)
+    if (failed(expectStats(op, s, x, {rowsOf(x)}, "statistics result")))
+      return failure();
+  return success();
+}
+} // namespace
+
+LogicalResult LayerNormOp::verify() {
+  if (failed(expectShape(*this, getBias(), {shapeOf(getInput()).back()}, "bias")))
+    return failure();
+  return verifyNorm(*this, getInput(), getWeight(), getResult(), {getMean(), getRstd()});
+}
+double LayerNormOp::getFlops() { return 0; }
+double LayerNormOp::getBytesMoved() { return bytesOf(*this); }
+StringRef LayerNormOp::getShardingRule() {
+  return "replicated over tp; under sequence parallelism x[s/tp] and the weight gradient is "
+         "partial (all-reduced over tp in finalize)";
+}
+void LayerNormOp::emitKernels(KernelEmitter &e) {
+  e.kernel("layer_norm", {e.operand(0), e.operand(1), e.operand(2)},
+           {e.result(0), e.result(1), e.result(2)}, {e.floatAttr("eps", getEps().convertToDouble())});
+}
+SmallVector<Value> LayerNormOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value(), Value()};
+  auto grad = b.create<LayerNormGradOp>(
+      getLoc(), TypeRange{getInput().getType(), getWeight().getType(), getBias().getType()}, g[0],
+      getInput(), getWeight(), getMean(), getRstd());
+  return {grad.getInputGrad(), grad.getWeightGrad(), grad.getBiasGrad()};
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  return verifyNorm(*this, getInput(), getWeight(), getInputGrad(), {getMean(), getRstd()});
+}
+double LayerNormGradOp::getFlops() { return 0; }
+double LayerNormGradOp::getBytesMoved() { return bytesOf(*this); }
+void LayerNormGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("layer_norm_backward",
+           {e.operand(0), e.operand(1), e.operand(2), e.operand(3), e.operand(4)},
+           {e.result(0), e.result(1), e.result(2)});
+}
+
+LogicalResult RMSNormOp::verify() {
+  return verifyNorm(*this, getInput(), getWeight(), getResult(), {getRstd()});
+}
+double RMSNormOp::getFlops() { return 0; }
+double RMSNormOp::getBytesMoved() { return bytesOf(*this); }
+StringRef RMSNormOp::getShardingRule() {
+  return "replicated over tp; under sequence parallelism x[s/tp] and the weight gradient is "
+         "partial (all-reduced over tp in finalize)";
+}
+void RMSNormOp::emitKernels(KernelEmitter &e) {
+  e.kernel("rms_norm", {e.operand(0), e.operand(1)}, {e.result(0), e.result(1)},
+           {e.floatAttr("eps", getEps().convertToDouble())});
+}
+SmallVector<Value> RMSNormOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value()};
+  auto grad = b.create<RMSNormGradOp>(
+      getLoc(), TypeRange{getInput().getType(), getWeight().getType()}, g[0], getInput(),
+      getWeight(), getRstd());
+  return {grad.getInputGrad(), grad.getWeightGrad()};
+}
+
+LogicalResult RMSNormGradOp::verify() {
+  return verifyNorm(*this, getInput(), getWeight(), getInputGrad(), {getRstd()});
+}
+double RMSNormGradOp::getFlops() { return 0; }
+double RMSNormGradOp::getBytesMoved() { return bytesOf(*this); }
+void RMSNormGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("rms_norm_backward", {e.operand(0), e.operand(1), e.operand(2), e.operand(3)},
+           {e.result(0), e.result(1)});
+}
+
+//===----------------------------------------------------------------------===//
+// rope
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult verifyRope(Operation *op, Value x, Value pos, Value y, int64_t rotaryDim) {
+  if (ty(x).getRank() != 4)
+    return op->emitOpError() << "input has rank " << ty(x).getRank()
+                             << ", expected 4 ([batch, seq, heads, head_dim])";
+  if (failed(expectShape(op, pos, {shapeOf(x)[0], shapeOf(x)[1]}, "positions")) ||
+      failed(expectShape(op, y, shapeOf(x), "result")))
+    return failure();
+  int64_t d = shapeOf(x)[3], rd = rotaryDim == 0 ? d : rotaryDim;
+  if (rd <= 0 || rd > d || rd % 2)
+    return op->emitOpError() << "rotary_dim " << rd << " must be even and at most head_dim " << d;
+  return success();
+}
+} // namespace
+
+LogicalResult RopeOp::verify() {
+  return verifyRope(*this, getInput(), getPositions(), getResult(), getRotaryDim());
+}
+double RopeOp::getFlops() { return 0; }
+double RopeOp::getBytesMoved() { return bytesOf(*this); }
+StringRef RopeOp::getShardingRule() { return "head-sharded: x[b, s, heads/tp, d]"; }
+void RopeOp::emitKernels(KernelEmitter &e) {
+  e.kernel("rope", {e.operand(0), e.operand(1)}, {e.result(0)},
+           {e.floatAttr("base", getBase().convertToDouble()), e.intAttr("rotary_dim", getRotaryDim())});
+}
+SmallVector<Value> RopeOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value()};
+  return {b.create<RopeGradOp>(getLoc(), getInput().getType(), g[0], getPositions(),
+                               getBaseAttr(), getRotaryDimAttr()),
+          Value()};
+}
+
+LogicalResult RopeGradOp::verify() {
+  return verifyRope(*this, getGrad(), getPositions(), getResult(), getRotaryDim());
+}
+double RopeGradOp::getFlops() { return 0; }
+double RopeGradOp::getBytesMoved() { return bytesOf(*this); }
+void RopeGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("rope_backward", {e.operand(0), e.operand(1)}, {e.result(0)},
+           {e.floatAttr("base", getBase().convertToDouble()), e.intAttr("rotary_dim", getRotaryDim())});
+}
+
+//===----------------------------------------------------------------------===//
+// attention
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult verifyAttention(Operation *op, Value q, Value k, Value v) {
+  for (Value x : {q, k, v})
+    if (ty(x).getRank() != 4)
+      return op->emitOpError() << "query, key and value must have rank 4 ([batch, seq, heads, "
+                                  "head_dim]), got shape "
+                               << str(shapeOf(x));
+  ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k);
+  if (failed(expectShape(op, v, ks, "value")))
+    return failure();
+  if (ks[0] != qs[0] || ks[1] != qs[1] || ks[3] != qs[3])
+    return op->emitOpError() << "key shape " << str(ks) << " does not match query shape "
+                             << str(qs) << " in batch, sequence or head_dim";
+  if (ks[2] <= 0 || qs[2] % ks[2] != 0)
+    return op->emitOpError() << "query heads " << qs[2] << " is not divisible by key/value heads "
+                             << ks[2];
+  return success();
+}
+} // namespace
+
+LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue())) ||
+      failed(expectShape(*this, getResult(), shapeOf(getQuery()), "result")))
+    return failure();
+  ArrayRef<int64_t> qs = shapeOf(getQuery());
+  return expectStats(*this, getLse(), getQuery(), {qs[0], qs[2], qs[1]}, "lse");
+}
+double AttentionOp::getFlops() { return attentionFlops(getQuery(), getCausal()); }
+double AttentionOp::getBytesMoved() { return bytesOf(*this); }
+StringRef AttentionOp::getShardingRule() {
+  return "head-sharded: q[b, s, heads/tp, d], k and v[b, s, groups/tp, d] (kv heads replicated "
+         "when tp > groups)";
+}
+void AttentionOp::emitKernels(KernelEmitter &e) {
+  e.kernel("attention", {e.operand(0), e.operand(1), e.operand(2)}, {e.result(0), e.result(1)},
+           {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble())});
+}
+SmallVector<Value> AttentionOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value(), Value()};
+  auto grad = b.create<AttentionGradOp>(
+      getLoc(), TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
+      getQuery(), getKey(), getValue(), getResult(), getLse(), g[0], getCausalAttr(),
+      getScaleAttr());
+  return {grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
+}
+
+LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue())) ||
+      failed(expectShape(*this, getGrad(), shapeOf(getQuery()), "grad")))
+    return failure();
+  return success();
+}
+double AttentionGradOp::getFlops() { return 2.5 * attentionFlops(getQuery(), getCausal()); }
+double AttentionGradOp::getBytesMoved() { return bytesOf(*this); }
+void AttentionGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("attention_backward",
+           {e.operand(0), e.operand(1), e.operand(2), e.operand(3), e.operand(4), e.operand(5)},
+           {e.result(0), e.result(1), e.result(2)},
+           {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble())});
+}
+
+//===----------------------------------------------------------------------===//
+// gelu, swiglu, add, dropout
+//===----------------------------------------------------------------------===//
+
+LogicalResult GeluOp::verify() {
+  return expectShape(*this, getResult(), shapeOf(getInput()), "result");
+}
+double GeluOp::getFlops() { return 0; }
+double GeluOp::getBytesMoved() { return bytesOf(*this); }
+StringRef GeluOp::getShardingRule() { return "elementwise: follows the input's sharding"; }
+void GeluOp::emitKernels(KernelEmitter &e) {
+  e.kernel("gelu", {e.operand(0)}, {e.result(0)}, {e.intAttr("approximate", getApproximate())});
+}
+SmallVector<Value> GeluOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value()};
+  return {b.create<GeluGradOp>(getLoc(), getInput().getType(), g[0], getInput(),
+                               getApproximateAttr())};
+}
+LogicalResult GeluGradOp::verify() {
+  return expectShape(*this, getGrad(), shapeOf(getInput()), "grad");
+}
+double GeluGradOp::getFlops() { return 0; }
+double GeluGradOp::getBytesMoved() { return bytesOf(*this); }
+void GeluGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("gelu_backward", {e.operand(0), e.operand(1)}, {e.result(0)},
+           {e.intAttr("approximate", getApproximate())});
+}
+
+LogicalResult SwigluOp::verify() {
+  int64_t last = shapeOf(getInput()).back();
+  if (last % 2)
+    return emitOpError() << "input last dim " << last << " must be even (two halves)";
+  return expectShape(*this, getResult(), withLast(shapeOf(getInput()), last / 2), "result");
+}
+double SwigluOp::getFlops() { return 0; }
+double SwigluOp::getBytesMoved() { return bytesOf(*this); }
+StringRef SwigluOp::getShardingRule() {
+  return "each tp rank holds matching halves: x[..., 2F/tp] -> y[..., F/tp]";
+}
+void SwigluOp::emitKernels(KernelEmitter &e) {
+  e.kernel("swiglu", {e.operand(0)}, {e.result(0)});
+}
+SmallVector<Value> SwigluOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value()};
+  return {b.create<SwigluGradOp>(getLoc(), getInput().getType(), g[0], getInput())};
+}
+LogicalResult SwigluGradOp::verify() {
+  return expectShape(*this, getResult(), shapeOf(getInput()), "result");
+}
+double SwigluGradOp::getFlops() { return 0; }
+double SwigluGradOp::getBytesMoved() { return bytesOf(*this); }
+void SwigluGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("swiglu_backward", {e.operand(0), e.operand(1)}, {e.result(0)});
+}
+
+LogicalResult AddOp::verify() {
+  if (failed(expectShape(*this, getRhs(), shapeOf(getLhs()), "rhs")))
+    return failure();
+  return expectShape(*this, getResult(), shapeOf(getLhs()), "result");
+}
+double AddOp::getFlops() { return 0; }
+double AddOp::getBytesMoved() { return bytesOf(*this); }
+StringRef AddOp::getShardingRule() { return "elementwise: operands share one sharding"; }
+void AddOp::emitKernels(KernelEmitter &e) {
+  e.kernel("add", {e.operand(0), e.operand(1)}, {e.result(0)});
+}
+SmallVector<Value> AddOp::buildVJP(OpBuilder &b, ValueRange g) { return {g[0], g[0]}; }
+
+LogicalResult DropoutOp::verify() {
+  double p = getP().convertToDouble();
+  if (!(p >= 0 && p < 1))
+    return emitOpError() << "p = " << p << ", expected 0 <= p < 1";
+  if (failed(expectShape(*this, getRng(), {3}, "rng (seed, iteration, microbatch)")))
+    return failure();
+  return expectShape(*this, getResult(), shapeOf(getInput()), "result");
+}
+double DropoutOp::getFlops() { return 0; }
+double DropoutOp::getBytesMoved() { return bytesOf(*this); }
+StringRef DropoutOp::getShardingRule() {
+  return "elementwise; the mask is keyed by global element index, so it is the same for any "
+         "sharding";
+}
+void DropoutOp::emitKernels(KernelEmitter &e) {
+  e.kernel("dropout", {e.operand(0), e.operand(1)}, {e.result(0)},
+           {e.floatAttr("p", getP().convertToDouble()), e.intAttr("op_id", getOpId())});
+}
+SmallVector<Value> DropoutOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value()};
+  return {b.create<DropoutGradOp>(getLoc(), getInput().getType(), g[0], getRng(), getPAttr(),
+                                  getOpIdAttr()),
+          Value()};
+}
+LogicalResult DropoutGradOp::verify() {
+  return expectShape(*this, getResult(), shapeOf(getGrad()), "result");
+}
+double DropoutGradOp::getFlops() { return 0; }
+double DropoutGradOp::getBytesMoved() { return bytesOf(*this); }
+void DropoutGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("dropout_backward", {e.operand(0), e.operand(1)}, {e.result(0)},
+           {e.floatAttr("p", getP().convertToDouble()), e.intAttr("op_id", getOpId())});
+}
+
+//===----------------------------------------------------------------------===//
+// cross_entropy
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult verifyCE(Operation *op, Value logits, Value labels, Value mask) {
+  if (ty(logits).getRank() != 2)
+    return op->emitOpError() << "logits have rank " << ty(logits).getRank()
+                             << ", expected 2 ([tokens, vocab])";
+  int64_t n = shapeOf(logits)[0];
+  if (failed(expectShape(op, labels, {n}, "labels")))
+    return failure();
+  return expectStats(op, mask, logits, {n}, "loss_mask");
+}
+} // namespace
+
+LogicalResult CrossEntropyOp::verify() {
+  if (failed(verifyCE(*this, getLogits(), getLabels(), getLossMask())))
+    return failure();
+  if (failed(expectStats(*this, getLossSum(), getLogits(), {}, "loss_sum")) ||
+      failed(expectStats(*this, getNumTokens(), getLogits(), {}, "num_tokens")))
+    return failure();
+  if (int64_t(getValidVocab()) != -1 && int64_t(getValidVocab()) <= int64_t(getVocabStart()))
+    return emitOpError() << "valid_vocab " << int64_t(getValidVocab()) << " leaves no valid column after vocab_start "
+                         << getVocabStart();
+  return expectStats(*this, getLse(), getLogits(), {shapeOf(getLogits())[0]}, "lse");
+}
+double CrossEntropyOp::getFlops() { return 0; }
+double CrossEntropyOp::getBytesMoved() { return bytesOf(*this); }
+StringRef CrossEntropyOp::getShardingRule() {
+  return "vocab-parallel: logits[N, V/tp]; max (MAX), sum-exp and target logit (SUM) all-reduced "
+         "over tp; padded vocab columns masked out";
+}
+void CrossEntropyOp::emitKernels(KernelEmitter &e) {
+  e.kernel("cross_entropy", {e.operand(0), e.operand(1), e.operand(2)},
+           {e.result(0), e.result(1), e.result(2)},
+           {e.intAttr("vocab_start", getVocabStart()), e.intAttr("valid_vocab", getValidVocab())});
+}
+SmallVector<Value> CrossEntropyOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value(), Value()};
+  Value d = b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(),
+                                         getLabels(), getLossMask(), getLse(), g[0],
+                                         getVocabStartAttr(), getValidVocabAttr());
+  return {d, Value(), Value()};
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  if (failed(verifyCE(*this, getLogits(), getLabels(), getLossMask())))
+    return failure();
+  if (failed(expectStats(*this, getLossGrad(), getLogits(), {}, "loss_grad")))
+    return failure();
+  return expectShape(*this, getResult(), shapeOf(getLogits()), "result");
+}
+double CrossEntropyGradOp::getFlops() { return 0; }
+double CrossEntropyGradOp::getBytesMoved() { return bytesOf(*this); }
+void CrossEntropyGradOp::emitKernels(KernelEmitter &e) {
+  e.kernel("cross_entropy_backward",
+           {e.operand(0), e.operand(1), e.operand(2), e.operand(3), e.operand(4)}, {e.result(0)},
+           {e.intAttr("vocab_start", getVocabStart()), e.intAttr("valid_vocab", getValidVocab())});
+}
+
+#define GET_OP_CLASSES
+#include "dialects/Model/ModelOps.cpp.inc"

@@ -1,0 +1,358 @@
+//===- ModelOps.td - The model dialect: forward and backward ops -----------===//
+//
+// Value semantics on statically shaped ranked tensors. Forward ops sit at library-kernel
+// granularity (one op ~ one runtime kernel); each has a backward op that its VJP rule emits.
+// Layouts: activations [batch, seq, hidden]; attention heads [batch, seq, heads, head_dim];
+// weights of linear layers [out_features, in_features] (y = x w^T + b, as torch.nn.Linear).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINC_MODEL_OPS
+#define TRAINC_MODEL_OPS
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "ModelInterfaces.td"
+
+def Model_Dialect : Dialect {
+  let name = "model";
+  let summary = "Transformer ops at library-kernel granularity, with VJP, sharding and cost rules";
+  let description = [{
+    The first IR level of trainc: a model's forward function as ops on ranked tensors, and the
+    backward ops that autodiff appends. Every op implements KernelOpInterface (lowering to runtime
+    kernels) and CostOpInterface; forward ops also implement VJPOpInterface and
+    ShardingRuleOpInterface.
+  }];
+  let cppNamespace = "::mlir::trainc::model";
+}
+
+class Model_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Model_Dialect, mnemonic, !listconcat(traits, [Pure,
+        DeclareOpInterfaceMethods<Model_CostOpInterface>,
+        DeclareOpInterfaceMethods<Model_KernelOpInterface>])> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+class Model_FwdOp<string mnemonic, list<Trait> traits = []>
+    : Model_Op<mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<Model_VJPOpInterface>,
+        DeclareOpInterfaceMethods<Model_ShardingRuleOpInterface>])>;
+
+def FloatTensor : TensorOf<[F32, F64, BF16]>;
+def IdTensor : TensorOf<[I32]>;
+def RngTensor : TensorOf<[I64]>;
+
+//===----------------------------------------------------------------------===//
+// Forward ops
+//===----------------------------------------------------------------------===//
+
+def Model_FillOp : Model_Op<"fill"> {
+  let summary = "A tensor filled with a constant";
+  let description = [{
+    ```mlir
+    %one = model.fill {value = 1.0 : f64} : () -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs AnyRankedTensor:$result);
+}
+
+def Model_ReshapeOp : Model_FwdOp<"reshape"> {
+  let summary = "Same elements, another static shape (row-major; free at run time)";
+  let description = [{
+    ```mlir
+    %h = model.reshape %x : (tensor<2x9x16xf32>) -> tensor<2x9x4x4xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+}
+
+def Model_EmbeddingOp : Model_FwdOp<"embedding"> {
+  let summary = "Row lookup: y[..., :] = table[ids[...] - vocab_start, :]";
+  let description = [{
+    Ids outside [vocab_start, vocab_start + V) give zero rows (Megatron's VocabParallelEmbedding).
+    ```mlir
+    %x = model.embedding %table, %ids : (tensor<37x16xf32>, tensor<2x9xi32>) -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$table, IdTensor:$ids, DefaultValuedAttr<I64Attr, "0">:$vocab_start);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_LinearOp : Model_FwdOp<"linear"> {
+  let summary = "y = x w^T (+ bias); w is [out_features, in_features]";
+  let description = [{
+    ```mlir
+    %y = model.linear %x, %w, %b : (tensor<2x9x16xf32>, tensor<48x16xf32>, tensor<48xf32>) -> tensor<2x9x48xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, FloatTensor:$weight, Optional<FloatTensor>:$bias);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_LayerNormOp : Model_FwdOp<"layer_norm"> {
+  let summary = "LayerNorm over the last dim; also returns mean and rstd per row";
+  let description = [{
+    ```mlir
+    %y, %mean, %rstd = model.layer_norm %x, %g, %b {eps = 1.0e-05 : f64}
+        : (tensor<2x9x16xf32>, tensor<16xf32>, tensor<16xf32>) -> (tensor<2x9x16xf32>, tensor<18xf32>, tensor<18xf32>)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, FloatTensor:$weight, FloatTensor:$bias,
+                   DefaultValuedAttr<F64Attr, "1e-5">:$eps);
+  let results = (outs FloatTensor:$result, FloatTensor:$mean, FloatTensor:$rstd);
+}
+
+def Model_RMSNormOp : Model_FwdOp<"rms_norm"> {
+  let summary = "RMSNorm over the last dim; also returns rstd per row";
+  let description = [{
+    ```mlir
+    %y, %rstd = model.rms_norm %x, %g {eps = 1.0e-05 : f64}
+        : (tensor<2x9x16xf32>, tensor<16xf32>) -> (tensor<2x9x16xf32>, tensor<18xf32>)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, FloatTensor:$weight, DefaultValuedAttr<F64Attr, "1e-5">:$eps);
+  let results = (outs FloatTensor:$result, FloatTensor:$rstd);
+}
+
+def Model_RopeOp : Model_FwdOp<"rope"> {
+  let summary = "Rotary position embedding (rotate-half form) on [b, s, heads, head_dim]";
+  let description = [{
+    ```mlir
+    %q = model.rope %x, %pos {base = 1.0e+04 : f64} : (tensor<2x9x4x4xf32>, tensor<2x9xi32>) -> tensor<2x9x4x4xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, IdTensor:$positions,
+                   DefaultValuedAttr<F64Attr, "10000.0">:$base,
+                   DefaultValuedAttr<I64Attr, "0">:$rotary_dim);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_AttentionOp : Model_FwdOp<"attention"> {
+  let summary = "Fused core attention (causal, GQA) returning out and log-sum-exp";
+  let description = [{
+    q [b, s, heads, d], k and v [b, s, groups, d] with groups dividing heads; out [b, s, heads, d],
+    lse [b, heads, s].
+    ```mlir
+    %o, %lse = model.attention %q, %k, %v {causal = true}
+        : (tensor<1x9x4x4xf32>, tensor<1x9x2x4xf32>, tensor<1x9x2x4xf32>) -> (tensor<1x9x4x4xf32>, tensor<1x4x9xf32>)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$query, FloatTensor:$key, FloatTensor:$value,
+                   DefaultValuedAttr<BoolAttr, "true">:$causal,
+                   DefaultValuedAttr<F64Attr, "0.0">:$scale);
+  let results = (outs FloatTensor:$result, FloatTensor:$lse);
+}
+
+def Model_GeluOp : Model_FwdOp<"gelu"> {
+  let summary = "GELU (erf form; tanh form when approximate)";
+  let description = [{
+    ```mlir
+    %y = model.gelu %x : (tensor<2x9x64xf32>) -> tensor<2x9x64xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, DefaultValuedAttr<BoolAttr, "false">:$approximate);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_SwigluOp : Model_FwdOp<"swiglu"> {
+  let summary = "y = silu(x[..., :F]) * x[..., F:]";
+  let description = [{
+    ```mlir
+    %y = model.swiglu %x : (tensor<2x9x64xf32>) -> tensor<2x9x32xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_AddOp : Model_FwdOp<"add"> {
+  let summary = "Elementwise sum of two tensors of one shape (residual connections)";
+  let description = [{
+    ```mlir
+    %y = model.add %a, %b : (tensor<2x9x16xf32>, tensor<2x9x16xf32>) -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$lhs, FloatTensor:$rhs);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_DropoutOp : Model_FwdOp<"dropout"> {
+  let summary = "Dropout with a counter-based mask keyed by (seed, iteration, microbatch, op_id, index)";
+  let description = [{
+    rng is tensor<3xi64>: seed, iteration, microbatch.
+    ```mlir
+    %y = model.dropout %x, %rng {p = 1.0e-01 : f64, op_id = 3 : i64} : (tensor<2x9x16xf32>, tensor<3xi64>) -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, RngTensor:$rng, F64Attr:$p, I64Attr:$op_id);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_CrossEntropyOp : Model_FwdOp<"cross_entropy"> {
+  let summary = "Masked token cross entropy: (loss_sum, num_tokens, lse)";
+  let description = [{
+    logits [N, V], labels [N] (i32), loss_mask [N]; loss_sum = sum mask * (lse - logit[label]),
+    num_tokens = sum mask. Columns at global index >= valid_vocab (padding) are excluded.
+    ```mlir
+    %l, %n, %lse = model.cross_entropy %logits, %labels, %mask
+        : (tensor<18x37xf32>, tensor<18xi32>, tensor<18xf32>) -> (tensor<f32>, tensor<f32>, tensor<18xf32>)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$logits, IdTensor:$labels, FloatTensor:$loss_mask,
+                   DefaultValuedAttr<I64Attr, "0">:$vocab_start,
+                   DefaultValuedAttr<I64Attr, "-1">:$valid_vocab);
+  let results = (outs FloatTensor:$loss_sum, FloatTensor:$num_tokens, FloatTensor:$lse);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops (emitted by VJP rules)
+//===----------------------------------------------------------------------===//
+
+def Model_EmbeddingGradOp : Model_Op<"embedding_grad"> {
+  let summary = "Scatter-add of dy rows into a zero [V, H] table gradient";
+  let description = [{
+    ```mlir
+    %dt = model.embedding_grad %ids, %dy : (tensor<2x9xi32>, tensor<2x9x16xf32>) -> tensor<37x16xf32>
+    ```
+  }];
+  let arguments = (ins IdTensor:$ids, FloatTensor:$grad, DefaultValuedAttr<I64Attr, "0">:$vocab_start);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_LinearGradInputOp : Model_Op<"linear_grad_input"> {
+  let summary = "dx = dy w";
+  let description = [{
+    ```mlir
+    %dx = model.linear_grad_input %dy, %w : (tensor<2x9x48xf32>, tensor<48x16xf32>) -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, FloatTensor:$weight);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_LinearGradWeightOp : Model_Op<"linear_grad_weight"> {
+  let summary = "dw = dy^T x over all rows";
+  let description = [{
+    ```mlir
+    %dw = model.linear_grad_weight %dy, %x : (tensor<2x9x48xf32>, tensor<2x9x16xf32>) -> tensor<48x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, FloatTensor:$input);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_BiasGradOp : Model_Op<"bias_grad"> {
+  let summary = "db = sum of dy over all rows";
+  let description = [{
+    ```mlir
+    %db = model.bias_grad %dy : (tensor<2x9x48xf32>) -> tensor<48xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_LayerNormGradOp : Model_Op<"layer_norm_grad"> {
+  let summary = "dx, dweight, dbias of layer_norm";
+  let description = [{
+    ```mlir
+    %dx, %dg, %db = model.layer_norm_grad %dy, %x, %g, %mean, %rstd : (...) -> (...)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, FloatTensor:$input, FloatTensor:$weight,
+                   FloatTensor:$mean, FloatTensor:$rstd);
+  let results = (outs FloatTensor:$input_grad, FloatTensor:$weight_grad, FloatTensor:$bias_grad);
+}
+
+def Model_RMSNormGradOp : Model_Op<"rms_norm_grad"> {
+  let summary = "dx, dweight of rms_norm";
+  let description = [{
+    ```mlir
+    %dx, %dg = model.rms_norm_grad %dy, %x, %g, %rstd : (...) -> (...)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, FloatTensor:$input, FloatTensor:$weight, FloatTensor:$rstd);
+  let results = (outs FloatTensor:$input_grad, FloatTensor:$weight_grad);
+}
+
+def Model_RopeGradOp : Model_Op<"rope_grad"> {
+  let summary = "dx of rope: rotation by the negative angle";
+  let description = [{
+    ```mlir
+    %dx = model.rope_grad %dy, %pos {base = 1.0e+04 : f64} : (tensor<2x9x4x4xf32>, tensor<2x9xi32>) -> tensor<2x9x4x4xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, IdTensor:$positions,
+                   DefaultValuedAttr<F64Attr, "10000.0">:$base,
+                   DefaultValuedAttr<I64Attr, "0">:$rotary_dim);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_AttentionGradOp : Model_Op<"attention_grad"> {
+  let summary = "dq, dk, dv of attention, recomputing probabilities from the log-sum-exp";
+  let description = [{
+    ```mlir
+    %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %lse, %do {causal = true} : (...) -> (...)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$query, FloatTensor:$key, FloatTensor:$value, FloatTensor:$out,
+                   FloatTensor:$lse, FloatTensor:$grad,
+                   DefaultValuedAttr<BoolAttr, "true">:$causal,
+                   DefaultValuedAttr<F64Attr, "0.0">:$scale);
+  let results = (outs FloatTensor:$query_grad, FloatTensor:$key_grad, FloatTensor:$value_grad);
+}
+
+def Model_GeluGradOp : Model_Op<"gelu_grad"> {
+  let summary = "dx of gelu";
+  let description = [{
+    ```mlir
+    %dx = model.gelu_grad %dy, %x : (tensor<2x9x64xf32>, tensor<2x9x64xf32>) -> tensor<2x9x64xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, FloatTensor:$input,
+                   DefaultValuedAttr<BoolAttr, "false">:$approximate);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_SwigluGradOp : Model_Op<"swiglu_grad"> {
+  let summary = "dx of swiglu";
+  let description = [{
+    ```mlir
+    %dx = model.swiglu_grad %dy, %x : (tensor<2x9x32xf32>, tensor<2x9x64xf32>) -> tensor<2x9x64xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, FloatTensor:$input);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_DropoutGradOp : Model_Op<"dropout_grad"> {
+  let summary = "dx of dropout: the same regenerated mask applied to dy";
+  let description = [{
+    ```mlir
+    %dx = model.dropout_grad %dy, %rng {p = 1.0e-01 : f64, op_id = 3 : i64} : (tensor<2x9x16xf32>, tensor<3xi64>) -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$grad, RngTensor:$rng, F64Attr:$p, I64Attr:$op_id);
+  let results = (outs FloatTensor:$result);
+}
+
+def Model_CrossEntropyGradOp : Model_Op<"cross_entropy_grad"> {
+  let summary = "dlogits = dloss_sum * mask * (softmax - onehot)";
+  let description = [{
+    ```mlir
+    %dl = model.cross_entropy_grad %logits, %labels, %mask, %lse, %dloss
+        : (tensor<18x37xf32>, tensor<18xi32>, tensor<18xf32>, tensor<18xf32>, tensor<f32>) -> tensor<18x37xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$logits, IdTensor:$labels, FloatTensor:$loss_mask,
+                   FloatTensor:$lse, FloatTensor:$loss_grad,
+                   DefaultValuedAttr<I64Attr, "0">:$vocab_start,
+                   DefaultValuedAttr<I64Attr, "-1">:$valid_vocab);
+  let results = (outs FloatTensor:$result);
+}
+
+#endif

@@ -1,0 +1,167 @@
+//===- RtOps.cpp - rt dialect: verifiers backed by the runtime's kernel table ===//
+
+#include "dialects/Rt/RtDialect.h"
+
+#include "runtime/core/Kernel.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace mlir::trainc::rt;
+
+#include "dialects/Rt/RtDialect.cpp.inc"
+
+void RtDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/Rt/RtOps.cpp.inc"
+      >();
+}
+
+namespace mlir::trainc::rt {
+ArrayRef<StringRef> bufferKinds() {
+  static const StringRef kinds[] = {"parameter", "main_grad", "master_param", "optimizer_state",
+                                    "activation", "input", "output", "scalar", "workspace"};
+  return kinds;
+}
+bool isPersistentKind(StringRef kind) { return kind != "activation" && kind != "workspace"; }
+} // namespace mlir::trainc::rt
+
+LogicalResult BufferOp::verify() {
+  if (!llvm::is_contained(bufferKinds(), getKind()))
+    return emitOpError() << "kind '" << getKind()
+                         << "' is not a buffer kind (parameter, main_grad, master_param, "
+                            "optimizer_state, activation, input, output, scalar, workspace)";
+  if (int64_t(getOffset()) < -1)
+    return emitOpError() << "offset " << int64_t(getOffset()) << " is negative";
+  return success();
+}
+
+LogicalResult BufferRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto buf = symbolTable.lookupNearestSymbolFrom<BufferOp>(*this, getBufferAttr());
+  if (!buf)
+    return emitOpError() << "@" << getBuffer() << " is not an rt.buffer";
+  if (buf.getType() != getType())
+    return emitOpError() << "type " << getType() << " differs from buffer @" << getBuffer()
+                         << " of type " << buf.getType();
+  return success();
+}
+
+LogicalResult ViewOp::verify() {
+  auto src = cast<MemRefType>(getSource().getType());
+  auto dst = cast<MemRefType>(getType());
+  if (src.getElementType() != dst.getElementType())
+    return emitOpError() << "changes the element type from " << src.getElementType() << " to "
+                         << dst.getElementType();
+  if (int64_t(getOffset()) < 0 || int64_t(getOffset()) + dst.getNumElements() > src.getNumElements())
+    return emitOpError() << "offset " << getOffset() << " + " << dst.getNumElements()
+                         << " elements exceeds the source of " << src.getNumElements()
+                         << " elements";
+  return success();
+}
+
+namespace {
+::trainc::rt::DType toRtDType(Type t) {
+  using ::trainc::rt::DType;
+  if (t.isF32())
+    return DType::F32;
+  if (t.isF64())
+    return DType::F64;
+  if (t.isBF16())
+    return DType::BF16;
+  if (t.isF16())
+    return DType::F16;
+  if (t.isInteger(32))
+    return DType::I32;
+  if (t.isInteger(64))
+    return DType::I64;
+  if (t.isInteger(8))
+    return DType::U8;
+  return DType::Invalid;
+}
+
+::trainc::rt::TensorView viewOf(Type t) {
+  auto m = cast<MemRefType>(t);
+  ::trainc::rt::TensorView v;
+  ::trainc::rt::makeView(toRtDType(m.getElementType()), m.getShape().data(), int(m.getRank()), v);
+  return v;
+}
+} // namespace
+
+LogicalResult KernelOp::verify() {
+  const ::trainc::rt::KernelSignature *sig = ::trainc::rt::findKernelSignature(getKernel().str());
+  if (!sig)
+    return emitOpError() << "unknown kernel '" << getKernel() << "'";
+  if (int(getInputs().size()) != sig->numIn || int(getOutputs().size()) != sig->numOut)
+    return emitOpError() << "kernel '" << getKernel() << "' takes " << sig->numIn
+                         << " inputs and " << sig->numOut << " outputs, got "
+                         << getInputs().size() << " and " << getOutputs().size();
+  ::trainc::rt::Attrs attrs;
+  attrs.scalars.resize(sig->attrs.size());
+  attrs.lists.resize(sig->attrs.size());
+  for (size_t k = 0; k < sig->attrs.size(); ++k)
+    attrs.scalars[k] = sig->attrs[k].defaultValue;
+  for (NamedAttribute a : getKernelAttrs()) {
+    int k = ::trainc::rt::attrIndex(*sig, a.getName().str());
+    if (k < 0)
+      return emitOpError() << "kernel '" << getKernel() << "' has no attribute '" << a.getName()
+                           << "'";
+    if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
+      attrs.scalars[k] = double(i.getInt());
+    else if (auto f = dyn_cast<FloatAttr>(a.getValue()))
+      attrs.scalars[k] = f.getValueAsDouble();
+    else
+      return emitOpError() << "attribute '" << a.getName() << "' must be an integer or a float";
+  }
+  std::vector<::trainc::rt::TensorView> in, out;
+  for (Value v : getInputs())
+    in.push_back(viewOf(v.getType()));
+  for (Value v : getOutputs())
+    out.push_back(viewOf(v.getType()));
+  ::trainc::rt::KernelCtx ctx{in.data(), int(in.size()), out.data(), int(out.size()), &attrs,
+                            nullptr};
+  std::string e = sig->verify(ctx);
+  if (!e.empty())
+    return emitOpError() << "kernel '" << getKernel() << "' " << e;
+  if (auto ip = getInPlace()) {
+    if (ip->size() != getOutputs().size())
+      return emitOpError() << "in_place has " << ip->size() << " entries, expected "
+                           << getOutputs().size();
+    for (int32_t x : *ip)
+      if (x < -1 || x >= int32_t(getInputs().size()))
+        return emitOpError() << "in_place entry " << x << " is not -1 or an input index";
+  }
+  return success();
+}
+
+LogicalResult CollectiveOp::verify() {
+  StringRef k = getKind();
+  if (k != "all_reduce" && k != "reduce_scatter" && k != "all_gather" && k != "broadcast" &&
+      k != "barrier")
+    return emitOpError() << "collective kind '" << k
+                         << "' is not one of all_reduce, reduce_scatter, all_gather, broadcast, "
+                            "barrier";
+  size_t want = k == "barrier" ? 0 : 1;
+  if (getInputs().size() != want || getOutputs().size() != want)
+    return emitOpError() << "'" << k << "' takes " << want << " input and " << want << " output";
+  if (getOp() != "sum" && getOp() != "max" && getOp() != "min")
+    return emitOpError() << "reduce op '" << getOp() << "' is not one of sum, max, min";
+  return success();
+}
+
+LogicalResult HostIOOp::verify() {
+  if (getKind() != "fill_inputs" && getKind() != "read_outputs")
+    return emitOpError() << "kind '" << getKind() << "' is not fill_inputs or read_outputs";
+  return success();
+}
+
+LogicalResult RegionOp::verify() {
+  if (getKind() != "begin" && getKind() != "end")
+    return emitOpError() << "kind '" << getKind() << "' is not begin or end";
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialects/Rt/RtOps.cpp.inc"

@@ -1,0 +1,136 @@
+//===- RtOps.td - The rt dialect: buffer-level ops = program.proto -------===//
+//
+// One op per program.proto concept: rt.buffer = Buffer, func.func = Function (memref arguments),
+// rt.kernel = KernelCall, func.call = Call, rt.host_io = HostIO, rt.collective / rt.wait =
+// Collective / Wait, rt.region = Region. Operands are statically shaped memrefs: rt.buffer_ref
+// names a whole buffer, rt.view takes a contiguous element range with another shape.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TRAINC_RT_OPS
+#define TRAINC_RT_OPS
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Rt_Dialect : Dialect {
+  let name = "rt";
+  let summary = "Buffer-level instructions that map one to one onto runtime/schema/program.proto";
+  let cppNamespace = "::mlir::trainc::rt";
+}
+
+class Rt_Op<string mnemonic, list<Trait> traits = []> : Op<Rt_Dialect, mnemonic, traits>;
+
+def Rt_BufferOp : Rt_Op<"buffer", [Symbol]> {
+  let summary = "A buffer of the rank's arena: kind, type and (after memory planning) offset";
+  let description = [{
+    kind is one of parameter, main_grad, master_param, optimizer_state, activation, input, output,
+    scalar, workspace. offset is the byte offset in the arena, -1 until trainc-memory-plan runs.
+    ```mlir
+    rt.buffer @h1 {kind = "activation", offset = 0 : i64} : memref<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeMemRef>:$type,
+                   StrAttr:$kind, DefaultValuedAttr<I64Attr, "-1">:$offset);
+  let assemblyFormat = "$sym_name attr-dict `:` $type";
+  let hasVerifier = 1;
+}
+
+def Rt_BufferRefOp : Rt_Op<"buffer_ref", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The whole buffer @name as a memref value";
+  let description = [{
+    ```mlir
+    %b = rt.buffer_ref @h1 : memref<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$buffer);
+  let results = (outs AnyStaticShapeMemRef:$result);
+  let assemblyFormat = "$buffer attr-dict `:` type($result)";
+}
+
+def Rt_ViewOp : Rt_Op<"view", [Pure]> {
+  let summary = "A contiguous view: numel(result) elements from element `offset` of the source";
+  let description = [{
+    ```mlir
+    %v = rt.view %b [16] : memref<2x9x16xf32> to memref<18x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyStaticShapeMemRef:$source, I64Attr:$offset);
+  let results = (outs AnyStaticShapeMemRef:$result);
+  let assemblyFormat = "$source `[` $offset `]` attr-dict `:` type($source) `to` type($result)";
+  let hasVerifier = 1;
+}
+
+def Rt_KernelOp : Rt_Op<"kernel", [AttrSizedOperandSegments]> {
+  let summary = "A runtime kernel call on buffers";
+  let description = [{
+    The kernel name, operand counts, attributes, dtypes and shapes are checked against the runtime's
+    kernel table (runtime/core/KernelSignatures.cpp) by the verifier. in_place[j] is the input that
+    output j aliases, or -1.
+    ```mlir
+    rt.kernel "matmul" ins(%a, %w : memref<18x16xf32>, memref<48x16xf32>) outs(%y : memref<18x48xf32>) {kernel_attrs = {trans_b = 1 : i64}}
+    ```
+  }];
+  let arguments = (ins StrAttr:$kernel, Variadic<AnyStaticShapeMemRef>:$inputs,
+                   Variadic<AnyStaticShapeMemRef>:$outputs,
+                   DefaultValuedAttr<DictionaryAttr, "{}">:$kernel_attrs,
+                   OptionalAttr<DenseI32ArrayAttr>:$in_place);
+  let assemblyFormat = [{
+    $kernel (`ins` `(` $inputs^ `:` type($inputs) `)`)? `outs` `(` $outputs `:` type($outputs) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Rt_CollectiveOp : Rt_Op<"collective", [AttrSizedOperandSegments]> {
+  let summary = "A collective on a communicator group (sync, or async with a token)";
+  let description = [{
+    ```mlir
+    rt.collective "all_reduce" "dp" ins(%g : memref<64xf32>) outs(%g : memref<64xf32>) {op = "sum", token = 0 : i64}
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, StrAttr:$group, Variadic<AnyStaticShapeMemRef>:$inputs,
+                   Variadic<AnyStaticShapeMemRef>:$outputs, DefaultValuedAttr<StrAttr, "\"sum\"">:$op,
+                   DefaultValuedAttr<I64Attr, "-1">:$token);
+  let assemblyFormat = [{
+    $kind $group (`ins` `(` $inputs^ `:` type($inputs) `)`)? (`outs` `(` $outputs^ `:` type($outputs) `)`)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Rt_WaitOp : Rt_Op<"wait"> {
+  let summary = "Wait for the async operation that holds `token`";
+  let description = [{
+    ```mlir
+    rt.wait 0
+    ```
+  }];
+  let arguments = (ins I64Attr:$token);
+  let assemblyFormat = "$token attr-dict";
+}
+
+def Rt_HostIOOp : Rt_Op<"host_io"> {
+  let summary = "Host I/O point: fill_inputs or read_outputs";
+  let description = [{
+    ```mlir
+    rt.host_io "fill_inputs" "batch"
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, StrAttr:$label);
+  let assemblyFormat = "$kind $label attr-dict";
+  let hasVerifier = 1;
+}
+
+def Rt_RegionOp : Rt_Op<"region"> {
+  let summary = "Graph-capture region marker: begin or end";
+  let description = [{
+    ```mlir
+    rt.region "begin" "iteration"
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, StrAttr:$label);
+  let assemblyFormat = "$kind $label attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif

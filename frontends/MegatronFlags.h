@@ -1,0 +1,58 @@
+//===- MegatronFlags.h - Megatron-LM command-line frontend ---------------===//
+//
+// Reads a Megatron-LM pretrain_gpt.py command line into a PlanConfig, with Megatron's flag
+// names, meanings and defaults (megatron/training/arguments.py).
+//
+//===----------------------------------------------------------------------===//
+#ifndef TRAINC_FRONTENDS_MEGATRONFLAGS_H
+#define TRAINC_FRONTENDS_MEGATRONFLAGS_H
+
+#include "frontends/ModelConfig.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace trainc::config {
+
+struct FlagParseOptions {
+  /// Model values to start from (a preset or a parsed config.json, not finalized); model
+  /// flags then override single fields and are no longer required.
+  const ModelConfig *base_model = nullptr;
+  /// Run checkSupported() on the result. Only tools that inspect a configuration without
+  /// compiling it turn this off.
+  bool check_supported = true;
+};
+
+/// Parses `args` (the flags without the program name), then PlanConfig::finalize() and, by
+/// default, checkSupported().
+///
+/// Syntax: `--flag value` or `--flag=value`; booleans take no value; --data-path takes one or
+/// more values (up to the next `--` token). A repeated flag's last value wins.
+///
+/// Required: --num-layers, --hidden-size, --num-attention-heads, --seq-length, --vocab-size
+/// (trainc reads no tokenizer files at compile time, so the vocabulary size always comes from
+/// the command line, as with Megatron's NullTokenizer) and --micro-batch-size. With a base
+/// model only --micro-batch-size. --max-position-embeddings defaults to --seq-length.
+///
+/// trainc's own flags: --data-parallel-size N (Megatron derives it from the world size) and
+/// --no-calculate-per-token-loss (Megatron's legacy loss: the mean of per-microbatch token
+/// means; trainc's default is --calculate-per-token-loss, the exact global per-token mean).
+///
+/// Accepted and only recorded in PlanConfig::ignoredFlags: logging/profiling flags
+/// (--log-throughput, --tensorboard-dir, --wandb-project, --timing-log-level, --profile, ...)
+/// and Megatron implementation switches (--use-mcore-models, --transformer-impl,
+/// --use-flash-attn, --no-*-fusion).
+///
+/// Errors: "unknown flag --foo", "unexpected argument 'foo'", "--num-layers expects a value",
+/// "--bf16 does not take a value", "--num-layers expects a positive integer, got 'abc'",
+/// "--lr expects a number, got 'x'", "--normalization expects one of LayerNorm, RMSNorm, got
+/// 'BatchNorm'", "missing required flag --num-layers", "--bf16 and --fp16 are mutually
+/// exclusive", any PlanConfig::finalize() error, and checkSupported()'s "not supported yet: ...".
+llvm::Expected<PlanConfig> parseMegatronFlags(llvm::ArrayRef<std::string> args,
+                                              const FlagParseOptions &options = {});
+
+} // namespace trainc::config
+
+#endif // TRAINC_FRONTENDS_MEGATRONFLAGS_H

@@ -1,0 +1,638 @@
+//===- ModelConfig.cpp - Derivations, checks and presets -----------------===//
+//
+// The derivations follow Megatron-LM's megatron/training/arguments.py (validate_args) and
+// megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding).
+//
+//===----------------------------------------------------------------------===//
+
+#include "frontends/ModelConfig.h"
+#include "frontends/Support.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+
+using llvm::Error;
+using llvm::StringRef;
+using llvm::Twine;
+
+namespace trainc::config {
+
+std::string detail::formatNumber(double value) {
+  char buffer[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value)
+      break;
+  }
+  return buffer;
+}
+
+using detail::formatNumber;
+using detail::makeError;
+
+namespace {
+
+/// Sizes that enter products (ffn from hidden, micro x dp, layers per chunk, ...) stay far
+/// from int64 overflow.
+constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+
+/// `value` must be in [1, kMaxSize], or 0 when `zeroMeansDerive`.
+Error checkSize(StringRef flag, int64_t value, bool zeroMeansDerive = false) {
+  if (value < 0 || (value == 0 && !zeroMeansDerive))
+    return makeError(flag + " must be positive, got " + Twine(value));
+  if (value > kMaxSize)
+    return makeError(flag + " " + Twine(value) + " is too large (at most " + Twine(kMaxSize) + ")");
+  return Error::success();
+}
+
+Error checkNonNegative(StringRef flag, int64_t value) {
+  if (value < 0)
+    return makeError(flag + " must be non-negative, got " + Twine(value));
+  return Error::success();
+}
+
+Error checkPositive(StringRef flag, double value) {
+  if (!(value > 0) || !std::isfinite(value))
+    return makeError(flag + " must be positive, got " + formatNumber(value));
+  return Error::success();
+}
+
+Error checkNonNegative(StringRef flag, double value) {
+  if (!(value >= 0) || !std::isfinite(value))
+    return makeError(flag + " must be non-negative, got " + formatNumber(value));
+  return Error::success();
+}
+
+/// `value` in [0, 1): probabilities and Adam betas.
+Error checkUnitInterval(StringRef flag, double value) {
+  if (!(value >= 0 && value < 1))
+    return makeError(flag + " must be in [0, 1), got " + formatNumber(value));
+  return Error::success();
+}
+
+Error checkChoice(StringRef what, StringRef value, llvm::ArrayRef<StringRef> choices) {
+  if (llvm::is_contained(choices, value))
+    return Error::success();
+  // An empty choice means "unset"; it is accepted but not listed.
+  llvm::SmallVector<StringRef, 8> named;
+  llvm::copy_if(choices, std::back_inserter(named), [](StringRef c) { return !c.empty(); });
+  return makeError(what + " '" + value + "' is not one of " + llvm::join(named, ", "));
+}
+
+/// Megatron's --split: up to three comma-separated non-negative weights, not all zero.
+Error checkSplit(StringRef split) {
+  llvm::SmallVector<StringRef, 4> parts;
+  split.split(parts, ',');
+  double sum = 0;
+  bool ok = parts.size() <= 3;
+  for (StringRef part : parts) {
+    double weight;
+    part = part.trim();
+    if (part.empty() || part.getAsDouble(weight) || !(weight >= 0) || !std::isfinite(weight)) {
+      ok = false;
+      break;
+    }
+    sum += weight;
+  }
+  if (!ok || !(sum > 0))
+    return makeError("--split expects up to three comma-separated non-negative weights with a "
+                     "positive sum, got '" +
+                     split + "'");
+  return Error::success();
+}
+
+std::string str(bool value) { return value ? "true" : "false"; }
+std::string str(int64_t value) { return std::to_string(value); }
+std::string str(double value) { return formatNumber(value); }
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// ModelConfig
+//===----------------------------------------------------------------------===//
+
+Error ModelConfig::finalize(int64_t tensor_model_parallel_size) {
+  const int64_t tp = tensor_model_parallel_size;
+  if (Error e = checkSize("--tensor-model-parallel-size", tp))
+    return e;
+  if (Error e = checkChoice("model family", family, {"", "gpt", "llama"}))
+    return e;
+  for (auto [flag, value] : {std::pair<StringRef, int64_t>{"--num-layers", num_layers},
+                             {"--hidden-size", hidden_size},
+                             {"--num-attention-heads", num_attention_heads},
+                             {"--seq-length", seq_length},
+                             {"--vocab-size", vocab_size},
+                             {"--make-vocab-size-divisible-by", make_vocab_size_divisible_by}})
+    if (Error e = checkSize(flag, value))
+      return e;
+  for (auto [flag, value] : {std::pair<StringRef, int64_t>{"--ffn-hidden-size", ffn_hidden_size},
+                             {"--num-query-groups", num_query_groups},
+                             {"--kv-channels", kv_channels},
+                             {"--max-position-embeddings", max_position_embeddings}})
+    if (Error e = checkSize(flag, value, /*zeroMeansDerive=*/true))
+      return e;
+  if (Error e = checkChoice("--position-embedding-type", position_embedding_type,
+                            {"learned_absolute", "rope"}))
+    return e;
+  if (Error e = checkChoice("--normalization", normalization, {"LayerNorm", "RMSNorm"}))
+    return e;
+  const bool rope = position_embedding_type == "rope";
+
+  // Positions. trainc defaults --max-position-embeddings to --seq-length (Megatron requires it
+  // for learned absolute positions).
+  if (max_position_embeddings == 0)
+    max_position_embeddings = seq_length;
+  if (!rope && seq_length > max_position_embeddings)
+    return makeError("--seq-length " + Twine(seq_length) + " is greater than " +
+                     "--max-position-embeddings " + Twine(max_position_embeddings) +
+                     " (learned_absolute position embeddings have one row per position)");
+
+  // Attention heads (arguments.py: kv_channels; attention.py: heads per query group).
+  if (kv_channels == 0) {
+    if (hidden_size % num_attention_heads != 0)
+      return makeError("--hidden-size " + Twine(hidden_size) + " is not divisible by " +
+                       "--num-attention-heads " + Twine(num_attention_heads));
+    kv_channels = hidden_size / num_attention_heads;
+  }
+  if (group_query_attention) {
+    if (num_query_groups == 0)
+      num_query_groups = 1;
+    if (num_attention_heads % num_query_groups != 0)
+      return makeError("--num-attention-heads " + Twine(num_attention_heads) +
+                       " is not divisible by --num-query-groups " + Twine(num_query_groups));
+  } else {
+    // Megatron ignores --num-query-groups without --group-query-attention; trainc refuses a
+    // value that would be silently dropped.
+    if (num_query_groups != 0 && num_query_groups != num_attention_heads)
+      return makeError("--num-query-groups " + Twine(num_query_groups) +
+                       " requires --group-query-attention");
+    num_query_groups = num_attention_heads;
+  }
+
+  // MLP.
+  if (swiglu && openai_gelu)
+    return makeError("--openai-gelu and --swiglu are mutually exclusive");
+  if (ffn_hidden_size == 0) {
+    // int((4 * h * 2 / 3) / 64) * 64 in exact integer arithmetic.
+    ffn_hidden_size = swiglu ? (8 * hidden_size) / 192 * 64 : 4 * hidden_size;
+    if (ffn_hidden_size == 0)
+      return makeError("--swiglu with --hidden-size " + Twine(hidden_size) +
+                       " gives Megatron's default ffn size int((4 * " + Twine(hidden_size) +
+                       " * 2 / 3) / 64) * 64 = 0; pass --ffn-hidden-size");
+  }
+
+  // Rotary embeddings (Megatron's RotaryEmbedding rotates int(kv_channels * rotary_percent)
+  // channels in pairs).
+  if (rope) {
+    if (!(rotary_percent > 0 && rotary_percent <= 1))
+      return makeError("--rotary-percent must be in (0, 1], got " + formatNumber(rotary_percent));
+    if (Error e = checkPositive("--rotary-base", rotary_base))
+      return e;
+    auto rotaryChannels = static_cast<int64_t>(static_cast<double>(kv_channels) * rotary_percent);
+    if (rotaryChannels == 0 || rotaryChannels % 2 != 0)
+      return makeError("--rotary-percent " + formatNumber(rotary_percent) + " of --kv-channels " +
+                       Twine(kv_channels) + " gives " + Twine(rotaryChannels) +
+                       " rotary channels; RoPE needs a positive even number");
+    if (use_rope_scaling)
+      if (Error e = checkPositive("--rope-scaling-factor", rope_scaling_factor))
+        return e;
+  } else if (use_rope_scaling) {
+    return makeError("--use-rope-scaling requires --position-embedding-type rope");
+  }
+
+  if (Error e = checkPositive("--norm-epsilon", norm_epsilon))
+    return e;
+  if (Error e = checkUnitInterval("--attention-dropout", attention_dropout))
+    return e;
+  if (Error e = checkUnitInterval("--hidden-dropout", hidden_dropout))
+    return e;
+  if (Error e = checkPositive("--init-method-std", init_method_std))
+    return e;
+
+  if (family.empty())
+    family = rope && normalization == "RMSNorm" && swiglu ? "llama" : "gpt";
+
+  // _vocab_size_with_padding.
+  const int64_t multiple = make_vocab_size_divisible_by * tp;
+  padded_vocab_size = (vocab_size + multiple - 1) / multiple * multiple;
+  return Error::success();
+}
+
+KeyValues ModelConfig::toKeyValues() const {
+  return {
+      {"family", family},
+      {"num_layers", str(num_layers)},
+      {"hidden_size", str(hidden_size)},
+      {"ffn_hidden_size", str(ffn_hidden_size)},
+      {"num_attention_heads", str(num_attention_heads)},
+      {"group_query_attention", str(group_query_attention)},
+      {"num_query_groups", str(num_query_groups)},
+      {"kv_channels", str(kv_channels)},
+      {"seq_length", str(seq_length)},
+      {"max_position_embeddings", str(max_position_embeddings)},
+      {"vocab_size", str(vocab_size)},
+      {"make_vocab_size_divisible_by", str(make_vocab_size_divisible_by)},
+      {"padded_vocab_size", str(padded_vocab_size)},
+      {"position_embedding_type", position_embedding_type},
+      {"rotary_base", str(rotary_base)},
+      {"rotary_percent", str(rotary_percent)},
+      {"use_rope_scaling", str(use_rope_scaling)},
+      {"rope_scaling_factor", str(rope_scaling_factor)},
+      {"normalization", normalization},
+      {"norm_epsilon", str(norm_epsilon)},
+      {"swiglu", str(swiglu)},
+      {"openai_gelu", str(openai_gelu)},
+      {"add_bias_linear", str(add_bias_linear)},
+      {"untie_embeddings_and_output_weights", str(untie_embeddings_and_output_weights)},
+      {"attention_dropout", str(attention_dropout)},
+      {"hidden_dropout", str(hidden_dropout)},
+      {"init_method_std", str(init_method_std)},
+  };
+}
+
+//===----------------------------------------------------------------------===//
+// ParallelConfig, TrainingConfig, RuntimeDefaults
+//===----------------------------------------------------------------------===//
+
+KeyValues ParallelConfig::toKeyValues() const {
+  return {
+      {"tensor_model_parallel_size", str(tensor_model_parallel_size)},
+      {"pipeline_model_parallel_size", str(pipeline_model_parallel_size)},
+      {"data_parallel_size", str(data_parallel_size)},
+      {"virtual_pipeline_model_parallel_size", str(virtual_pipeline_model_parallel_size)},
+      {"num_layers_per_virtual_pipeline_stage", str(num_layers_per_virtual_pipeline_stage)},
+      {"sequence_parallel", str(sequence_parallel)},
+      {"use_distributed_optimizer", str(use_distributed_optimizer)},
+      {"overlap_grad_reduce", str(overlap_grad_reduce)},
+      {"overlap_param_gather", str(overlap_param_gather)},
+      {"ddp_bucket_size", str(ddp_bucket_size)},
+  };
+}
+
+KeyValues TrainingConfig::toKeyValues() const {
+  return {
+      {"micro_batch_size", str(micro_batch_size)},
+      {"global_batch_size", str(global_batch_size)},
+      {"num_microbatches", str(num_microbatches)},
+      {"params_dtype", params_dtype},
+      {"optimizer", optimizer},
+      {"adam_beta1", str(adam_beta1)},
+      {"adam_beta2", str(adam_beta2)},
+      {"adam_eps", str(adam_eps)},
+      {"clip_grad", str(clip_grad)},
+      {"weight_decay", str(weight_decay)},
+      {"calculate_per_token_loss", str(calculate_per_token_loss)},
+      {"recompute_granularity", recompute_granularity},
+      {"recompute_method", recompute_method},
+      {"recompute_num_layers", str(recompute_num_layers)},
+  };
+}
+
+KeyValues RuntimeDefaults::toKeyValues() const {
+  KeyValues kv = {
+      {"min_lr", str(min_lr)},
+      {"lr_decay_style", lr_decay_style},
+      {"lr_warmup_iters", str(lr_warmup_iters)},
+      {"lr_warmup_samples", str(lr_warmup_samples)},
+      {"lr_decay_iters", str(lr_decay_iters)},
+      {"lr_decay_samples", str(lr_decay_samples)},
+      {"train_iters", str(train_iters)},
+      {"train_samples", str(train_samples)},
+      {"data_path", llvm::join(data_path, " ")},
+      {"mock_data", str(mock_data)},
+      {"split", split},
+      {"tokenizer_type", tokenizer_type},
+      {"tokenizer_model", tokenizer_model},
+      {"vocab_file", vocab_file},
+      {"merge_file", merge_file},
+      {"log_interval", str(log_interval)},
+      {"eval_interval", str(eval_interval)},
+      {"eval_iters", str(eval_iters)},
+      {"save_interval", str(save_interval)},
+      {"save", save},
+      {"load", load},
+      {"seed", str(seed)},
+  };
+  if (lr)
+    kv["lr"] = str(*lr);
+  return kv;
+}
+
+//===----------------------------------------------------------------------===//
+// PlanConfig
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+Error finalizeParallel(PlanConfig &c) {
+  ParallelConfig &p = c.parallel;
+  const ModelConfig &m = c.model;
+  const int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
+
+  // Tensor parallelism: heads and the MLP's column-parallel dimension split evenly. (Query
+  // groups fewer than tp are a sharding decision: kv heads may be replicated.)
+  if (m.num_attention_heads % tp != 0)
+    return makeError("--num-attention-heads " + Twine(m.num_attention_heads) +
+                     " is not divisible by --tensor-model-parallel-size " + Twine(tp));
+  if (m.ffn_hidden_size % tp != 0)
+    return makeError("--ffn-hidden-size " + Twine(m.ffn_hidden_size) +
+                     " is not divisible by --tensor-model-parallel-size " + Twine(tp));
+  if (p.sequence_parallel && tp == 1) {
+    p.sequence_parallel = false;
+    c.warnings.push_back("--sequence-parallel disabled: it has no effect with "
+                         "--tensor-model-parallel-size 1 (as in Megatron)");
+  }
+
+  // Pipeline parallelism: an even split of the layers over stages and virtual chunks.
+  if (m.num_layers % pp != 0)
+    return makeError("--num-layers " + Twine(m.num_layers) +
+                     " is not divisible by --pipeline-model-parallel-size " + Twine(pp));
+  const int64_t layersPerStage = m.num_layers / pp;
+  int64_t &vpp = p.virtual_pipeline_model_parallel_size;
+  int64_t &layersPerChunk = p.num_layers_per_virtual_pipeline_stage;
+  if (layersPerChunk > 0) {
+    if (layersPerStage % layersPerChunk != 0)
+      return makeError("--num-layers-per-virtual-pipeline-stage " + Twine(layersPerChunk) +
+                       " does not divide the " + Twine(layersPerStage) +
+                       " layers per pipeline stage");
+    const int64_t chunks = layersPerStage / layersPerChunk;
+    if (vpp > 0 && vpp != chunks)
+      return makeError("--virtual-pipeline-model-parallel-size " + Twine(vpp) +
+                       " contradicts --num-layers-per-virtual-pipeline-stage " +
+                       Twine(layersPerChunk) + " (" + Twine(layersPerStage) +
+                       " layers per pipeline stage make " + Twine(chunks) + " chunks)");
+    vpp = chunks;
+  } else if (vpp > 0) {
+    if (layersPerStage % vpp != 0)
+      return makeError("--num-layers " + Twine(m.num_layers) +
+                       " is not divisible by --pipeline-model-parallel-size " + Twine(pp) +
+                       " x --virtual-pipeline-model-parallel-size " + Twine(vpp));
+    layersPerChunk = layersPerStage / vpp;
+  }
+  if (vpp == 1) {
+    vpp = 0;
+    layersPerChunk = 0;
+  }
+  if (vpp > 1 && pp == 1)
+    return makeError("--virtual-pipeline-model-parallel-size " + Twine(vpp) +
+                     " requires --pipeline-model-parallel-size greater than 1");
+
+  // Data parallelism (arguments.py).
+  if (p.overlap_param_gather && !p.use_distributed_optimizer)
+    return makeError("--overlap-param-gather requires --use-distributed-optimizer");
+  if (p.overlap_param_gather && !p.overlap_grad_reduce)
+    return makeError("--overlap-param-gather requires --overlap-grad-reduce");
+  return Error::success();
+}
+
+Error finalizeTraining(PlanConfig &c) {
+  TrainingConfig &t = c.training;
+  const int64_t dp = c.parallel.data_parallel_size;
+  if (Error e = checkSize("--micro-batch-size", t.micro_batch_size))
+    return e;
+  if (Error e = checkSize("--global-batch-size", t.global_batch_size, true))
+    return e;
+  if (t.global_batch_size == 0)
+    t.global_batch_size = t.micro_batch_size * dp;
+  if (t.global_batch_size % (t.micro_batch_size * dp) != 0)
+    return makeError("--global-batch-size " + Twine(t.global_batch_size) +
+                     " is not divisible by --micro-batch-size " + Twine(t.micro_batch_size) +
+                     " x data-parallel size " + Twine(dp));
+  t.num_microbatches = t.global_batch_size / (t.micro_batch_size * dp);
+
+  if (Error e = checkChoice("params dtype", t.params_dtype, {"fp32", "bf16", "fp16"}))
+    return e;
+  if (Error e = checkChoice("--optimizer", t.optimizer, {"adam", "sgd"}))
+    return e;
+  if (Error e = checkUnitInterval("--adam-beta1", t.adam_beta1))
+    return e;
+  if (Error e = checkUnitInterval("--adam-beta2", t.adam_beta2))
+    return e;
+  if (Error e = checkPositive("--adam-eps", t.adam_eps))
+    return e;
+  if (Error e = checkNonNegative("--clip-grad", t.clip_grad))
+    return e;
+  if (Error e = checkNonNegative("--weight-decay", t.weight_decay))
+    return e;
+
+  // Recompute (Megatron's TransformerConfig.__post_init__).
+  if (Error e = checkChoice("--recompute-granularity", t.recompute_granularity,
+                            {"none", "selective", "full"}))
+    return e;
+  if (Error e = checkChoice("--recompute-method", t.recompute_method, {"", "uniform", "block"}))
+    return e;
+  if (Error e = checkNonNegative("--recompute-num-layers", t.recompute_num_layers))
+    return e;
+  if (t.recompute_granularity == "full") {
+    if (t.recompute_method.empty())
+      return makeError("--recompute-granularity full requires --recompute-method uniform or "
+                       "block");
+    const int64_t layersPerStage = c.model.num_layers / c.parallel.pipeline_model_parallel_size;
+    if (t.recompute_num_layers == 0)
+      return makeError("--recompute-granularity full requires --recompute-num-layers");
+    if (t.recompute_num_layers > layersPerStage)
+      return makeError("--recompute-num-layers " + Twine(t.recompute_num_layers) + " exceeds the " +
+                       Twine(layersPerStage) + " layers per pipeline stage");
+  } else {
+    if (!t.recompute_method.empty())
+      return makeError("--recompute-method requires --recompute-granularity full");
+    if (t.recompute_num_layers != 0)
+      return makeError("--recompute-num-layers requires --recompute-granularity full");
+  }
+  return Error::success();
+}
+
+Error finalizeRuntime(RuntimeDefaults &r) {
+  if (r.lr)
+    if (Error e = checkNonNegative("--lr", *r.lr))
+      return e;
+  if (Error e = checkNonNegative("--min-lr", r.min_lr))
+    return e;
+  if (Error e = checkChoice("--lr-decay-style", r.lr_decay_style,
+                            {"constant", "linear", "cosine", "inverse-square-root"}))
+    return e;
+  for (auto [flag, value] : {std::pair<StringRef, int64_t>{"--lr-warmup-iters", r.lr_warmup_iters},
+                             {"--lr-warmup-samples", r.lr_warmup_samples},
+                             {"--lr-decay-iters", r.lr_decay_iters},
+                             {"--lr-decay-samples", r.lr_decay_samples},
+                             {"--train-iters", r.train_iters},
+                             {"--train-samples", r.train_samples},
+                             {"--eval-iters", r.eval_iters},
+                             {"--save-interval", r.save_interval},
+                             {"--seed", r.seed}})
+    if (Error e = checkNonNegative(flag, value))
+      return e;
+  if (r.log_interval <= 0)
+    return makeError("--log-interval must be positive, got " + Twine(r.log_interval));
+  if (r.eval_interval <= 0)
+    return makeError("--eval-interval must be positive, got " + Twine(r.eval_interval));
+
+  // A run counts either iterations or samples, and its LR schedule counts the same unit.
+  if (r.train_iters > 0 && r.train_samples > 0)
+    return makeError("--train-iters and --train-samples are mutually exclusive");
+  if (r.train_iters > 0) {
+    if (r.lr_warmup_samples > 0)
+      return makeError("--lr-warmup-samples needs --train-samples; with --train-iters use "
+                       "--lr-warmup-iters");
+    if (r.lr_decay_samples > 0)
+      return makeError("--lr-decay-samples needs --train-samples; with --train-iters use "
+                       "--lr-decay-iters");
+  }
+  if (r.train_samples > 0) {
+    if (r.lr_warmup_iters > 0)
+      return makeError("--lr-warmup-iters needs --train-iters; with --train-samples use "
+                       "--lr-warmup-samples");
+    if (r.lr_decay_iters > 0)
+      return makeError("--lr-decay-iters needs --train-iters; with --train-samples use "
+                       "--lr-decay-samples");
+  }
+  return checkSplit(r.split);
+}
+
+} // namespace
+
+Error PlanConfig::finalize() {
+  ParallelConfig &p = parallel;
+  if (Error e = checkSize("--tensor-model-parallel-size", p.tensor_model_parallel_size))
+    return e;
+  if (Error e = checkSize("--pipeline-model-parallel-size", p.pipeline_model_parallel_size))
+    return e;
+  if (Error e = checkSize("--data-parallel-size", p.data_parallel_size))
+    return e;
+  if (Error e = checkSize("--virtual-pipeline-model-parallel-size",
+                          p.virtual_pipeline_model_parallel_size, true))
+    return e;
+  if (Error e = checkSize("--num-layers-per-virtual-pipeline-stage",
+                          p.num_layers_per_virtual_pipeline_stage, true))
+    return e;
+  if (Error e = checkNonNegative("--ddp-bucket-size", p.ddp_bucket_size))
+    return e;
+  if (Error e = model.finalize(p.tensor_model_parallel_size))
+    return e;
+  if (Error e = finalizeParallel(*this))
+    return e;
+  if (Error e = finalizeTraining(*this))
+    return e;
+  return finalizeRuntime(runtime);
+}
+
+Error checkSupported(const PlanConfig &config) {
+  Error all = Error::success();
+  auto reject = [&](const Twine &what) {
+    all = llvm::joinErrors(std::move(all), makeError("not supported yet: " + what));
+  };
+  const ParallelConfig &p = config.parallel;
+  const TrainingConfig &t = config.training;
+  if (p.tensor_model_parallel_size != 1)
+    reject("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size));
+  if (p.pipeline_model_parallel_size != 1)
+    reject("--pipeline-model-parallel-size " + Twine(p.pipeline_model_parallel_size));
+  if (p.virtual_pipeline_model_parallel_size > 1)
+    reject("--virtual-pipeline-model-parallel-size " +
+           Twine(p.virtual_pipeline_model_parallel_size));
+  if (p.data_parallel_size != 1)
+    reject("--data-parallel-size " + Twine(p.data_parallel_size));
+  if (p.sequence_parallel)
+    reject("--sequence-parallel");
+  if (p.use_distributed_optimizer)
+    reject("--use-distributed-optimizer");
+  if (p.overlap_grad_reduce)
+    reject("--overlap-grad-reduce");
+  if (p.overlap_param_gather)
+    reject("--overlap-param-gather");
+  if (t.params_dtype != "fp32")
+    reject("--" + t.params_dtype);
+  if (t.optimizer != "adam")
+    reject("--optimizer " + t.optimizer);
+  if (t.recompute_granularity != "none")
+    reject("--recompute-granularity " + t.recompute_granularity);
+  if (config.model.use_rope_scaling)
+    reject("--use-rope-scaling");
+  return all;
+}
+
+//===----------------------------------------------------------------------===//
+// Presets
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+ModelConfig gptStyle(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab, int64_t seq) {
+  ModelConfig m;
+  m.num_layers = layers;
+  m.hidden_size = hidden;
+  m.num_attention_heads = heads;
+  m.vocab_size = vocab;
+  m.seq_length = seq;
+  m.max_position_embeddings = seq;
+  return m; // learned positions, LayerNorm, GELU, biases, tied, dropout 0.1: the defaults.
+}
+
+ModelConfig llamaStyle(int64_t layers, int64_t hidden, int64_t ffn, int64_t heads, int64_t groups,
+                       int64_t vocab, int64_t seq, double ropeBase) {
+  ModelConfig m;
+  m.num_layers = layers;
+  m.hidden_size = hidden;
+  m.ffn_hidden_size = ffn;
+  m.num_attention_heads = heads;
+  m.group_query_attention = groups != heads;
+  m.num_query_groups = groups != heads ? groups : 0;
+  m.vocab_size = vocab;
+  m.seq_length = seq;
+  m.max_position_embeddings = seq;
+  m.position_embedding_type = "rope";
+  m.rotary_base = ropeBase;
+  m.normalization = "RMSNorm";
+  m.swiglu = true;
+  m.add_bias_linear = false;
+  m.untie_embeddings_and_output_weights = true;
+  m.attention_dropout = 0.0;
+  m.hidden_dropout = 0.0;
+  return m;
+}
+
+const std::vector<std::pair<std::string, ModelConfig>> &presets() {
+  static const std::vector<std::pair<std::string, ModelConfig>> table = [] {
+    ModelConfig gpt2Small = gptStyle(12, 768, 12, 50257, 1024);
+    gpt2Small.ffn_hidden_size = 3072;
+    return std::vector<std::pair<std::string, ModelConfig>>{
+        // Unit-test sizes: odd vocab and sequence lengths catch layout mistakes.
+        {"tiny-gpt", gptStyle(2, 16, 4, 37, 9)},
+        {"tiny-llama", llamaStyle(2, 16, 32, 4, 2, 37, 9, 10000)},
+        {"gpt2-small", gpt2Small},
+        // Llama-3.2-1B's shape. Unlike the released model, untied and without the llama3
+        // RoPE scaling (factor 32); use --hf-config for the exact model.
+        {"llama3.2-1b", llamaStyle(16, 2048, 8192, 32, 8, 128256, 8192, 500000)},
+        {"llama3-8b", llamaStyle(32, 4096, 14336, 32, 8, 128256, 8192, 500000)},
+        // Byte-level models for the training demos: ~9.6M and ~2.9M parameters.
+        {"llama-10m", llamaStyle(6, 384, 1024, 6, 2, 256, 256, 10000)},
+        {"llama-tiny-text", llamaStyle(4, 256, 640, 4, 2, 256, 128, 10000)},
+    };
+  }();
+  return table;
+}
+
+} // namespace
+
+std::optional<ModelConfig> findPreset(StringRef name) {
+  for (const auto &[presetName, model] : presets())
+    if (presetName == name)
+      return model;
+  return std::nullopt;
+}
+
+std::vector<std::string> presetNames() {
+  std::vector<std::string> names;
+  for (const auto &entry : presets())
+    names.push_back(entry.first);
+  return names;
+}
+
+} // namespace trainc::config

@@ -1,0 +1,213 @@
+//===- ModelConfig.h - Model, parallelism and training configuration -----===//
+//
+// The configuration a plan is compiled from, with Megatron-LM's names and defaults
+// (megatron/training/arguments.py). Field names are Megatron's argument names; a flag
+// `--foo-bar` sets the field `foo_bar`.
+//
+// The frontends (MegatronFlags.h, HFConfig.h) and the presets below fill these structs
+// with the values a user wrote; PlanConfig::finalize() then derives the rest (ffn size,
+// kv channels, padded vocab, global batch, number of microbatches, model family) and
+// rejects inconsistent values. A field documented "0 = derive" is filled by finalize().
+// checkSupported() says which of the valid configurations trainc can compile today.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TRAINC_FRONTENDS_MODELCONFIG_H
+#define TRAINC_FRONTENDS_MODELCONFIG_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainc::config {
+
+/// A string-to-string view of a config, keyed by field name, for recording in a plan.
+using KeyValues = std::map<std::string, std::string>;
+
+/// The transformer's shape and numerics (Megatron's GPTModel / TransformerConfig).
+struct ModelConfig {
+  /// "gpt" or "llama". Empty = derive: "llama" when position_embedding_type is "rope",
+  /// normalization is "RMSNorm" and swiglu is set, else "gpt".
+  std::string family;
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  /// 0 = derive: 4 * hidden_size; with swiglu, Megatron's
+  /// int((4 * hidden_size * 2 / 3) / 64) * 64.
+  int64_t ffn_hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  bool group_query_attention = false;
+  /// Key/value heads. 0 = derive: 1 with group_query_attention (Megatron's default),
+  /// else num_attention_heads.
+  int64_t num_query_groups = 0;
+  /// Per-head dimension. 0 = derive: hidden_size / num_attention_heads.
+  int64_t kv_channels = 0;
+  /// Tokens per sample.
+  int64_t seq_length = 0;
+  /// 0 = derive: seq_length.
+  int64_t max_position_embeddings = 0;
+  /// The tokenizer's vocabulary size (before padding).
+  int64_t vocab_size = 0;
+  int64_t make_vocab_size_divisible_by = 128;
+  /// Derived (always): vocab_size rounded up to a multiple of
+  /// make_vocab_size_divisible_by * tensor_model_parallel_size
+  /// (Megatron's _vocab_size_with_padding).
+  int64_t padded_vocab_size = 0;
+  /// "learned_absolute" or "rope".
+  std::string position_embedding_type = "learned_absolute";
+  double rotary_base = 10000;
+  /// Fraction of each head's channels that RoPE rotates, in (0, 1].
+  double rotary_percent = 1.0;
+  /// Llama 3.1 RoPE frequency scaling (Megatron's --use-rope-scaling).
+  bool use_rope_scaling = false;
+  double rope_scaling_factor = 8.0;
+  /// "LayerNorm" or "RMSNorm".
+  std::string normalization = "LayerNorm";
+  double norm_epsilon = 1e-5;
+  /// Gated SiLU MLP (two input projections); else GELU.
+  bool swiglu = false;
+  /// GELU in its tanh form (HF's gelu_new) instead of the erf form.
+  bool openai_gelu = false;
+  /// Biases on every linear layer (--disable-bias-linear clears it).
+  bool add_bias_linear = true;
+  bool untie_embeddings_and_output_weights = false;
+  /// Probabilities in [0, 1).
+  double attention_dropout = 0.1;
+  double hidden_dropout = 0.1;
+  /// Standard deviation of the normal initialisation.
+  double init_method_std = 0.02;
+
+  /// Derives the "0 = derive" fields and padded_vocab_size for the given tensor-model-parallel
+  /// size, and checks the model on its own. Errors name the values and Megatron's flags, e.g.
+  /// "--hidden-size 100 is not divisible by --num-attention-heads 3".
+  llvm::Error finalize(int64_t tensor_model_parallel_size = 1);
+  KeyValues toKeyValues() const;
+};
+
+/// How the model is split over ranks. World size = tp * pp * dp.
+struct ParallelConfig {
+  int64_t tensor_model_parallel_size = 1;
+  int64_t pipeline_model_parallel_size = 1;
+  /// trainc's --data-parallel-size (Megatron derives it from the world size).
+  int64_t data_parallel_size = 1;
+  /// Model chunks per pipeline rank for the interleaved schedule. 0 = no interleaving
+  /// (finalize() turns 1 into 0).
+  int64_t virtual_pipeline_model_parallel_size = 0;
+  /// Layers per virtual chunk; 0 = derive from virtual_pipeline_model_parallel_size.
+  int64_t num_layers_per_virtual_pipeline_stage = 0;
+  /// finalize() clears it when tensor_model_parallel_size is 1, as Megatron does.
+  bool sequence_parallel = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  /// Gradient bucket size in elements; 0 = Megatron's default max(40M, 1M * dp).
+  int64_t ddp_bucket_size = 0;
+
+  KeyValues toKeyValues() const;
+};
+
+/// Compile-time training choices.
+struct TrainingConfig {
+  /// Samples per microbatch per data-parallel rank.
+  int64_t micro_batch_size = 0;
+  /// Samples per iteration over all data-parallel ranks. 0 = derive: micro_batch_size * dp.
+  int64_t global_batch_size = 0;
+  /// Derived (always): global_batch_size / (micro_batch_size * dp), which must be exact.
+  int64_t num_microbatches = 0;
+  /// "fp32", "bf16" (--bf16) or "fp16" (--fp16).
+  std::string params_dtype = "fp32";
+  /// "adam" (AdamW, decoupled weight decay) or "sgd".
+  std::string optimizer = "adam";
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  /// Gradient-norm clipping threshold; 0 = no clipping.
+  double clip_grad = 1.0;
+  double weight_decay = 0.01;
+  /// true (trainc's default): the loss is the exact per-token mean over the whole global
+  /// batch (Megatron's --calculate-per-token-loss). false (--no-calculate-per-token-loss):
+  /// Megatron's legacy mean of per-microbatch token means.
+  bool calculate_per_token_loss = true;
+  /// "none", "selective" (core attention) or "full" (whole layers).
+  std::string recompute_granularity = "none";
+  /// With "full": "uniform" or "block".
+  std::string recompute_method;
+  /// With "full": layers per recompute chunk (uniform) or recomputed layers per stage (block).
+  int64_t recompute_num_layers = 0;
+
+  KeyValues toKeyValues() const;
+};
+
+/// Run-time values recorded in the plan as defaults that a launcher may override. 0 / empty
+/// means "not given" unless stated otherwise.
+struct RuntimeDefaults {
+  std::optional<double> lr;
+  double min_lr = 0;
+  /// "constant", "linear", "cosine" or "inverse-square-root".
+  std::string lr_decay_style = "linear";
+  int64_t lr_warmup_iters = 0;
+  int64_t lr_warmup_samples = 0;
+  /// 0 = decay over the whole run.
+  int64_t lr_decay_iters = 0;
+  int64_t lr_decay_samples = 0;
+  int64_t train_iters = 0;
+  int64_t train_samples = 0;
+  /// Megatron's "[weight] prefix ..." list.
+  std::vector<std::string> data_path;
+  bool mock_data = false;
+  std::string split = "969, 30, 1";
+  std::string tokenizer_type;
+  std::string tokenizer_model;
+  std::string vocab_file;
+  std::string merge_file;
+  int64_t log_interval = 100;
+  int64_t eval_interval = 1000;
+  /// 0 = no evaluation.
+  int64_t eval_iters = 100;
+  int64_t save_interval = 0;
+  std::string save;
+  std::string load;
+  /// Seeds initialisation and dropout (a device scalar of the iteration program).
+  int64_t seed = 1234;
+
+  /// Field name -> value; doubles in shortest round-trip form, booleans "true"/"false",
+  /// data_path joined by single spaces; lr only when given.
+  KeyValues toKeyValues() const;
+};
+
+/// Everything a plan is compiled from.
+struct PlanConfig {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainingConfig training;
+  RuntimeDefaults runtime;
+  /// Accepted flags that only steer logging or profiling, or choose a Megatron implementation
+  /// detail with no meaning for trainc (e.g. "--tensorboard-dir"), in command-line order.
+  std::vector<std::string> ignoredFlags;
+  /// Notes for the user about values finalize() changed (e.g. sequence parallelism disabled).
+  std::vector<std::string> warnings;
+
+  /// Derives every derived field (see the field comments) and checks the whole configuration;
+  /// reports the first inconsistency, naming Megatron's flags and the values, e.g.
+  /// "--global-batch-size 10 is not divisible by --micro-batch-size 4 x data-parallel size 1".
+  llvm::Error finalize();
+};
+
+/// Rejects valid configurations that trainc cannot compile yet: each such feature gives one
+/// "not supported yet: <flag>[ <value>]" error (joined; llvm::toString puts one per line).
+/// This is the one place to relax as features land. Expects a finalized config.
+llvm::Error checkSupported(const PlanConfig &config);
+
+/// Named model shapes. The returned config holds only explicit values: call finalize() (or
+/// PlanConfig::finalize()) to derive the rest. Presets: tiny-gpt, tiny-llama, gpt2-small,
+/// llama3.2-1b, llama3-8b, llama-10m, llama-tiny-text.
+std::optional<ModelConfig> findPreset(llvm::StringRef name);
+/// The preset names, in the order above.
+std::vector<std::string> presetNames();
+
+} // namespace trainc::config
+
+#endif // TRAINC_FRONTENDS_MODELCONFIG_H

@@ -1,0 +1,38 @@
+//===- ModelBuilder.h - GPT and Llama on the model dialect -----------------===//
+//
+// Builds `func.func @forward` of a GPT (learned absolute positions, LayerNorm, GELU, biases, tied
+// input/output embeddings) or a Llama (RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases,
+// untied) from one ModelConfig, following Megatron-LM's GPTModel and its parameter names.
+//
+// Arguments: every parameter (attribute model.param = Megatron name, model.init = "normal" |
+// "ones" | "zeros", model.init_std, model.no_weight_decay on biases and norm weights), then the
+// inputs of one microbatch (model.input = "tokens", "position_ids", "labels", "loss_mask" and,
+// with dropout, "rng"). Results: (loss_sum, num_tokens) of cross entropy over the padded
+// vocabulary with padding columns masked out.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TRAINC_MODELS_MODELBUILDER_H
+#define TRAINC_MODELS_MODELBUILDER_H
+
+#include "frontends/ModelConfig.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::trainc {
+
+struct BuildOptions {
+  int64_t microBatchSize = 1;
+  /// Element type of parameters and activations: "fp32" or "fp64" (gradient checks).
+  std::string dtype = "fp32";
+  std::string functionName = "forward";
+};
+
+/// Appends the forward function for `cfg` (finalized) to `module`. Errors (emitted on the module):
+/// configurations the builder cannot express, such as attention dropout (the fused attention kernel
+/// has none).
+LogicalResult buildModel(ModuleOp module, const ::trainc::config::ModelConfig &cfg,
+                         const BuildOptions &options);
+
+} // namespace mlir::trainc
+
+#endif

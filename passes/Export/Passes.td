@@ -1,0 +1,40 @@
+//===- Passes.td - Lowering to rt and phase verifiers ---------------------===//
+#ifndef TRAINC_PASSES_EXPORT
+#define TRAINC_PASSES_EXPORT
+include "mlir/Pass/PassBase.td"
+
+def LowerToRtPass : Pass<"trainc-lower-to-rt", "::mlir::ModuleOp"> {
+  let summary = "Lower stage and iteration functions to buffer-level rt ops";
+  let description = [{
+    Every tensor value becomes an rt.buffer (activations per stage function; parameters, main
+    grads, Adam states, per-microbatch inputs, device scalars and outputs as persistent buffers),
+    every model op is lowered through its KernelOpInterface, sched ops become kernel calls, calls
+    and host I/O points. The module gets `trainc.flops_per_iteration` (from CostOpInterface, times
+    the number of calls of each stage function) and `rt.entry`.
+
+    Before: `%y = model.linear %x, %w : (...) -> tensor<18x48xf32>`
+    After:
+    ```mlir
+    rt.buffer @forward_backward.linear.3 {kind = "activation"} : memref<18x48xf32>
+    %y = rt.buffer_ref @forward_backward.linear.3 : memref<18x48xf32>
+    rt.kernel "matmul" ins(%x, %w : ...) outs(%y : memref<18x48xf32>) {kernel_attrs = {trans_b = 1 : i64}}
+    ```
+  }];
+  let dependentDialects = ["::mlir::trainc::rt::RtDialect"];
+}
+
+def VerifyPhasePass : Pass<"trainc-verify", "::mlir::ModuleOp"> {
+  let summary = "Check the invariants that hold at a phase boundary";
+  let description = [{
+    phase=model: a forward function whose parameters are tagged and which returns (loss_sum,
+    num_tokens); no backward or sched ops. phase=autodiff: every parameter has a gradient result.
+    phase=sched: an iteration function exists and only calls stage functions. phase=rt: no model or
+    sched ops remain and every tensor is gone. phase=memory: every buffer has an offset inside
+    rt.arena_bytes and no two buffers that are live at the same time overlap.
+  }];
+  let options = [
+    Option<"phase", "phase", "std::string", "\"rt\"", "model, autodiff, sched, rt or memory">,
+  ];
+}
+
+#endif

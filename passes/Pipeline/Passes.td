@@ -1,0 +1,39 @@
+//===- Passes.td - Schedule passes ----------------------------------------===//
+#ifndef TRAINC_PASSES_PIPELINE
+#define TRAINC_PASSES_PIPELINE
+include "mlir/Pass/PassBase.td"
+
+def ScheduleNoPipeliningPass : Pass<"trainc-schedule", "::mlir::ModuleOp"> {
+  let summary = "Build the iteration function of a single-stage rank (Megatron's no-pipelining)";
+  let description = [{
+    Megatron's forward_backward_no_pipelining: for every microbatch, forward then backward of the
+    stage function, gradients accumulated; then finalize and the optimizer step. Microbatches call
+    the stage function (no cloning), so the program is O(layers + microbatches).
+
+    After (added):
+    ```mlir
+    func.func @train_step() attributes {sched.iteration, sched.num_microbatches = 2 : i64} {
+      sched.zero_grads
+      sched.fill_inputs "batch"
+      sched.microbatch @forward_backward {index = 0 : i64}
+      sched.microbatch @forward_backward {index = 1 : i64}
+      sched.finalize_grads {normalization = "per_token"}
+      sched.optimizer_step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, clip_grad = 1.0 : f64}
+      sched.read_outputs "outputs"
+      return
+    }
+    ```
+  }];
+  let options = [
+    Option<"stage", "stage", "std::string", "\"forward_backward\"", "The stage function">,
+    Option<"entry", "entry", "std::string", "\"train_step\"", "Name of the iteration function">,
+    Option<"numMicrobatches", "num-microbatches", "int64_t", "1", "Microbatches per iteration">,
+    Option<"beta1", "adam-beta1", "double", "0.9", "Adam beta1">,
+    Option<"beta2", "adam-beta2", "double", "0.999", "Adam beta2">,
+    Option<"eps", "adam-eps", "double", "1e-8", "Adam epsilon">,
+    Option<"clipGrad", "clip-grad", "double", "1.0", "Global grad-norm clip (0 disables)">,
+  ];
+  let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
+}
+
+#endif

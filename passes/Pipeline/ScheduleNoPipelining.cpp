@@ -1,0 +1,60 @@
+//===- ScheduleNoPipelining.cpp - The iteration of a single-stage rank ----===//
+
+#include "passes/Pipeline/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#define DEBUG_TYPE "trainc-schedule"
+
+namespace mlir::trainc {
+#define GEN_PASS_DEF_SCHEDULENOPIPELININGPASS
+#include "passes/Pipeline/Passes.h.inc"
+} // namespace mlir::trainc
+
+using namespace mlir;
+using namespace mlir::trainc;
+
+namespace {
+
+struct ScheduleNoPipeliningPass
+    : mlir::trainc::impl::ScheduleNoPipeliningPassBase<ScheduleNoPipeliningPass> {
+  using ScheduleNoPipeliningPassBase::ScheduleNoPipeliningPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto fn = module.lookupSymbol<func::FuncOp>(stage);
+    if (!fn || !fn->hasAttr("sched.stage")) {
+      module.emitError() << "trainc-schedule: no stage function @" << stage
+                         << " (run trainc-grad-accumulate first)";
+      return signalPassFailure();
+    }
+    if (numMicrobatches <= 0) {
+      module.emitError() << "trainc-schedule: num-microbatches " << numMicrobatches
+                         << " must be positive";
+      return signalPassFailure();
+    }
+    std::string normalization = "per_token";
+    fn.walk([&](sched::AccumulateLossOp op) { normalization = op.getNormalization().str(); });
+
+    OpBuilder b(module.getBodyRegion());
+    b.setInsertionPointToEnd(module.getBody());
+    Location loc = fn.getLoc();
+    auto entryFn = b.create<func::FuncOp>(loc, entry, b.getFunctionType({}, {}));
+    entryFn->setAttr("sched.iteration", b.getUnitAttr());
+    entryFn->setAttr("sched.num_microbatches", b.getI64IntegerAttr(numMicrobatches));
+    b.setInsertionPointToStart(entryFn.addEntryBlock());
+    b.create<sched::ZeroGradsOp>(loc);
+    b.create<sched::FillInputsOp>(loc, "batch");
+    for (int64_t i = 0; i < numMicrobatches; ++i)
+      b.create<sched::MicrobatchOp>(loc, FlatSymbolRefAttr::get(b.getContext(), stage),
+                                    b.getI64IntegerAttr(i));
+    b.create<sched::FinalizeGradsOp>(loc, normalization);
+    b.create<sched::OptimizerStepOp>(loc, b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+                                     b.getF64FloatAttr(eps), b.getF64FloatAttr(clipGrad));
+    b.create<sched::ReadOutputsOp>(loc, "outputs");
+    b.create<func::ReturnOp>(loc);
+  }
+};
+
+} // namespace
