@@ -25,9 +25,10 @@ public:
   virtual Value reshape(Value buffer, ArrayRef<int64_t> shape) = 0;
   /// Makes result `i` an alias of `buffer` (no kernel, no copy).
   virtual void aliasResult(unsigned i, Value buffer) = 0;
-  /// Records a kernel call: inputs, outputs and attributes (i64 or f64).
+  /// Records a kernel call: inputs, outputs, attributes (i64 or f64) and, for outputs written in
+  /// place of an input, inPlace[j] = that input's index (-1 otherwise; empty = none).
   virtual void kernel(StringRef name, ValueRange inputs, ValueRange outputs,
-                      ArrayRef<NamedAttribute> attrs = {}) = 0;
+                      ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) = 0;
 
   NamedAttribute intAttr(StringRef name, int64_t v);
   NamedAttribute floatAttr(StringRef name, double v);

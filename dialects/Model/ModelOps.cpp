@@ -233,7 +233,7 @@ void LinearOp::emitKernels(KernelEmitter &e) {
   Value y = e.reshape(e.result(0), {r, n});
   e.kernel("matmul", {x, e.operand(1)}, {y}, {e.intAttr("trans_b", 1)});
   if (getBias())
-    e.kernel("add_bias", {y, e.operand(2)}, {y});
+    e.kernel("add_bias", {y, e.operand(2)}, {y}, {}, {0});
 }
 SmallVector<Value> LinearOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])

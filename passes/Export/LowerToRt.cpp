@@ -154,9 +154,9 @@ public:
   }
   void aliasResult(unsigned i, Value buffer) override { map.map(op->getResult(i), buffer); }
   void kernel(StringRef name, ValueRange inputs, ValueRange outputs,
-              ArrayRef<NamedAttribute> attrs) override {
+              ArrayRef<NamedAttribute> attrs, ArrayRef<int32_t> inPlace) override {
     b.create<rt::KernelOp>(op->getLoc(), name, inputs, outputs, b.getDictionaryAttr(attrs),
-                           DenseI32ArrayAttr());
+                           inPlace.empty() ? DenseI32ArrayAttr() : b.getDenseI32ArrayAttr(inPlace));
   }
 
 private:

@@ -1,0 +1,49 @@
+//===- Driver.h - trainc compile: config -> model IR -> per-rank programs --===//
+#ifndef TRAINC_COMPILER_DRIVER_H
+#define TRAINC_COMPILER_DRIVER_H
+
+#include "frontends/ModelConfig.h"
+#include "runtime/schema/program.pb.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::trainc {
+
+struct CompileOptions {
+  /// Output directory for plan.json and rank<N>.pb; empty = do not write files.
+  std::string outputDir;
+  /// "fp32" or "fp64" (gradient checks).
+  std::string dtype = "fp32";
+  /// Print the IR after every pass to stderr.
+  bool printIRAfterAll = false;
+  /// Write the IR after each phase to <dir>/<NN>-<phase>.mlir.
+  std::string dumpIRDir;
+};
+
+/// Registers the dialects trainc uses in `ctx`.
+void loadTraincDialects(MLIRContext &ctx);
+
+/// Builds the model IR (@forward) for a finalized config.
+OwningOpRef<ModuleOp> buildModelModule(MLIRContext &ctx, const ::trainc::config::PlanConfig &cfg,
+                                       const CompileOptions &options);
+
+/// Runs every phase on `module` (in place) and exports the rank program. Writes plan.json,
+/// rank0.pb and, with dumpIRDir, the IR of each phase. Diagnostics go to the context's handler.
+FailureOr<::trainc::schema::Program> compileModule(ModuleOp module,
+                                                   const ::trainc::config::PlanConfig &cfg,
+                                                   const CompileOptions &options);
+
+/// Compiles a finalized config end to end (buildModelModule + compileModule).
+FailureOr<::trainc::schema::Program> compilePlan(MLIRContext &ctx,
+                                                 const ::trainc::config::PlanConfig &cfg,
+                                                 const CompileOptions &options);
+
+} // namespace mlir::trainc
+
+#endif

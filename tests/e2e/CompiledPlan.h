@@ -1,0 +1,176 @@
+//===- CompiledPlan.h - Compile a config and run it on the runtime (tests) ===//
+#ifndef TRAINC_TESTS_E2E_COMPILEDPLAN_H
+#define TRAINC_TESTS_E2E_COMPILEDPLAN_H
+
+#include "compiler/Driver.h"
+#include "frontends/MegatronFlags.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/core/Executor.h"
+#include "runtime/core/Init.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace trainc::test {
+
+/// A batch of samples: tokens and labels [n, seq] (i32), loss mask [n, seq].
+struct Samples {
+  int64_t n = 0, seq = 0;
+  std::vector<int32_t> tokens, labels;
+  std::vector<double> mask;
+};
+
+inline Samples randomSamples(int64_t n, int64_t seq, int64_t vocab, uint32_t seed) {
+  Samples s;
+  s.n = n;
+  s.seq = seq;
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int32_t> u(0, int32_t(vocab - 1));
+  for (int64_t i = 0; i < n * seq; ++i) {
+    s.tokens.push_back(u(g));
+    s.labels.push_back(u(g));
+    s.mask.push_back(1.0);
+  }
+  return s;
+}
+
+/// A compiled single-rank plan and its executor.
+class CompiledPlan {
+public:
+  /// Compiles a preset with Megatron flags (dtype fp32 or fp64). Fails the test on error.
+  CompiledPlan(const std::string &preset, std::vector<std::string> flags,
+               const std::string &dtype = "fp32") {
+    std::optional<config::ModelConfig> base = config::findPreset(preset);
+    EXPECT_TRUE(base.has_value()) << preset;
+    config::FlagParseOptions po;
+    po.base_model = &*base;
+    llvm::Expected<config::PlanConfig> cfg = config::parseMegatronFlags(flags, po);
+    if (!cfg) {
+      ADD_FAILURE() << llvm::toString(cfg.takeError());
+      return;
+    }
+    plan = *cfg;
+    mlir::MLIRContext ctx;
+    mlir::trainc::CompileOptions o;
+    o.dtype = dtype;
+    mlir::FailureOr<schema::Program> p = mlir::trainc::compilePlan(ctx, plan, o);
+    if (mlir::failed(p)) {
+      ADD_FAILURE() << "compilation failed";
+      return;
+    }
+    program = *p;
+    auto ex = rt::Executor::create(program, *backend, *comm);
+    if (!ex.ok()) {
+      ADD_FAILURE() << ex.status();
+      return;
+    }
+    executor = std::move(*ex);
+    f64 = dtype == "fp64";
+  }
+
+  bool ok() const { return executor != nullptr; }
+  rt::Executor &ex() { return *executor; }
+
+  int buffer(const std::string &name) {
+    int b = executor->findBuffer(name);
+    EXPECT_GE(b, 0) << "no buffer " << name;
+    return b;
+  }
+  std::vector<double> read(const std::string &name) { return readIndex(buffer(name)); }
+  std::vector<double> readIndex(int b) {
+    const schema::Buffer &buf = program.buffers(b);
+    size_t esz = f64 ? 8 : 4;
+    std::vector<char> bytes(buf.byte_size());
+    EXPECT_TRUE(executor->readBuffer(b, bytes.data(), bytes.size()).ok());
+    std::vector<double> v(bytes.size() / esz);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (f64)
+        std::memcpy(&v[i], bytes.data() + 8 * i, 8);
+      else {
+        float x;
+        std::memcpy(&x, bytes.data() + 4 * i, 4);
+        v[i] = x;
+      }
+    }
+    return v;
+  }
+  void write(const std::string &name, const std::vector<double> &v) { writeIndex(buffer(name), v); }
+  void writeIndex(int b, const std::vector<double> &v) {
+    std::vector<char> bytes(v.size() * (f64 ? 8 : 4));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (f64)
+        std::memcpy(bytes.data() + 8 * i, &v[i], 8);
+      else {
+        float x = float(v[i]);
+        std::memcpy(bytes.data() + 4 * i, &x, 4);
+      }
+    }
+    EXPECT_TRUE(executor->writeBuffer(b, bytes.data(), bytes.size()).ok());
+  }
+  void writeInts(const std::string &name, const int32_t *data, size_t n) {
+    EXPECT_TRUE(executor->writeBuffer(buffer(name), data, n * 4).ok());
+  }
+
+  /// Runs one iteration on `samples` (microbatch i takes samples [i*mbs, (i+1)*mbs)) with the
+  /// given lr; returns loss_sum / num_tokens.
+  double step(const Samples &s, double lr, double step = 1, double wd = 0) {
+    int64_t mbs = plan.training.micro_batch_size, m = plan.training.num_microbatches;
+    EXPECT_EQ(s.n, mbs * m);
+    double loss = 0;
+    absl::Status st = executor->run([&](schema::HostIOKind k, const std::string &) {
+      if (k == schema::FILL_INPUTS) {
+        for (int64_t i = 0; i < m; ++i) {
+          size_t off = size_t(i * mbs * s.seq), n = size_t(mbs * s.seq);
+          std::string sfx = "." + std::to_string(i);
+          writeInts("tokens" + sfx, s.tokens.data() + off, n);
+          writeInts("labels" + sfx, s.labels.data() + off, n);
+          write("loss_mask" + sfx, std::vector<double>(s.mask.begin() + off, s.mask.begin() + off + n));
+          std::vector<int32_t> pos(n);
+          for (size_t j = 0; j < n; ++j)
+            pos[j] = int32_t(j % size_t(s.seq));
+          writeInts("position_ids" + sfx, pos.data(), n);
+        }
+        write("lr", {lr});
+        write("weight_decay", {wd});
+        write("step", {step});
+      } else {
+        double ls = read("loss_sum")[0], nt = read("num_tokens")[0];
+        loss = ls / nt;
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(st.ok()) << st;
+    return loss;
+  }
+
+  config::PlanConfig plan;
+  schema::Program program;
+  bool f64 = false;
+
+private:
+  std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+  std::unique_ptr<rt::Communicator> comm = rt::createLocalCommunicator();
+  std::unique_ptr<rt::Executor> executor;
+};
+
+/// Norm-wise relative difference.
+inline double relDiff(const std::vector<double> &a, const std::vector<double> &b) {
+  double d = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d += (a[i] - b[i]) * (a[i] - b[i]);
+    na += a[i] * a[i];
+    nb += b[i] * b[i];
+  }
+  return std::sqrt(d) / std::max({std::sqrt(na), std::sqrt(nb), 1e-300});
+}
+
+} // namespace trainc::test
+
+#endif

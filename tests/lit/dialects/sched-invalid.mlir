@@ -1,0 +1,126 @@
+// RUN: trainc-opt %s -split-input-file -verify-diagnostics
+// REQUIRES: compiler
+
+// One case per sched op verifier message.
+
+// Tests that sched.microbatch must name a function of the module.
+func.func @train_step() {
+  // expected-error@+1 {{'sched.microbatch' op callee @missing is not a function in this module}}
+  sched.microbatch @missing {index = 0 : i64}
+  return
+}
+
+// -----
+
+// Tests that a symbol that is not a function is not a valid callee.
+rt.buffer @buf {kind = "activation"} : memref<4xf32>
+func.func @train_step() {
+  // expected-error@+1 {{'sched.microbatch' op callee @buf is not a function in this module}}
+  sched.microbatch @buf {index = 0 : i64}
+  return
+}
+
+// -----
+
+// Tests that the callee must be a stage function that returns nothing.
+func.func @forward_backward(%x: tensor<f32> {model.input = "x"}) -> (tensor<f32>, tensor<f32>) {
+  return %x, %x : tensor<f32>, tensor<f32>
+}
+func.func @train_step() {
+  // expected-error@+1 {{'sched.microbatch' op callee @forward_backward returns 2 values; a stage function accumulates its gradients and losses and returns nothing (run trainc-grad-accumulate first)}}
+  sched.microbatch @forward_backward {index = 0 : i64}
+  return
+}
+
+// -----
+
+// Tests that the microbatch index is not negative.
+func.func @stage() attributes {sched.stage} {
+  return
+}
+func.func @train_step() {
+  // expected-error@+1 {{'sched.microbatch' op microbatch index -1 is negative}}
+  sched.microbatch @stage {index = -1 : i64}
+  return
+}
+
+// -----
+
+// Tests that sched.accumulate_loss takes scalars.
+func.func @stage(%l: tensor<1xf32>, %n: tensor<f32>) {
+  // expected-error@+1 {{'sched.accumulate_loss' op loss_sum and num_tokens must be scalars (rank-0 tensors)}}
+  sched.accumulate_loss %l, %n {normalization = "per_token"} : tensor<1xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+// Tests that sched.accumulate_loss names a known normalization.
+func.func @stage(%l: tensor<f32>, %n: tensor<f32>) {
+  // expected-error@+1 {{'sched.accumulate_loss' op normalization 'per_sample' is not one of 'per_token', 'per_microbatch'}}
+  sched.accumulate_loss %l, %n {normalization = "per_sample"} : tensor<f32>, tensor<f32>
+  return
+}
+
+// -----
+
+// Tests that sched.loss_seed divides by a positive number of microbatches.
+func.func @stage(%n: tensor<f32>) {
+  // expected-error@+1 {{'sched.loss_seed' op num_microbatches 0 must be positive}}
+  %0 = sched.loss_seed %n {num_microbatches = 0 : i64} : (tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+// Tests that sched.loss_seed's result has num_tokens' type.
+func.func @stage(%n: tensor<f32>) {
+  // expected-error@+1 {{'sched.loss_seed' op result type 'tensor<f64>' differs from num_tokens type 'tensor<f32>'}}
+  %0 = sched.loss_seed %n {num_microbatches = 2 : i64} : (tensor<f32>) -> tensor<f64>
+  return
+}
+
+// -----
+
+// Tests that sched.finalize_grads names a known normalization.
+func.func @train_step() {
+  // expected-error@+1 {{'sched.finalize_grads' op normalization 'mean' is not one of 'per_token', 'per_microbatch'}}
+  sched.finalize_grads {normalization = "mean"}
+  return
+}
+
+// -----
+
+// Tests that the optimizer step's beta1 is in [0, 1).
+func.func @train_step() {
+  // expected-error@+1 {{'sched.optimizer_step' op beta1 = 1.000000e+00, expected 0 <= beta1 < 1}}
+  sched.optimizer_step {beta1 = 1.0 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, clip_grad = 1.0 : f64}
+  return
+}
+
+// -----
+
+// Tests that the optimizer step's beta2 is in [0, 1).
+func.func @train_step() {
+  // expected-error@+1 {{'sched.optimizer_step' op beta2 = -5.000000e-01, expected 0 <= beta2 < 1}}
+  sched.optimizer_step {beta1 = 0.9 : f64, beta2 = -0.5 : f64, eps = 1.0e-08 : f64, clip_grad = 1.0 : f64}
+  return
+}
+
+// -----
+
+// Tests that the optimizer step's eps is positive.
+func.func @train_step() {
+  // expected-error@+1 {{'sched.optimizer_step' op eps = 0.000000e+00, expected > 0}}
+  sched.optimizer_step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 0.0 : f64, clip_grad = 1.0 : f64}
+  return
+}
+
+// -----
+
+// Tests that the optimizer step's clip_grad is not negative (0 disables clipping).
+func.func @train_step() {
+  // expected-error@+1 {{'sched.optimizer_step' op clip_grad = -1.000000e+00, expected >= 0 (0 disables clipping)}}
+  sched.optimizer_step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, clip_grad = -1.0 : f64}
+  return
+}

@@ -1,0 +1,238 @@
+//===- trainc.cpp - The trainc compiler driver -----------------------------===//
+//
+//   trainc compile [--preset NAME | --hf-config FILE | MODEL.mlir] [Megatron-LM flags...] -o DIR
+//                  [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir DIR]
+//   trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks]
+//   trainc presets
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Driver.h"
+#include "frontends/HFConfig.h"
+#include "frontends/MegatronFlags.h"
+#include "frontends/ModelConfig.h"
+#include "runtime/core/Program.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using namespace mlir;
+namespace cfgns = ::trainc::config;
+
+namespace {
+
+int usage(const std::string &msg = "") {
+  if (!msg.empty())
+    llvm::errs() << "trainc: " << msg << "\n";
+  llvm::errs()
+      << "usage: trainc compile [--preset NAME | --hf-config FILE | MODEL.mlir] [Megatron-LM "
+         "flags...] -o DIR\n"
+         "                      [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir "
+         "DIR]\n"
+         "       trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks]\n"
+         "       trainc presets\n";
+  return 2;
+}
+
+int fail(const std::string &msg) {
+  llvm::errs() << "trainc: error: " << msg << "\n";
+  return 1;
+}
+
+int cmdCompile(std::vector<std::string> args) {
+  mlir::trainc::CompileOptions opts;
+  std::string preset, hfConfig, mlirFile;
+  std::vector<std::string> flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    auto value = [&](std::string &out) -> bool {
+      if (i + 1 >= args.size() || llvm::StringRef(args[i + 1]).starts_with("--"))
+        return false;
+      out = args[++i];
+      return true;
+    };
+    if (a == "-o" || a == "--output") {
+      if (!value(opts.outputDir))
+        return fail(a + " expects a directory");
+    } else if (a == "--preset") {
+      if (!value(preset))
+        return fail("--preset expects a name (see `trainc presets`)");
+    } else if (a == "--hf-config") {
+      if (!value(hfConfig))
+        return fail("--hf-config expects a config.json path");
+    } else if (a == "--dtype") {
+      if (!value(opts.dtype) || (opts.dtype != "fp32" && opts.dtype != "fp64"))
+        return fail("--dtype expects fp32 or fp64");
+    } else if (a == "--mlir-print-ir-after-all") {
+      opts.printIRAfterAll = true;
+    } else if (a == "--dump-ir-dir") {
+      if (!value(opts.dumpIRDir))
+        return fail("--dump-ir-dir expects a directory");
+    } else if (!llvm::StringRef(a).starts_with("-") && llvm::StringRef(a).ends_with(".mlir") &&
+               mlirFile.empty() && (flags.empty() || !llvm::StringRef(flags.back()).starts_with("--data-path"))) {
+      mlirFile = a;
+    } else {
+      flags.push_back(a);
+    }
+  }
+  if (opts.outputDir.empty())
+    return fail("missing -o DIR (the plan directory to write)");
+  int sources = !preset.empty() + !hfConfig.empty() + !mlirFile.empty();
+  if (sources > 1)
+    return fail("give at most one of --preset, --hf-config and a .mlir file");
+
+  MLIRContext ctx;
+  mlir::trainc::loadTraincDialects(ctx);
+  SourceMgrDiagnosticHandler diag(*new llvm::SourceMgr(), &ctx, llvm::errs());
+  OwningOpRef<ModuleOp> module;
+  std::optional<cfgns::ModelConfig> base;
+  if (!preset.empty()) {
+    base = cfgns::findPreset(preset);
+    if (!base)
+      return fail("unknown preset '" + preset + "' (expected one of: " +
+                  llvm::join(cfgns::presetNames(), ", ") + ")");
+  } else if (!hfConfig.empty()) {
+    llvm::Expected<cfgns::ModelConfig> m = cfgns::readHFConfigFile(hfConfig);
+    if (!m)
+      return fail(llvm::toString(m.takeError()));
+    base = *m;
+  } else if (!mlirFile.empty()) {
+    llvm::SourceMgr sm;
+    std::string err;
+    auto file = llvm::MemoryBuffer::getFile(mlirFile);
+    if (!file)
+      return fail("cannot read '" + mlirFile + "': " + file.getError().message());
+    sm.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
+    SourceMgrDiagnosticHandler handler(sm, &ctx, llvm::errs());
+    module = parseSourceFile<ModuleOp>(sm, &ctx);
+    if (!module)
+      return fail("cannot parse '" + mlirFile + "'");
+    auto fwd = module->lookupSymbol<func::FuncOp>("forward");
+    if (!fwd)
+      return fail("'" + mlirFile + "' has no func.func @forward");
+    // The microbatch size and sequence length come from the tokens input.
+    for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
+      if (auto n = fwd.getArgAttrOfType<StringAttr>(i, "model.input"); n && n.getValue() == "tokens") {
+        auto t = llvm::dyn_cast<RankedTensorType>(fwd.getArgument(i).getType());
+        if (!t || t.getRank() != 2)
+          return fail("@forward's tokens input must be a rank-2 tensor [micro batch, seq]");
+        base = cfgns::findPreset("tiny-gpt");
+        base->seq_length = t.getDimSize(1);
+        base->max_position_embeddings = t.getDimSize(1);
+        bool hasMbs = llvm::any_of(flags, [](const std::string &f) {
+          return llvm::StringRef(f).starts_with("--micro-batch-size");
+        });
+        if (!hasMbs) {
+          flags.insert(flags.begin(), std::to_string(t.getDimSize(0)));
+          flags.insert(flags.begin(), "--micro-batch-size");
+        }
+      }
+    if (!base)
+      return fail("@forward in '" + mlirFile + "' has no argument tagged model.input = \"tokens\"");
+  }
+  cfgns::FlagParseOptions po;
+  if (base)
+    po.base_model = &*base;
+  llvm::Expected<cfgns::PlanConfig> cfg = cfgns::parseMegatronFlags(flags, po);
+  if (!cfg)
+    return fail(llvm::toString(cfg.takeError()));
+  for (const std::string &w : cfg->warnings)
+    llvm::errs() << "trainc: warning: " << w << "\n";
+  if (!cfg->ignoredFlags.empty())
+    llvm::errs() << "trainc: note: ignored flags (logging/profiling only): "
+                 << llvm::join(cfg->ignoredFlags, " ") << "\n";
+  if (!module) {
+    module = mlir::trainc::buildModelModule(ctx, *cfg, opts);
+    if (!module)
+      return 1;
+  }
+  FailureOr<::trainc::schema::Program> program = mlir::trainc::compileModule(*module, *cfg, opts);
+  if (failed(program))
+    return 1;
+  size_t instructions = 0;
+  for (const auto &f : program->functions())
+    instructions += size_t(f.body_size());
+  llvm::outs() << "trainc: wrote " << opts.outputDir << "/plan.json and rank0.pb: 1 rank, "
+               << program->functions_size() << " functions, " << instructions
+               << " instructions, arena " << program->arena_bytes() << " bytes, "
+               << cfg->training.num_microbatches << " microbatches\n";
+  return 0;
+}
+
+int cmdInspect(std::vector<std::string> args) {
+  if (args.empty())
+    return usage("inspect takes a plan directory");
+  std::string dir = args[0];
+  bool all = args.size() == 1;
+  auto want = [&](const char *f) {
+    return all || llvm::is_contained(args, std::string(f));
+  };
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i] != "--memory" && args[i] != "--flops" && args[i] != "--schedule" &&
+        args[i] != "--ranks")
+      return usage("unknown inspect option '" + args[i] + "'");
+  auto text = llvm::MemoryBuffer::getFile(dir + "/plan.json");
+  if (!text)
+    return fail("cannot read '" + dir + "/plan.json': " + text.getError().message());
+  llvm::Expected<llvm::json::Value> plan = llvm::json::parse((*text)->getBuffer());
+  if (!plan)
+    return fail(dir + "/plan.json: " + llvm::toString(plan.takeError()));
+  absl::StatusOr<::trainc::schema::Program> p = ::trainc::rt::readProgramFile(dir + "/rank0.pb");
+  if (!p.ok())
+    return fail(std::string(p.status().message()));
+  const auto &r = p->reports();
+  if (want("--ranks")) {
+    llvm::outs() << "ranks: world size " << p->mesh().world_size() << ", mesh";
+    for (int i = 0; i < p->mesh().axis_names_size(); ++i)
+      llvm::outs() << " " << p->mesh().axis_names(i) << "=" << p->mesh().axis_sizes(i);
+    llvm::outs() << "\n  rank 0: rank0.pb, " << p->groups_size() << " communicator groups\n";
+  }
+  if (want("--memory")) {
+    llvm::outs() << "memory (bytes): arena " << r.memory().arena_bytes() << ", persistent "
+                 << r.memory().persistent_bytes() << ", flowing peak "
+                 << r.memory().flowing_peak_bytes() << "\n";
+    for (const auto &kb : r.memory().by_kind())
+      llvm::outs() << "  " << llvm::StringRef(::trainc::schema::BufferKind_Name(kb.kind())).lower()
+                   << ": " << kb.bytes() << "\n";
+  }
+  if (want("--flops"))
+    llvm::outs() << "flops per iteration: " << llvm::formatv("{0:e4}", r.flops().flops_per_iteration())
+                 << " (matmuls and attention; fwd + bwd)\n";
+  if (want("--schedule")) {
+    llvm::outs() << "schedule: " << r.schedule().schedule() << ", "
+                 << r.schedule().num_microbatches() << " microbatches\n";
+    for (const std::string &s : r.schedule().steps())
+      llvm::outs() << "  " << s << "\n";
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    return usage();
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "compile")
+    return cmdCompile(args);
+  if (cmd == "inspect")
+    return cmdInspect(args);
+  if (cmd == "presets") {
+    for (const std::string &n : cfgns::presetNames())
+      llvm::outs() << n << "\n";
+    return 0;
+  }
+  return usage("unknown command '" + cmd + "'");
+}
