@@ -604,7 +604,13 @@ const std::vector<std::pair<std::string, ModelConfig>> &presets() {
     gpt2Small.ffn_hidden_size = 3072;
     return std::vector<std::pair<std::string, ModelConfig>>{
         // Unit-test sizes: odd vocab and sequence lengths catch layout mistakes.
-        {"tiny-gpt", gptStyle(2, 16, 4, 37, 9)},
+        {"tiny-gpt", [] {
+           // No dropout: the fused attention kernel has none, and tests compare exact values.
+           ModelConfig m = gptStyle(2, 16, 4, 37, 9);
+           m.attention_dropout = 0;
+           m.hidden_dropout = 0;
+           return m;
+         }()},
         {"tiny-llama", llamaStyle(2, 16, 32, 4, 2, 37, 9, 10000)},
         {"gpt2-small", gpt2Small},
         // Llama-3.2-1B's shape. Unlike the released model, untied and without the llama3
