@@ -174,8 +174,17 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   FailureOr<schema::Program> program = exportProgram(module);
   if (failed(program))
     return failure();
+  // The plan records its configuration: runtime flag defaults that trainrun uses and may
+  // override, and the compile-time values trainrun checks its flags against.
+  auto &meta = *program->mutable_metadata();
   for (const auto &[k, v] : cfg.runtime.toKeyValues())
-    (*program->mutable_metadata())["runtime." + k] = v;
+    meta["runtime." + k] = v;
+  for (const auto &[k, v] : cfg.model.toKeyValues())
+    meta["model." + k] = v;
+  for (const auto &[k, v] : cfg.training.toKeyValues())
+    meta["training." + k] = v;
+  for (const auto &[k, v] : cfg.parallel.toKeyValues())
+    meta["parallel." + k] = v;
   if (absl::Status s = ::trainc::rt::validateProgram(*program); !s.ok())
     return emitError(module.getLoc())
            << "internal error: the exported program fails runtime validation: "

@@ -247,6 +247,8 @@ FailureOr<schema::Program> Exporter::run() {
     p.add_functions();
     if (fn->hasAttr("rt.entry"))
       p.set_entry(uint32_t(p.functions_size() - 1));
+    if (auto name = fn->getAttrOfType<StringAttr>("rt.entry_point"))
+      (*p.mutable_entry_points())[name.str()] = uint32_t(p.functions_size() - 1);
   }
   for (auto [i, fn] : llvm::enumerate(fns))
     if (failed(exportFunction(fn, *p.mutable_functions(int(i)))))

@@ -31,6 +31,16 @@ def Sched_ZeroGradsOp : Sched_Op<"zero_grads"> {
   let assemblyFormat = "attr-dict";
 }
 
+def Sched_ZeroLossesOp : Sched_Op<"zero_losses"> {
+  let summary = "Zero the loss accumulators (loss_sum, num_tokens) only (evaluation)";
+  let description = [{
+    ```mlir
+    sched.zero_losses
+    ```
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
 def Sched_FillInputsOp : Sched_Op<"fill_inputs"> {
   let summary = "Host I/O point: the control plane fills inputs and device scalars here";
   let description = [{

@@ -271,7 +271,11 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
   mb.setInsertionPoint(fn);
   auto nf = mb.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".rt").str(),
                                     mb.getFunctionType({}, {}));
-  nf->setAttr("rt.entry", mb.getUnitAttr());
+  bool isEval = fn->hasAttr("sched.eval");
+  if (isEval)
+    nf->setAttr("rt.entry_point", mb.getStringAttr(fn.getSymName()));
+  else
+    nf->setAttr("rt.entry", mb.getUnitAttr());
   OpBuilder ob(module.getContext());
   ob.setInsertionPointToStart(nf.addEntryBlock());
   double flops = 0, bytes = 0;
@@ -279,7 +283,10 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
   for (Operation &op : fn.getBody().front()) {
     Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
                                 op.getLoc());
-    if (isa<sched::ZeroGradsOp>(op)) {
+    if (isa<sched::ZeroLossesOp>(op)) {
+      kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
+      kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
+    } else if (isa<sched::ZeroGradsOp>(op)) {
       for (ParamInfo &p : params)
         kernel(ob, loc, "fill", {}, {ref(ob, loc, p.grad)});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
@@ -359,9 +366,11 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       return op.emitOpError() << "cannot be lowered to rt in an iteration function";
     }
   }
-  module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(flops));
-  module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(bytes));
-  module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(calls));
+  if (!isEval) {
+    module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(flops));
+    module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(bytes));
+    module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(calls));
+  }
   return success();
 }
 
@@ -375,19 +384,22 @@ LogicalResult Lowering::run() {
   for (func::FuncOp fn : module.getOps<func::FuncOp>())
     if (fn->hasAttr("sched.iteration"))
       iterations.push_back(fn);
-  if (iterations.size() != 1)
-    return module.emitError() << "trainc-lower-to-rt: expected one iteration function "
-                                 "(sched.iteration), found "
-                              << iterations.size();
+  if (llvm::count_if(iterations, [](func::FuncOp f) { return !f->hasAttr("sched.eval"); }) != 1)
+    return module.emitError() << "trainc-lower-to-rt: expected one training iteration function "
+                                 "(sched.iteration without sched.eval), found "
+                              << llvm::count_if(iterations, [](func::FuncOp f) {
+                                   return !f->hasAttr("sched.eval");
+                                 });
   for (auto &[name, fn] : stages)
     if (failed(lowerStage(fn)))
       return failure();
-  if (failed(lowerIteration(iterations.front())))
-    return failure();
+  for (func::FuncOp it : iterations)
+    if (failed(lowerIteration(it)))
+      return failure();
   // Drop everything above rt: the lowered functions replace the originals.
   SmallVector<Operation *> dead;
   for (func::FuncOp fn : module.getOps<func::FuncOp>())
-    if (!fn->hasAttr("rt.stage") && !fn->hasAttr("rt.entry"))
+    if (!fn->hasAttr("rt.stage") && !fn->hasAttr("rt.entry") && !fn->hasAttr("rt.entry_point"))
       dead.push_back(fn);
   for (Operation *op : dead)
     op->erase();

@@ -61,12 +61,13 @@ LogicalResult verifyAutodiff(ModuleOp m) {
 }
 
 LogicalResult verifySched(ModuleOp m) {
-  func::FuncOp entry;
+  SmallVector<func::FuncOp> entries;
   for (func::FuncOp fn : m.getOps<func::FuncOp>())
     if (fn->hasAttr("sched.iteration"))
-      entry = fn;
-  if (!entry)
+      entries.push_back(fn);
+  if (entries.empty())
     return m.emitError() << "phase sched: no iteration function (sched.iteration)";
+  for (func::FuncOp entry : entries) {
   WalkResult r = entry.walk([&](Operation *op) {
     if (isa<model::ModelDialect>(op->getDialect())) {
       op->emitOpError() << "phase sched: model op in the iteration function";
@@ -81,7 +82,10 @@ LogicalResult verifySched(ModuleOp m) {
     }
     return WalkResult::advance();
   });
-  return failure(r.wasInterrupted());
+  if (r.wasInterrupted())
+    return failure();
+  }
+  return success();
 }
 
 LogicalResult verifyRt(ModuleOp m) {

@@ -81,6 +81,7 @@ struct Liveness {
   llvm::StringMap<SmallVector<func::FuncOp>> callers; // callee name -> caller functions
   std::vector<std::string> global;                    // flowing buffers used in several functions
   func::FuncOp entry;
+  SmallVector<func::FuncOp> roots; // entry and entry points; never active at the same time
 };
 
 LogicalResult computeLiveness(ModuleOp module, llvm::StringMap<rt::BufferOp> &buffers,
@@ -92,6 +93,8 @@ LogicalResult computeLiveness(ModuleOp module, llvm::StringMap<rt::BufferOp> &bu
   for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
     if (fn->hasAttr("rt.entry"))
       live.entry = fn;
+    if (fn->hasAttr("rt.entry") || fn->hasAttr("rt.entry_point"))
+      live.roots.push_back(fn);
     llvm::DenseMap<Operation *, int64_t> index;
     int64_t n = 0;
     for (Operation &op : fn.getBody().front())
@@ -204,13 +207,17 @@ struct MemoryPlanPass : mlir::trainc::impl::MemoryPlanPassBase<MemoryPlanPass> {
           buffers[i.name].setOffset(base + i.offset);
       }
     };
-    int64_t entrySize = size(live.entry);
-    assign(live.entry, offset);
-    int64_t arena = alignUp(offset + entrySize);
-    // Functions never called from the entry keep no storage.
+    // Entries never run at the same time: each one's frame starts at the same base.
+    int64_t frames = 0;
+    for (func::FuncOp root : live.roots) {
+      frames = std::max(frames, size(root));
+      assign(root, offset);
+    }
+    int64_t arena = alignUp(offset + frames);
+    // Functions never called from an entry keep no storage.
     for (rt::BufferOp buf : module.getOps<rt::BufferOp>())
       if (int64_t(buf.getOffset()) < 0) {
-        buf.emitOpError() << "is not reachable from the entry function";
+        buf.emitOpError() << "is not reachable from an entry function";
         return signalPassFailure();
       }
     module->setAttr("rt.arena_bytes", b.getI64IntegerAttr(arena));

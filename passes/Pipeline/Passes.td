@@ -22,6 +22,14 @@ def ScheduleNoPipeliningPass : Pass<"trainc-schedule", "::mlir::ModuleOp"> {
       sched.read_outputs "outputs"
       return
     }
+    func.func @eval_step() attributes {sched.iteration, sched.eval, ...} {
+      sched.zero_losses
+      sched.fill_inputs "eval_batch"
+      sched.microbatch @forward_only {index = 0 : i64}
+      ...
+      sched.read_outputs "eval_outputs"
+      return
+    }
     ```
   }];
   let options = [
@@ -32,6 +40,9 @@ def ScheduleNoPipeliningPass : Pass<"trainc-schedule", "::mlir::ModuleOp"> {
     Option<"beta2", "adam-beta2", "double", "0.999", "Adam beta2">,
     Option<"eps", "adam-eps", "double", "1e-8", "Adam epsilon">,
     Option<"clipGrad", "clip-grad", "double", "1.0", "Global grad-norm clip (0 disables)">,
+    Option<"eval", "eval", "bool", "true",
+           "Also build @eval_step: forward-only microbatches of the forward function (@forward), "
+           "summing (loss_sum, num_tokens) for evaluation">,
   ];
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }

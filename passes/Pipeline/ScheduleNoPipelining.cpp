@@ -54,6 +54,44 @@ struct ScheduleNoPipeliningPass
                                      b.getF64FloatAttr(eps), b.getF64FloatAttr(clipGrad));
     b.create<sched::ReadOutputsOp>(loc, "outputs");
     b.create<func::ReturnOp>(loc);
+    if (eval && failed(buildEval(module, loc)))
+      signalPassFailure();
+  }
+
+  /// @forward_only (a stage function that only sums the losses) and @eval_step.
+  LogicalResult buildEval(ModuleOp module, Location loc) {
+    auto fwd = module.lookupSymbol<func::FuncOp>("forward");
+    if (!fwd)
+      return module.emitError() << "trainc-schedule: eval needs the forward function @forward";
+    OpBuilder b(module.getContext());
+    b.setInsertionPointAfter(fwd);
+    auto fo = cast<func::FuncOp>(b.clone(*fwd));
+    fo.setSymName("forward_only");
+    auto ret = cast<func::ReturnOp>(fo.getBody().front().getTerminator());
+    if (ret.getNumOperands() != 2)
+      return fwd.emitOpError() << "must return (loss_sum, num_tokens)";
+    b.setInsertionPoint(ret);
+    b.create<sched::AccumulateLossOp>(ret.getLoc(), ret.getOperand(0), ret.getOperand(1),
+                                      b.getStringAttr("per_token"));
+    b.create<func::ReturnOp>(ret.getLoc());
+    ret.erase();
+    fo.setFunctionType(b.getFunctionType(fo.getArgumentTypes(), {}));
+    fo.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
+    fo->setAttr("sched.stage", b.getUnitAttr());
+    b.setInsertionPointToEnd(module.getBody());
+    auto ev = b.create<func::FuncOp>(loc, "eval_step", b.getFunctionType({}, {}));
+    ev->setAttr("sched.iteration", b.getUnitAttr());
+    ev->setAttr("sched.eval", b.getUnitAttr());
+    ev->setAttr("sched.num_microbatches", b.getI64IntegerAttr(numMicrobatches));
+    b.setInsertionPointToStart(ev.addEntryBlock());
+    b.create<sched::ZeroLossesOp>(loc);
+    b.create<sched::FillInputsOp>(loc, "eval_batch");
+    for (int64_t i = 0; i < numMicrobatches; ++i)
+      b.create<sched::MicrobatchOp>(loc, FlatSymbolRefAttr::get(b.getContext(), "forward_only"),
+                                    b.getI64IntegerAttr(i));
+    b.create<sched::ReadOutputsOp>(loc, "eval_outputs");
+    b.create<func::ReturnOp>(loc);
+    return success();
   }
 };
 

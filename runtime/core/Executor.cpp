@@ -371,14 +371,28 @@ struct Runner {
 
 } // namespace
 
-absl::Status Executor::run(const HostCallback &host) {
-  executed_ = 0;
-  Runner r{*impl_, *backend_, *comm_, host, hwm_, executed_, {}};
+namespace {
+absl::Status runRoot(Executor::Impl &im, Backend &backend, Communicator &comm,
+                     const HostCallback &host, uint64_t &hwm, uint64_t &executed, int fn) {
+  executed = 0;
+  Runner r{im, backend, comm, host, hwm, executed, {}};
   for (unsigned s = 0; s < kNumStreams; ++s)
-    r.kdata[s] = backend_->kernelData(s);
-  absl::Status s = r.runFunction(int(program_.entry()), nullptr);
-  backend_->synchronize(kCommStream);
+    r.kdata[s] = backend.kernelData(s);
+  absl::Status s = r.runFunction(fn, nullptr);
+  backend.synchronize(kCommStream);
   return s;
+}
+} // namespace
+
+absl::Status Executor::run(const HostCallback &host) {
+  return runRoot(*impl_, *backend_, *comm_, host, hwm_, executed_, int(program_.entry()));
+}
+
+absl::Status Executor::runEntry(const std::string &name, const HostCallback &host) {
+  auto it = program_.entry_points().find(name);
+  if (it == program_.entry_points().end())
+    return absl::NotFoundError(absl::StrCat("the program has no entry point '", name, "'"));
+  return runRoot(*impl_, *backend_, *comm_, host, hwm_, executed_, int(it->second));
 }
 
 int Executor::findBuffer(std::string_view name) const {

@@ -53,6 +53,9 @@ public:
 
   /// Runs one iteration (the entry function). `host` may be empty if the program has no HostIO.
   absl::Status run(const HostCallback &host = {});
+  /// Runs the named entry point (Program.entry_points, e.g. "eval_step"). NotFound if absent.
+  absl::Status runEntry(const std::string &name, const HostCallback &host = {});
+  bool hasEntry(const std::string &name) const { return program_.entry_points().count(name) > 0; }
 
   const schema::Program &program() const { return program_; }
   /// Index of the buffer called `name`, or -1.

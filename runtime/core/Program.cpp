@@ -250,7 +250,7 @@ private:
   absl::Status checkParameters();
   absl::Status checkFunctionsStatic();
   absl::Status checkInstructionStatic(int fn, int idx);
-  absl::Status checkCallGraph();
+  absl::Status checkCallGraph(int root);
   absl::Status simulate(int fn, const std::vector<Range> &argRanges, std::string path, int depth);
 
   int groupSize(uint32_t g) const { return p.groups(g).ranks_size(); }
@@ -566,6 +566,14 @@ absl::Status Validator::checkFunctionsStatic() {
                             p.functions_size(), " functions)"));
   if (p.functions(p.entry()).args_size() != 0)
     return top("the entry function must take no arguments");
+  for (const auto &[name, fn] : p.entry_points()) {
+    if (fn >= uint32_t(p.functions_size()))
+      return top(absl::StrCat("entry point '", name, "' names function ", fn,
+                              ", outside the function table (", p.functions_size(),
+                              " functions)"));
+    if (p.functions(int(fn)).args_size() != 0)
+      return top(absl::StrCat("entry point '", name, "' must take no arguments"));
+  }
   resolved.resize(p.functions_size());
   for (int fn = 0; fn < p.functions_size(); ++fn) {
     const schema::Function &f = p.functions(fn);
@@ -584,7 +592,7 @@ absl::Status Validator::checkFunctionsStatic() {
   return absl::OkStatus();
 }
 
-absl::Status Validator::checkCallGraph() {
+absl::Status Validator::checkCallGraph(int root) {
   // Depth-first search for cycles (0 = unvisited, 1 = on stack, 2 = done).
   std::vector<int> state(p.functions_size(), 0);
   std::function<absl::Status(int)> dfs = [&](int fn) -> absl::Status {
@@ -604,7 +612,7 @@ absl::Status Validator::checkCallGraph() {
     state[fn] = 2;
     return absl::OkStatus();
   };
-  return dfs(int(p.entry()));
+  return dfs(root);
 }
 
 absl::Status Validator::simulate(int fn, const std::vector<Range> &argRanges, std::string path,
@@ -744,17 +752,24 @@ absl::Status Validator::run() {
     return s;
   if (absl::Status s = checkFunctionsStatic(); !s.ok())
     return s;
-  if (absl::Status s = checkCallGraph(); !s.ok())
-    return s;
-  tokenPending.assign(p.num_tokens(), false);
-  if (absl::Status s = simulate(int(p.entry()), {}, "", 0); !s.ok())
-    return s;
-  for (uint32_t t = 0; t < p.num_tokens(); ++t)
-    if (tokenPending[t])
-      return top(absl::StrCat("async token ", t,
-                              " is still pending at the end of the iteration (missing wait)"));
-  if (captureDepth != 0)
-    return top("a graph-capture region is still open at the end of the iteration");
+  std::vector<uint32_t> roots = {p.entry()};
+  for (const auto &[name, fn] : p.entry_points())
+    roots.push_back(fn);
+  for (uint32_t root : roots) {
+    if (absl::Status s = checkCallGraph(int(root)); !s.ok())
+      return s;
+    tokenPending.assign(p.num_tokens(), false);
+    captureDepth = 0;
+    if (absl::Status s = simulate(int(root), {}, "", 0); !s.ok())
+      return s;
+    for (uint32_t t = 0; t < p.num_tokens(); ++t)
+      if (tokenPending[t])
+        return top(absl::StrCat("async token ", t, " is still pending at the end of '",
+                                p.functions(int(root)).name(), "' (missing wait)"));
+    if (captureDepth != 0)
+      return top(absl::StrCat("a graph-capture region is still open at the end of '",
+                              p.functions(int(root)).name(), "'"));
+  }
   return absl::OkStatus();
 }
 

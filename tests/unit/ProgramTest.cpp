@@ -224,7 +224,7 @@ TEST(Validator, RefusesUnbalancedTokensAndRegions) {
   b.collective(main, schema::ALL_REDUCE, dp, ProgramBuilder::buf(x), ProgramBuilder::buf(x),
                schema::SUM, /*async=*/true, 0);
   std::string m = validateMessage(b.finish());
-  EXPECT_NE(m.find("async token 0 is still pending at the end of the iteration"),
+  EXPECT_NE(m.find("async token 0 is still pending at the end of 'main' (missing wait)"),
             std::string::npos)
       << m;
   b.wait(main, 0);
