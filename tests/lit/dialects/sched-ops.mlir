@@ -19,7 +19,8 @@ func.func @stage(%w: tensor<11x8xf32> {model.param = "w"}, %l: tensor<f32> {mode
   return
 }
 
-// Tests that the ops of an iteration function round-trip in order, with their attributes.
+// Tests that the ops of an iteration function (training, and evaluation with sched.zero_losses)
+// round-trip in order, with their attributes.
 // CHECK-LABEL: func.func @train_step
 // CHECK-NEXT: sched.zero_grads
 // CHECK-NEXT: sched.fill_inputs "batch"
@@ -31,6 +32,10 @@ func.func @stage(%w: tensor<11x8xf32> {model.param = "w"}, %l: tensor<f32> {mode
 // CHECK-NEXT: sched.adamw {beta1 = 9.000000e-01 : f64, beta2 = 7.500000e-01 : f64, decay = false, eps = 1.000000e-08 : f64, param = "w"}
 // CHECK-NEXT: sched.read_outputs "outputs"
 // CHECK-NEXT: return
+// CHECK-LABEL: func.func @eval_step
+// CHECK-SAME: attributes {sched.eval, sched.iteration}
+// CHECK-NEXT: sched.zero_losses
+// CHECK-NEXT: return
 func.func @train_step() attributes {sched.iteration} {
   sched.zero_grads
   sched.fill_inputs "batch"
@@ -41,5 +46,9 @@ func.func @train_step() attributes {sched.iteration} {
   sched.clip_grad_norm {max_norm = 0.5 : f64}
   sched.adamw {param = "w", decay = false, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
   sched.read_outputs "outputs"
+  return
+}
+func.func @eval_step() attributes {sched.iteration, sched.eval} {
+  sched.zero_losses
   return
 }

@@ -174,6 +174,62 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+// Tests that an evaluation iteration (sched.eval) becomes an extra entry point named after it, that
+// sched.zero_losses zeroes only the loss outputs, and that the FLOPs recorded on the module are
+// those of the training iteration only (one call of a 2 x 10 x 4 x 8 = 640-FLOP linear; the three
+// evaluation calls do not count).
+// CHECK: module attributes {{.*}}trainc.flops_per_iteration = 6.400000e+02 : f64, trainc.num_microbatches = 1 : i64}
+// CHECK-LABEL: func.func @train_step()
+// CHECK-SAME: attributes {rt.entry}
+// CHECK: call @forward_backward(
+// CHECK-LABEL: func.func @eval_step()
+// CHECK-SAME: attributes {rt.entry_point = "eval_step"}
+// CHECK-NEXT: %[[LS:.+]] = rt.buffer_ref @loss_sum : memref<f32>
+// CHECK-NEXT: rt.kernel "fill" outs(%[[LS]] : memref<f32>){{$}}
+// CHECK-NEXT: %[[NT:.+]] = rt.buffer_ref @num_tokens : memref<f32>
+// CHECK-NEXT: rt.kernel "fill" outs(%[[NT]] : memref<f32>){{$}}
+// CHECK-NEXT: rt.host_io "fill_inputs" "eval_batch"
+// CHECK: call @forward_only(
+// CHECK: call @forward_only(
+// CHECK: call @forward_only(
+// CHECK: rt.host_io "read_outputs" "eval_outputs"
+func.func @forward_backward(%w: tensor<4x8xf32> {model.param = "w"}, %x: tensor<10x8xf32> {model.input = "x"}) attributes {sched.stage} {
+  %y = model.linear %x, %w : (tensor<10x8xf32>, tensor<4x8xf32>) -> tensor<10x4xf32>
+  return
+}
+func.func @forward_only(%w: tensor<4x8xf32> {model.param = "w"}, %x: tensor<10x8xf32> {model.input = "x"}) attributes {sched.stage} {
+  %y = model.linear %x, %w : (tensor<10x8xf32>, tensor<4x8xf32>) -> tensor<10x4xf32>
+  return
+}
+func.func @train_step() attributes {sched.iteration} {
+  sched.microbatch @forward_backward {index = 0 : i64}
+  return
+}
+func.func @eval_step() attributes {sched.iteration, sched.eval} {
+  sched.zero_losses
+  sched.fill_inputs "eval_batch"
+  sched.microbatch @forward_only {index = 0 : i64}
+  sched.microbatch @forward_only {index = 1 : i64}
+  sched.microbatch @forward_only {index = 2 : i64}
+  sched.read_outputs "eval_outputs"
+  return
+}
+
+// -----
+
+// Tests that an evaluation iteration does not count as the training iteration.
+// expected-error@+1 {{trainc-lower-to-rt: expected one training iteration function (sched.iteration without sched.eval), found 0}}
+module {
+  func.func @forward_only(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+    return
+  }
+  func.func @eval_step() attributes {sched.iteration, sched.eval} {
+    return
+  }
+}
+
+// -----
+
 // Tests that an empty module is refused.
 // expected-error@+1 {{trainc-lower-to-rt: empty module}}
 module {
@@ -199,8 +255,8 @@ func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %x: tensor<4x
 
 // -----
 
-// Tests that a module needs exactly one iteration function.
-// expected-error@+1 {{trainc-lower-to-rt: expected one iteration function (sched.iteration), found 2}}
+// Tests that a module needs exactly one training iteration function.
+// expected-error@+1 {{trainc-lower-to-rt: expected one training iteration function (sched.iteration without sched.eval), found 2}}
 module {
   func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
     return

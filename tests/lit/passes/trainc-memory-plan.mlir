@@ -68,6 +68,28 @@ func.func @train_step() attributes {rt.entry} {
 
 // -----
 
+// Tests that entry points (rt.entry_point, the evaluation step) never run at the same time as the
+// training entry: their frames start at the same base and the arena holds the larger one.
+// CHECK: module attributes {rt.arena_bytes = 192 : i64, rt.flowing_peak_bytes = 128 : i64, rt.persistent_bytes = 64 : i64}
+// CHECK: rt.buffer @p {kind = "parameter", offset = 0 : i64} : memref<4xf32>
+// CHECK: rt.buffer @x {kind = "activation", offset = 64 : i64} : memref<32xf32>
+// CHECK: rt.buffer @y {kind = "activation", offset = 64 : i64} : memref<16xf32>
+rt.buffer @p {kind = "parameter"} : memref<4xf32>
+rt.buffer @x {kind = "activation"} : memref<32xf32>
+rt.buffer @y {kind = "activation"} : memref<16xf32>
+func.func @train_step() attributes {rt.entry} {
+  %x = rt.buffer_ref @x : memref<32xf32>
+  rt.kernel "fill" outs(%x : memref<32xf32>)
+  return
+}
+func.func @eval_step() attributes {rt.entry_point = "eval_step"} {
+  %y = rt.buffer_ref @y : memref<16xf32>
+  rt.kernel "fill" outs(%y : memref<16xf32>)
+  return
+}
+
+// -----
+
 // Tests that the plan needs an entry function.
 // expected-error@+1 {{trainc-memory-plan: no entry function (rt.entry)}}
 module {
@@ -99,7 +121,7 @@ module {
 // -----
 
 // Tests that a buffer of a function the entry never calls is reported.
-// expected-error@+1 {{'rt.buffer' op is not reachable from the entry function}}
+// expected-error@+1 {{'rt.buffer' op is not reachable from an entry function}}
 rt.buffer @a {kind = "activation"} : memref<4xf32>
 func.func @unused() attributes {rt.stage} {
   %a = rt.buffer_ref @a : memref<4xf32>

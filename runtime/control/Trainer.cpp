@@ -1,0 +1,568 @@
+//===- Trainer.cpp - The training loop of one rank ------------------------===//
+
+#include "runtime/control/Trainer.h"
+
+#include "runtime/comm/Communicator.h"
+#include "runtime/control/Dataset.h"
+#include "runtime/control/LrSchedule.h"
+#include "runtime/core/Executor.h"
+#include "runtime/core/Init.h"
+#include "runtime/core/Program.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+namespace trainc::rt::control {
+
+//===----------------------------------------------------------------------===//
+// Run options
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+absl::Status badValue(const std::string &flag, const std::string &v, const char *what) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, " expects ", what, ", got '", v, "'"));
+}
+
+bool toInt(const std::string &v, int64_t &out) {
+  char *end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end)
+    return false;
+  out = x;
+  return true;
+}
+
+bool toDouble(const std::string &v, double &out) {
+  char *end = nullptr;
+  out = std::strtod(v.c_str(), &end);
+  return !v.empty() && !*end && std::isfinite(out);
+}
+
+std::string meta(const schema::Program &p, const std::string &key, const std::string &dflt = "") {
+  auto it = p.metadata().find(key);
+  return it == p.metadata().end() ? dflt : it->second;
+}
+
+int64_t metaInt(const schema::Program &p, const std::string &key, int64_t dflt) {
+  int64_t v;
+  return toInt(meta(p, key), v) ? v : dflt;
+}
+
+double metaDouble(const schema::Program &p, const std::string &key, double dflt) {
+  double v;
+  return toDouble(meta(p, key), v) ? v : dflt;
+}
+
+} // namespace
+
+absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
+                                           const std::vector<std::string> &args) {
+  RunOptions o;
+  const schema::Program &p = program;
+  // Defaults recorded by `trainc compile` from the Megatron command line.
+  std::string dataPath = meta(p, "runtime.data_path");
+  std::istringstream ds(dataPath);
+  for (std::string s; ds >> s;)
+    o.dataPath.push_back(s);
+  o.mockData = meta(p, "runtime.mock_data") == "true";
+  o.split = meta(p, "runtime.split", o.split);
+  o.trainIters = metaInt(p, "runtime.train_iters", 0);
+  o.trainSamples = metaInt(p, "runtime.train_samples", 0);
+  o.lrGiven = !meta(p, "runtime.lr").empty();
+  o.lr = metaDouble(p, "runtime.lr", 0);
+  o.minLr = metaDouble(p, "runtime.min_lr", 0);
+  o.lrDecayStyle = meta(p, "runtime.lr_decay_style", o.lrDecayStyle);
+  o.lrWarmupIters = metaInt(p, "runtime.lr_warmup_iters", 0);
+  o.lrWarmupSamples = metaInt(p, "runtime.lr_warmup_samples", 0);
+  o.lrDecayIters = metaInt(p, "runtime.lr_decay_iters", 0);
+  o.lrDecaySamples = metaInt(p, "runtime.lr_decay_samples", 0);
+  o.weightDecay = metaDouble(p, "training.weight_decay", o.weightDecay);
+  o.logInterval = metaInt(p, "runtime.log_interval", o.logInterval);
+  o.evalInterval = metaInt(p, "runtime.eval_interval", o.evalInterval);
+  o.evalIters = metaInt(p, "runtime.eval_iters", o.evalIters);
+  o.seed = metaInt(p, "runtime.seed", o.seed);
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    bool inlineValue = false;
+    if (size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inlineValue = true;
+    }
+    auto next = [&](std::string &out) -> absl::Status {
+      if (inlineValue) {
+        out = value;
+        return absl::OkStatus();
+      }
+      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)
+        return absl::InvalidArgumentError(absl::StrCat(flag, " expects a value"));
+      out = args[++i];
+      return absl::OkStatus();
+    };
+    auto intFlag = [&](int64_t &out, bool positive) -> absl::Status {
+      std::string v;
+      if (absl::Status s = next(v); !s.ok())
+        return s;
+      if (!toInt(v, out) || out < (positive ? 1 : 0))
+        return badValue(flag, v, positive ? "a positive integer" : "a non-negative integer");
+      return absl::OkStatus();
+    };
+    auto doubleFlag = [&](double &out) -> absl::Status {
+      std::string v;
+      if (absl::Status s = next(v); !s.ok())
+        return s;
+      if (!toDouble(v, out) || out < 0)
+        return badValue(flag, v, "a non-negative number");
+      return absl::OkStatus();
+    };
+    absl::Status s = absl::OkStatus();
+    if (flag == "--data-path") {
+      o.dataPath.clear();
+      if (inlineValue)
+        o.dataPath.push_back(value);
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+        o.dataPath.push_back(args[++i]);
+      if (o.dataPath.empty())
+        s = absl::InvalidArgumentError("--data-path expects one or more files or directories");
+    } else if (flag == "--mock-data") {
+      o.mockData = true;
+    } else if (flag == "--split") {
+      s = next(o.split);
+    } else if (flag == "--seq-length") {
+      s = intFlag(o.seqLength, true);
+    } else if (flag == "--train-iters") {
+      s = intFlag(o.trainIters, true);
+      o.trainSamples = 0;
+    } else if (flag == "--train-samples") {
+      s = intFlag(o.trainSamples, true);
+      o.trainIters = 0;
+    } else if (flag == "--lr") {
+      s = doubleFlag(o.lr);
+      o.lrGiven = true;
+    } else if (flag == "--min-lr") {
+      s = doubleFlag(o.minLr);
+    } else if (flag == "--lr-decay-style") {
+      s = next(o.lrDecayStyle);
+    } else if (flag == "--lr-warmup-iters") {
+      s = intFlag(o.lrWarmupIters, false);
+    } else if (flag == "--lr-warmup-samples") {
+      s = intFlag(o.lrWarmupSamples, false);
+    } else if (flag == "--lr-decay-iters") {
+      s = intFlag(o.lrDecayIters, true);
+    } else if (flag == "--lr-decay-samples") {
+      s = intFlag(o.lrDecaySamples, true);
+    } else if (flag == "--weight-decay") {
+      s = doubleFlag(o.weightDecay);
+    } else if (flag == "--log-interval") {
+      s = intFlag(o.logInterval, true);
+    } else if (flag == "--eval-interval") {
+      s = intFlag(o.evalInterval, true);
+    } else if (flag == "--eval-iters") {
+      s = intFlag(o.evalIters, false);
+    } else if (flag == "--seed") {
+      s = intFlag(o.seed, false);
+    } else if (flag == "--dump-dir") {
+      s = next(o.dumpDir);
+    } else if (flag == "--save" || flag == "--load" || flag == "--save-interval") {
+      std::string v;
+      s = next(v);
+      if (s.ok())
+        s = absl::InvalidArgumentError(absl::StrCat("not supported yet: ", flag,
+                                                    " (checkpointing lands in a later issue)"));
+    } else {
+      s = absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+    }
+    if (!s.ok())
+      return s;
+  }
+  if (!o.lrGiven)
+    return absl::InvalidArgumentError("missing --lr (give it to trainc compile or to trainrun)");
+  if (o.trainIters == 0 && o.trainSamples == 0)
+    return absl::InvalidArgumentError(
+        "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
+  return o;
+}
+
+//===----------------------------------------------------------------------===//
+// Safetensors
+//===----------------------------------------------------------------------===//
+
+absl::Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors) {
+  std::string header = "{";
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const NamedTensor &t = tensors[i];
+    absl::StrAppend(&header, i ? "," : "", "\"", t.name, "\":{\"dtype\":\"", t.dtype,
+                    "\",\"shape\":[");
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      absl::StrAppend(&header, d ? "," : "", t.shape[d]);
+    absl::StrAppend(&header, "],\"data_offsets\":[", offset, ",", offset + t.bytes.size(), "]}");
+    offset += t.bytes.size();
+  }
+  header += "}";
+  while (header.size() % 8)
+    header += ' ';
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f)
+    return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+  uint64_t n = header.size();
+  char len[8];
+  for (int i = 0; i < 8; ++i)
+    len[i] = char((n >> (8 * i)) & 0xff);
+  f.write(len, 8);
+  f.write(header.data(), std::streamsize(header.size()));
+  for (const NamedTensor &t : tensors)
+    f.write(t.bytes.data(), std::streamsize(t.bytes.size()));
+  if (!f)
+    return absl::DataLossError(absl::StrCat("short write to '", path, "'"));
+  return absl::OkStatus();
+}
+
+//===----------------------------------------------------------------------===//
+// Trainer
+//===----------------------------------------------------------------------===//
+
+struct Trainer::Impl {
+  RunOptions opts;
+  std::ostream *log = nullptr;
+  schema::Program program;
+  std::unique_ptr<Backend> backend = createCpuBackend();
+  std::unique_ptr<Communicator> comm = createLocalCommunicator();
+  std::unique_ptr<Executor> ex;
+  Datasets data;
+  std::unique_ptr<LrSchedule> schedule;
+  int64_t mbs = 0, numMicrobatches = 0, gbs = 0, seq = 0;
+  DType scalarType = DType::F32;
+  bool hasRng = false;
+  std::vector<double> losses, gradNorms;
+  std::vector<EvalResult> evals;
+  std::ofstream batchesOut, lossesOut;
+
+  int buffer(const std::string &name) const { return ex->findBuffer(name); }
+
+  absl::Status writeScalar(const std::string &name, double v) {
+    int b = buffer(name);
+    if (b < 0)
+      return absl::OkStatus();
+    if (scalarType == DType::F64)
+      return ex->writeBuffer(b, &v, 8);
+    float f = float(v);
+    return ex->writeBuffer(b, &f, 4);
+  }
+  double readScalar(const std::string &name) const {
+    int b = buffer(name);
+    if (b < 0)
+      return std::nan("");
+    if (scalarType == DType::F64) {
+      double d;
+      (void)ex->readBuffer(b, &d, 8);
+      return d;
+    }
+    float f;
+    (void)ex->readBuffer(b, &f, 4);
+    return f;
+  }
+
+  /// Fills every microbatch's input buffers from global samples [first, first + gbs) of `ds`
+  /// (microbatch i takes [first + i*mbs, first + (i+1)*mbs): Megatron's pretraining sampler with
+  /// one data-parallel rank).
+  absl::Status fillBatch(const Dataset &ds, int64_t first, int64_t iteration,
+                         std::vector<int32_t> *record) {
+    std::vector<int32_t> sample(size_t(seq + 1)), tok(size_t(mbs * seq)), lab(size_t(mbs * seq)),
+        pos(size_t(mbs * seq));
+    std::vector<char> mask(size_t(mbs * seq) * dtypeSize(scalarType));
+    for (int64_t i = 0; i < mbs * seq; ++i) {
+      pos[size_t(i)] = int32_t(i % seq);
+      if (scalarType == DType::F64) {
+        double one = 1;
+        std::memcpy(mask.data() + 8 * i, &one, 8);
+      } else {
+        float one = 1;
+        std::memcpy(mask.data() + 4 * i, &one, 4);
+      }
+    }
+    for (int64_t m = 0; m < numMicrobatches; ++m) {
+      for (int64_t b = 0; b < mbs; ++b) {
+        ds.sample(first + m * mbs + b, sample.data());
+        if (record)
+          record->insert(record->end(), sample.begin(), sample.end());
+        std::memcpy(tok.data() + b * seq, sample.data(), size_t(seq) * 4);
+        std::memcpy(lab.data() + b * seq, sample.data() + 1, size_t(seq) * 4);
+      }
+      std::string sfx = "." + std::to_string(m);
+      for (auto [name, data] : {std::pair<const char *, const void *>{"tokens", tok.data()},
+                                {"labels", lab.data()},
+                                {"position_ids", pos.data()}}) {
+        int buf = buffer(name + sfx);
+        if (buf >= 0)
+          if (absl::Status s = ex->writeBuffer(buf, data, tok.size() * 4); !s.ok())
+            return s;
+      }
+      if (int buf = buffer("loss_mask" + sfx); buf >= 0)
+        if (absl::Status s = ex->writeBuffer(buf, mask.data(), mask.size()); !s.ok())
+          return s;
+      if (int buf = buffer("rng" + sfx); buf >= 0) {
+        int64_t rng[3] = {opts.seed, iteration, m};
+        if (absl::Status s = ex->writeBuffer(buf, rng, sizeof(rng)); !s.ok())
+          return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<NamedTensor> parameters() const {
+    std::vector<NamedTensor> out;
+    for (const schema::Parameter &p : program.parameters()) {
+      const schema::Buffer &b = program.buffers(int(p.buffer()));
+      NamedTensor t;
+      t.name = p.name();
+      t.dtype = b.dtype() == schema::F64 ? "F64" : "F32";
+      t.shape.assign(p.global_shape().begin(), p.global_shape().end());
+      t.bytes.resize(b.byte_size());
+      (void)ex->readBuffer(int(p.buffer()), t.bytes.data(), t.bytes.size());
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+  absl::Status evaluate(int64_t iteration) {
+    if (!data.valid || opts.evalIters == 0 || !ex->hasEntry("eval_step"))
+      return absl::OkStatus();
+    double lossSum = 0, tokens = 0;
+    for (int64_t k = 0; k < opts.evalIters; ++k) {
+      absl::Status s = ex->runEntry("eval_step", [&](schema::HostIOKind kind, const std::string &) {
+        if (kind == schema::FILL_INPUTS)
+          return fillBatch(*data.valid, k * gbs, iteration, nullptr);
+        lossSum += readScalar("loss_sum");
+        tokens += readScalar("num_tokens");
+        return absl::OkStatus();
+      });
+      if (!s.ok())
+        return s;
+    }
+    double loss = tokens > 0 ? lossSum / tokens : std::nan("");
+    evals.push_back({iteration, loss});
+    *log << "-----------------------------------------------------------------------------------"
+            "------------\n";
+    *log << absl::StrFormat(" validation loss at iteration %d | lm loss value: %.6E | lm loss PPL: "
+                            "%.6E | \n",
+                            iteration, loss, std::exp(loss));
+    *log << "-----------------------------------------------------------------------------------"
+            "------------\n";
+    log->flush();
+    return absl::OkStatus();
+  }
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+namespace {
+std::string timestamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+double seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+} // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &planDir,
+                                                         const RunOptions &options,
+                                                         std::ostream &log) {
+  auto im = std::make_unique<Impl>();
+  im->opts = options;
+  im->log = &log;
+  auto t0 = std::chrono::steady_clock::now();
+  log << "> loading plan " << planDir << " ..." << std::flush;
+  absl::StatusOr<schema::Program> p = readProgramFile(planDir + "/rank0.pb");
+  if (!p.ok())
+    return p.status();
+  im->program = std::move(*p);
+  const schema::Program &prog = im->program;
+  im->mbs = metaInt(prog, "training.micro_batch_size", 0);
+  im->numMicrobatches = metaInt(prog, "training.num_microbatches", 0);
+  im->gbs = metaInt(prog, "training.global_batch_size", 0);
+  im->seq = metaInt(prog, "model.seq_length", 0);
+  if (im->mbs <= 0 || im->numMicrobatches <= 0 || im->seq <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        planDir, "/rank0.pb: the program does not record its micro batch size, number of "
+                 "microbatches and sequence length (was it written by trainc compile?)"));
+  if (options.seqLength != 0 && options.seqLength != im->seq)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--seq-length ", options.seqLength, options.seqLength > im->seq ? " is larger than" : " differs from",
+        " the plan's compiled sequence length ", im->seq, " (recompile with --seq-length ",
+        options.seqLength, ")"));
+  auto ex = Executor::create(prog, *im->backend, *im->comm);
+  if (!ex.ok())
+    return absl::Status(ex.status().code(),
+                        absl::StrCat(planDir, "/rank0.pb: ", ex.status().message()));
+  im->ex = std::move(*ex);
+  if (int lr = im->buffer("lr"); lr >= 0)
+    im->scalarType = DType(int(prog.buffers(lr).dtype()));
+  im->hasRng = im->buffer("rng.0") >= 0;
+  if (absl::Status s = initializeParameters(*im->ex, uint64_t(options.seed)); !s.ok())
+    return s;
+  log << " done (" << absl::StrFormat("%.2f", seconds(t0, std::chrono::steady_clock::now()))
+      << " s)\n> building train, validation, and test datasets ..." << std::flush;
+  auto t1 = std::chrono::steady_clock::now();
+  DataOptions d;
+  d.dataPath = options.dataPath;
+  d.mockData = options.mockData;
+  d.split = options.split;
+  d.seqLength = im->seq;
+  d.seed = uint64_t(options.seed);
+  d.vocabSize = metaInt(prog, "model.vocab_size", kByteVocabSize);
+  absl::StatusOr<Datasets> ds = buildDatasets(d);
+  if (!ds.ok())
+    return ds.status();
+  im->data = std::move(*ds);
+  if (!im->data.train)
+    return absl::InvalidArgumentError("the train split is empty (check --split)");
+  log << " done (" << absl::StrFormat("%.2f", seconds(t1, std::chrono::steady_clock::now()))
+      << " s): " << im->data.train->numSamples() << " train samples, "
+      << (im->data.valid ? im->data.valid->numSamples() : 0) << " validation samples\n";
+  // The LR schedule in samples (Megatron converts iterations with the global batch size).
+  int64_t warmup = options.lrWarmupSamples ? options.lrWarmupSamples
+                                           : options.lrWarmupIters * im->gbs;
+  int64_t total = options.trainSamples ? options.trainSamples : options.trainIters * im->gbs;
+  int64_t decay = options.lrDecaySamples  ? options.lrDecaySamples
+                  : options.lrDecayIters ? options.lrDecayIters * im->gbs
+                                         : total;
+  absl::StatusOr<LrSchedule> sched =
+      LrSchedule::create(options.lr, options.minLr, warmup, decay, options.lrDecayStyle);
+  if (!sched.ok())
+    return sched.status();
+  im->schedule = std::make_unique<LrSchedule>(*sched);
+  if (!options.dumpDir.empty()) {
+    if (absl::Status s = writeSafetensors(options.dumpDir + "/initial_weights.safetensors",
+                                          im->parameters());
+        !s.ok())
+      return s;
+    im->batchesOut.open(options.dumpDir + "/batches.bin", std::ios::binary | std::ios::trunc);
+    im->lossesOut.open(options.dumpDir + "/losses.txt", std::ios::trunc);
+    if (!im->batchesOut || !im->lossesOut)
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write into --dump-dir '", options.dumpDir, "'"));
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
+}
+
+absl::Status Trainer::train() {
+  Impl &im = *impl_;
+  const RunOptions &o = im.opts;
+  std::ostream &log = *im.log;
+  int64_t iters = o.trainIters ? o.trainIters : (o.trainSamples + im.gbs - 1) / im.gbs;
+  int64_t consumed = 0, scheduled = 0, successful = 0, skipped = 0, nans = 0;
+  double flops = im.program.reports().flops().flops_per_iteration();
+  // Interval accumulators (Megatron averages the loss over the non-skipped iterations of the
+  // logging interval).
+  double intervalLoss = 0, intervalTime = 0;
+  int64_t intervalCount = 0, intervalIters = 0, intervalSkipped = 0, intervalNans = 0;
+  for (int64_t it = 1; it <= iters; ++it) {
+    double lr = im.schedule->lr(scheduled);
+    double loss = 0, norm = 0, update = 0;
+    std::vector<int32_t> record;
+    auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = im.ex->run([&](schema::HostIOKind kind, const std::string &) -> absl::Status {
+      if (kind == schema::FILL_INPUTS) {
+        if (absl::Status f = im.fillBatch(*im.data.train, consumed, it,
+                                          im.batchesOut.is_open() ? &record : nullptr);
+            !f.ok())
+          return f;
+        if (absl::Status f = im.writeScalar("lr", lr); !f.ok())
+          return f;
+        if (absl::Status f = im.writeScalar("weight_decay", o.weightDecay); !f.ok())
+          return f;
+        return im.writeScalar("step", double(successful + 1));
+      }
+      loss = im.readScalar("loss_sum") / im.readScalar("num_tokens");
+      norm = im.readScalar("grad_norm");
+      update = im.readScalar("update_successful");
+      return absl::OkStatus();
+    });
+    if (!s.ok())
+      return absl::Status(s.code(), absl::StrCat("iteration ", it, ": ", s.message()));
+    double dt = seconds(t0, std::chrono::steady_clock::now());
+    consumed += im.gbs;
+    bool ok = update != 0;
+    if (ok) {
+      ++successful;
+      scheduled += im.gbs;
+    } else {
+      ++skipped;
+      ++intervalSkipped;
+    }
+    if (!std::isfinite(loss)) {
+      ++nans;
+      ++intervalNans;
+    }
+    im.losses.push_back(loss);
+    im.gradNorms.push_back(norm);
+    if (im.batchesOut.is_open()) {
+      im.batchesOut.write(reinterpret_cast<const char *>(record.data()),
+                          std::streamsize(record.size() * 4));
+      im.lossesOut << it << " " << absl::StrFormat("%.17g %.17g %.17g", loss, norm, lr) << "\n";
+    }
+    if (ok && std::isfinite(loss)) {
+      intervalLoss += loss;
+      ++intervalCount;
+    }
+    intervalTime += dt;
+    ++intervalIters;
+    if (it % o.logInterval == 0 || it == iters) {
+      double perIter = intervalTime / double(intervalIters);
+      double tokensPerSec = double(im.gbs * im.seq) / perIter;
+      log << absl::StrFormat(
+          " [%s] iteration %8d/%8d | consumed samples: %12d | elapsed time per iteration (ms): "
+          "%.1f | throughput (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
+          "global batch size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number "
+          "of skipped iterations: %3d | number of nan iterations: %3d |\n",
+          timestamp(), it, iters, consumed, perIter * 1e3, flops / perIter / 1e12, tokensPerSec,
+          lr, im.gbs, intervalCount ? intervalLoss / double(intervalCount) : std::nan(""), norm,
+          intervalSkipped, intervalNans);
+      if (it == o.logInterval || (it == iters && iters < o.logInterval)) {
+        const schema::MemoryReport &m = im.program.reports().memory();
+        log << absl::StrFormat(
+            "[Rank 0] (after %d iterations) memory (MB) | plan arena: %.2f | persistent: %.2f | "
+            "flowing peak: %.2f | touched high-water mark: %.2f\n",
+            it, double(m.arena_bytes()) / 1048576.0, double(m.persistent_bytes()) / 1048576.0,
+            double(m.flowing_peak_bytes()) / 1048576.0,
+            double(im.ex->highWaterMark()) / 1048576.0);
+      }
+      log.flush();
+      intervalLoss = intervalTime = 0;
+      intervalCount = intervalIters = intervalSkipped = intervalNans = 0;
+    }
+    if (o.evalInterval > 0 && it % o.evalInterval == 0 && it != iters)
+      if (absl::Status e = im.evaluate(it); !e.ok())
+        return e;
+  }
+  if (absl::Status e = im.evaluate(iters); !e.ok())
+    return e;
+  if (!o.dumpDir.empty())
+    if (absl::Status w = writeSafetensors(o.dumpDir + "/final_weights.safetensors", im.parameters());
+        !w.ok())
+      return w;
+  log << absl::StrFormat("trainc: %d iterations, %d skipped, %d with a nan loss\n", iters, skipped,
+                         nans);
+  return absl::OkStatus();
+}
+
+const std::vector<double> &Trainer::losses() const { return impl_->losses; }
+const std::vector<double> &Trainer::gradNorms() const { return impl_->gradNorms; }
+const std::vector<EvalResult> &Trainer::evaluations() const { return impl_->evals; }
+
+} // namespace trainc::rt::control

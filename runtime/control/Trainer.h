@@ -1,0 +1,97 @@
+//===- Trainer.h - The training loop of one rank (Megatron's train()) -----===//
+//
+// Loads a plan's rank program, initialises the parameters, and runs Megatron's training loop on
+// it: per iteration the host fills the static input buffers of every microbatch and the device
+// scalars (lr, weight decay, Adam step), runs the program, reads (loss_sum, num_tokens, grad_norm,
+// update_successful); consumed samples advance by the global batch; the learning rate follows
+// LrSchedule on the samples axis and only advances on successful steps; evaluation runs the
+// program's eval_step entry over held-out batches. Log lines have Megatron's shape.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TRAINC_RUNTIME_CONTROL_TRAINER_H
+#define TRAINC_RUNTIME_CONTROL_TRAINER_H
+
+#include "runtime/schema/program.pb.h"
+
+#include "absl/status/statusor.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace trainc::rt::control {
+
+/// Run-time values (Megatron flag names). Defaults come from the plan (the compile command's
+/// flags); flags given to trainrun override them.
+struct RunOptions {
+  std::vector<std::string> dataPath;
+  bool mockData = false;
+  std::string split = "969, 30, 1";
+  int64_t seqLength = 0; // 0 = the compiled one; anything else must equal it
+  int64_t trainIters = 0, trainSamples = 0;
+  double lr = 0, minLr = 0;
+  bool lrGiven = false;
+  std::string lrDecayStyle = "linear";
+  int64_t lrWarmupIters = 0, lrWarmupSamples = 0, lrDecayIters = 0, lrDecaySamples = 0;
+  double weightDecay = 0.01;
+  int64_t logInterval = 100, evalInterval = 1000, evalIters = 100;
+  int64_t seed = 1234;
+  /// trainc: write initial/final weights (safetensors), the token batches and the losses here.
+  std::string dumpDir;
+};
+
+/// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then
+/// applies `args` (e.g. {"--train-iters", "100", "--data-path", "a.txt"}). Errors name the flag
+/// and the value: an unknown flag, a missing or malformed value, or a flag whose feature is not
+/// implemented yet (--save, --load: "not supported yet: --save").
+absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
+                                           const std::vector<std::string> &args);
+
+/// One logged evaluation: iteration and Sigma loss / Sigma tokens over the held-out batches.
+struct EvalResult {
+  int64_t iteration;
+  double loss;
+};
+
+class Trainer {
+public:
+  /// Reads `planDir`/rank0.pb, validates it, allocates the arena, initialises the parameters from
+  /// the seed and builds the datasets. Errors: a missing or invalid plan (naming the file and the
+  /// field), a plan whose sequence length differs from --seq-length, data errors (missing file,
+  /// empty corpus), an LR schedule that does not make sense.
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const std::string &planDir,
+                                                         const RunOptions &options,
+                                                         std::ostream &log);
+  ~Trainer();
+
+  /// Runs the training loop (and evaluations) to the end; returns the first runtime error.
+  absl::Status train();
+
+  /// Per-iteration lm loss (loss_sum / num_tokens), grad norm and update flag, for tests.
+  const std::vector<double> &losses() const;
+  const std::vector<double> &gradNorms() const;
+  const std::vector<EvalResult> &evaluations() const;
+
+  struct Impl;
+
+private:
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Writes tensors to a safetensors file (https://github.com/huggingface/safetensors format:
+/// 8-byte little-endian header size, JSON header, raw little-endian data). dtype "F32" or "F64".
+struct NamedTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+absl::Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors);
+
+} // namespace trainc::rt::control
+
+#endif
