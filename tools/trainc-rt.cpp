@@ -17,6 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <algorithm>
+#include <map>
+#include <vector>
 
 using namespace trainc;
 using namespace trainc::rt;
@@ -89,10 +92,13 @@ int cmdRun(int argc, char **argv) {
   if (argc < 1)
     return usage("run takes a program file");
   int64_t iters = 1;
+  bool profile = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
       if (!parseInt("--iters", argv[++i], iters))
         return 2;
+    } else if (!std::strcmp(argv[i], "--profile")) {
+      profile = true;
     } else {
       return usage((std::string("unknown argument '") + argv[i] + "'").c_str());
     }
@@ -104,12 +110,16 @@ int cmdRun(int argc, char **argv) {
   }
   auto backend = createCpuBackend();
   auto comm = createLocalCommunicator();
-  auto ex = Executor::create(*p, *backend, *comm);
+  ExecutorOptions eo;
+  eo.timing = profile;
+  auto ex = Executor::create(*p, *backend, *comm, eo);
   if (!ex.ok()) {
     std::fprintf(stderr, "trainc-rt: %s: %s\n", argv[0], std::string(ex.status().message()).c_str());
     return 1;
   }
   for (int64_t i = 0; i < iters; ++i) {
+    if (profile && i + 1 == iters)
+      (*ex)->clearTimings();
     auto t0 = std::chrono::steady_clock::now();
     if (absl::Status s = (*ex)->run(); !s.ok()) {
       std::fprintf(stderr, "trainc-rt: %s\n", std::string(s.message()).c_str());
@@ -119,6 +129,29 @@ int cmdRun(int argc, char **argv) {
     std::printf("iteration %lld: %llu instructions, %.3f ms, arena high-water mark %llu bytes\n",
                 (long long)i + 1, (unsigned long long)(*ex)->lastInstructionCount(), ms,
                 (unsigned long long)(*ex)->highWaterMark());
+  }
+  if (profile) {
+    // Time per kernel name in the last iteration, largest first.
+    std::map<std::string, std::pair<double, int>> byKernel;
+    double total = 0;
+    for (const InstrTiming &t : (*ex)->timings()) {
+      const auto &ins = p->functions(t.function).body(t.index);
+      std::string name = ins.has_kernel() ? ins.kernel().kernel()
+                         : ins.has_call()  ? std::string("(call)")
+                                           : std::string("(other)");
+      if (ins.has_call())
+        continue; // calls include their body's instructions
+      double ms = double(t.endNs - t.startNs) * 1e-6;
+      byKernel[name].first += ms;
+      byKernel[name].second += 1;
+      total += ms;
+    }
+    std::vector<std::pair<std::string, std::pair<double, int>>> rows(byKernel.begin(), byKernel.end());
+    std::sort(rows.begin(), rows.end(), [](auto &a, auto &b) { return a.second.first > b.second.first; });
+    std::printf("profile of the last iteration (%.3f ms in instructions):\n", total);
+    for (auto &[name, v] : rows)
+      std::printf("  %-24s %9.3f ms %5.1f%% %6d calls\n", name.c_str(), v.first,
+                  100.0 * v.first / total, v.second);
   }
   return 0;
 }
