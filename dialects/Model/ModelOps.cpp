@@ -89,6 +89,13 @@ LogicalResult expectStats(Operation *op, Value v, Value data, ArrayRef<int64_t> 
   return expectElementType(op, v, statsElementType(ty(data).getElementType()), what);
 }
 
+/// Operands whose last dim the verifier reads must have rank >= 1.
+LogicalResult expectRankAtLeast1(Operation *op, Value v, StringRef what) {
+  if (ty(v).getRank() < 1)
+    return op->emitOpError() << what << " must have rank >= 1, got shape " << str(shapeOf(v));
+  return success();
+}
+
 SmallVector<int64_t> withLast(ArrayRef<int64_t> s, int64_t last) {
   SmallVector<int64_t> r(s.begin(), s.end());
   r.back() = last;
@@ -247,6 +254,10 @@ SmallVector<Value> LinearOp::buildVJP(OpBuilder &b, ValueRange g) {
 }
 
 LogicalResult LinearGradInputOp::verify() {
+  if (failed(expectRankAtLeast1(*this, getGrad(), "grad")))
+    return failure();
+  if (ty(getWeight()).getRank() != 2)
+    return emitOpError() << "weight has rank " << ty(getWeight()).getRank() << ", expected 2";
   int64_t n = shapeOf(getWeight())[0], k = shapeOf(getWeight())[1];
   if (shapeOf(getGrad()).back() != n)
     return emitOpError() << "grad feature size " << shapeOf(getGrad()).back()
@@ -265,6 +276,9 @@ void LinearGradInputOp::emitKernels(KernelEmitter &e) {
 }
 
 LogicalResult LinearGradWeightOp::verify() {
+  if (failed(expectRankAtLeast1(*this, getGrad(), "grad")) ||
+      failed(expectRankAtLeast1(*this, getInput(), "input")))
+    return failure();
   if (rowsOf(getGrad()) != rowsOf(getInput()))
     return emitOpError() << "grad has " << rowsOf(getGrad()) << " rows, input has "
                          << rowsOf(getInput());
@@ -283,6 +297,8 @@ void LinearGradWeightOp::emitKernels(KernelEmitter &e) {
 }
 
 LogicalResult BiasGradOp::verify() {
+  if (failed(expectRankAtLeast1(*this, getGrad(), "grad")))
+    return failure();
   return expectShape(*this, getResult(), {shapeOf(getGrad()).back()}, "result");
 }
 double BiasGradOp::getFlops() { return 0; }
@@ -297,6 +313,8 @@ void BiasGradOp::emitKernels(KernelEmitter &e) {
 
 namespace {
 LogicalResult verifyNorm(Operation *op, Value x, Value w, Value y, ValueRange stats) {
+  if (failed(expectRankAtLeast1(op, x, "input")))
+    return failure();
   int64_t h = shapeOf(x).back();
   if (failed(expectShape(op, w, {h}, "weight")) || failed(expectShape(op, y, shapeOf(x), "result")))
     return failure();
@@ -308,6 +326,8 @@ LogicalResult verifyNorm(Operation *op, Value x, Value w, Value y, ValueRange st
 } // namespace
 
 LogicalResult LayerNormOp::verify() {
+  if (failed(expectRankAtLeast1(*this, getInput(), "input")))
+    return failure();
   if (failed(expectShape(*this, getBias(), {shapeOf(getInput()).back()}, "bias")))
     return failure();
   return verifyNorm(*this, getInput(), getWeight(), getResult(), {getMean(), getRstd()});
@@ -332,7 +352,9 @@ SmallVector<Value> LayerNormOp::buildVJP(OpBuilder &b, ValueRange g) {
 }
 
 LogicalResult LayerNormGradOp::verify() {
-  return verifyNorm(*this, getInput(), getWeight(), getInputGrad(), {getMean(), getRstd()});
+  if (failed(verifyNorm(*this, getInput(), getWeight(), getInputGrad(), {getMean(), getRstd()})))
+    return failure();
+  return expectShape(*this, getGrad(), shapeOf(getInput()), "grad");
 }
 double LayerNormGradOp::getFlops() { return 0; }
 double LayerNormGradOp::getBytesMoved() { return bytesOf(*this); }
@@ -365,7 +387,9 @@ SmallVector<Value> RMSNormOp::buildVJP(OpBuilder &b, ValueRange g) {
 }
 
 LogicalResult RMSNormGradOp::verify() {
-  return verifyNorm(*this, getInput(), getWeight(), getInputGrad(), {getRstd()});
+  if (failed(verifyNorm(*this, getInput(), getWeight(), getInputGrad(), {getRstd()})))
+    return failure();
+  return expectShape(*this, getGrad(), shapeOf(getInput()), "grad");
 }
 double RMSNormGradOp::getFlops() { return 0; }
 double RMSNormGradOp::getBytesMoved() { return bytesOf(*this); }
@@ -474,7 +498,15 @@ SmallVector<Value> AttentionOp::buildVJP(OpBuilder &b, ValueRange g) {
 
 LogicalResult AttentionGradOp::verify() {
   if (failed(verifyAttention(*this, getQuery(), getKey(), getValue())) ||
-      failed(expectShape(*this, getGrad(), shapeOf(getQuery()), "grad")))
+      failed(expectShape(*this, getGrad(), shapeOf(getQuery()), "grad")) ||
+      failed(expectShape(*this, getOut(), shapeOf(getQuery()), "out")))
+    return failure();
+  ArrayRef<int64_t> qs = shapeOf(getQuery());
+  if (failed(expectStats(*this, getLse(), getQuery(), {qs[0], qs[2], qs[1]}, "lse")))
+    return failure();
+  if (failed(expectShape(*this, getQueryGrad(), qs, "query_grad")) ||
+      failed(expectShape(*this, getKeyGrad(), shapeOf(getKey()), "key_grad")) ||
+      failed(expectShape(*this, getValueGrad(), shapeOf(getValue()), "value_grad")))
     return failure();
   return success();
 }
@@ -507,7 +539,9 @@ SmallVector<Value> GeluOp::buildVJP(OpBuilder &b, ValueRange g) {
                                getApproximateAttr())};
 }
 LogicalResult GeluGradOp::verify() {
-  return expectShape(*this, getGrad(), shapeOf(getInput()), "grad");
+  if (failed(expectShape(*this, getGrad(), shapeOf(getInput()), "grad")))
+    return failure();
+  return expectShape(*this, getResult(), shapeOf(getInput()), "result");
 }
 double GeluGradOp::getFlops() { return 0; }
 double GeluGradOp::getBytesMoved() { return bytesOf(*this); }
@@ -517,6 +551,8 @@ void GeluGradOp::emitKernels(KernelEmitter &e) {
 }
 
 LogicalResult SwigluOp::verify() {
+  if (failed(expectRankAtLeast1(*this, getInput(), "input")))
+    return failure();
   int64_t last = shapeOf(getInput()).back();
   if (last % 2)
     return emitOpError() << "input last dim " << last << " must be even (two halves)";
@@ -536,6 +572,13 @@ SmallVector<Value> SwigluOp::buildVJP(OpBuilder &b, ValueRange g) {
   return {b.create<SwigluGradOp>(getLoc(), getInput().getType(), g[0], getInput())};
 }
 LogicalResult SwigluGradOp::verify() {
+  if (failed(expectRankAtLeast1(*this, getInput(), "input")))
+    return failure();
+  int64_t last = shapeOf(getInput()).back();
+  if (last % 2)
+    return emitOpError() << "input last dim " << last << " must be even (two halves)";
+  if (failed(expectShape(*this, getGrad(), withLast(shapeOf(getInput()), last / 2), "grad")))
+    return failure();
   return expectShape(*this, getResult(), shapeOf(getInput()), "result");
 }
 double SwigluGradOp::getFlops() { return 0; }
@@ -547,6 +590,9 @@ void SwigluGradOp::emitKernels(KernelEmitter &e) {
 LogicalResult AddOp::verify() {
   if (failed(expectShape(*this, getRhs(), shapeOf(getLhs()), "rhs")))
     return failure();
+  for (Value v : {getRhs(), getResult()})
+    if (failed(expectElementType(*this, v, ty(getLhs()).getElementType(), "operand")))
+      return failure();
   return expectShape(*this, getResult(), shapeOf(getLhs()), "result");
 }
 double AddOp::getFlops() { return 0; }
@@ -583,6 +629,11 @@ SmallVector<Value> DropoutOp::buildVJP(OpBuilder &b, ValueRange g) {
           Value()};
 }
 LogicalResult DropoutGradOp::verify() {
+  double p = getP().convertToDouble();
+  if (!(p >= 0 && p < 1))
+    return emitOpError() << "p = " << p << ", expected 0 <= p < 1";
+  if (failed(expectShape(*this, getRng(), {3}, "rng (seed, iteration, microbatch)")))
+    return failure();
   return expectShape(*this, getResult(), shapeOf(getGrad()), "result");
 }
 double DropoutGradOp::getFlops() { return 0; }
@@ -642,7 +693,8 @@ SmallVector<Value> CrossEntropyOp::buildVJP(OpBuilder &b, ValueRange g) {
 LogicalResult CrossEntropyGradOp::verify() {
   if (failed(verifyCE(*this, getLogits(), getLabels(), getLossMask())))
     return failure();
-  if (failed(expectStats(*this, getLossGrad(), getLogits(), {}, "loss_grad")))
+  if (failed(expectStats(*this, getLossGrad(), getLogits(), {}, "loss_grad")) ||
+      failed(expectStats(*this, getLse(), getLogits(), {shapeOf(getLogits())[0]}, "lse")))
     return failure();
   return expectShape(*this, getResult(), shapeOf(getLogits()), "result");
 }

@@ -40,9 +40,9 @@ class Model_FwdOp<string mnemonic, list<Trait> traits = []>
         DeclareOpInterfaceMethods<Model_VJPOpInterface>,
         DeclareOpInterfaceMethods<Model_ShardingRuleOpInterface>])>;
 
-def FloatTensor : TensorOf<[F32, F64, BF16]>;
-def IdTensor : TensorOf<[I32]>;
-def RngTensor : TensorOf<[I64]>;
+def FloatTensor : RankedTensorOf<[F32, F64, BF16]>;
+def IdTensor : RankedTensorOf<[I32]>;
+def RngTensor : RankedTensorOf<[I64]>;
 
 //===----------------------------------------------------------------------===//
 // Forward ops

@@ -56,7 +56,7 @@ LogicalResult ViewOp::verify() {
     return emitOpError() << "changes the element type from " << src.getElementType() << " to "
                          << dst.getElementType();
   if (int64_t(getOffset()) < 0 || int64_t(getOffset()) + dst.getNumElements() > src.getNumElements())
-    return emitOpError() << "offset " << getOffset() << " + " << dst.getNumElements()
+    return emitOpError() << "offset " << int64_t(getOffset()) << " + " << dst.getNumElements()
                          << " elements exceeds the source of " << src.getNumElements()
                          << " elements";
   return success();
@@ -82,11 +82,22 @@ namespace {
   return DType::Invalid;
 }
 
-::trainc::rt::TensorView viewOf(Type t) {
+/// The runtime view of a memref type, or an error message when the runtime cannot represent it.
+std::string viewOf(Type t, ::trainc::rt::TensorView &v) {
   auto m = cast<MemRefType>(t);
-  ::trainc::rt::TensorView v;
-  ::trainc::rt::makeView(toRtDType(m.getElementType()), m.getShape().data(), int(m.getRank()), v);
-  return v;
+  if (toRtDType(m.getElementType()) == ::trainc::rt::DType::Invalid)
+  {
+    std::string name;
+    llvm::raw_string_ostream os(name);
+    os << m.getElementType();
+    return "element type " + os.str() +
+           " is not one the runtime supports (f32, f64, bf16, f16, i32, i64, i8)";
+  }
+  if (!::trainc::rt::makeView(toRtDType(m.getElementType()), m.getShape().data(),
+                              int(m.getRank()), v))
+    return "rank " + std::to_string(m.getRank()) + " exceeds the runtime's maximum rank " +
+           std::to_string(::trainc::rt::kMaxRank);
+  return "";
 }
 } // namespace
 
@@ -106,20 +117,27 @@ LogicalResult KernelOp::verify() {
   for (NamedAttribute a : getKernelAttrs()) {
     int k = ::trainc::rt::attrIndex(*sig, a.getName().str());
     if (k < 0)
-      return emitOpError() << "kernel '" << getKernel() << "' has no attribute '" << a.getName()
-                           << "'";
+      return emitOpError() << "kernel '" << getKernel() << "' has no attribute '"
+                           << a.getName().getValue() << "'";
     if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
       attrs.scalars[k] = double(i.getInt());
     else if (auto f = dyn_cast<FloatAttr>(a.getValue()))
       attrs.scalars[k] = f.getValueAsDouble();
     else
-      return emitOpError() << "attribute '" << a.getName() << "' must be an integer or a float";
+      return emitOpError() << "attribute '" << a.getName().getValue()
+                           << "' must be an integer or a float";
   }
   std::vector<::trainc::rt::TensorView> in, out;
-  for (Value v : getInputs())
-    in.push_back(viewOf(v.getType()));
-  for (Value v : getOutputs())
-    out.push_back(viewOf(v.getType()));
+  for (auto [i, v] : llvm::enumerate(getInputs())) {
+    in.emplace_back();
+    if (std::string e = viewOf(v.getType(), in.back()); !e.empty())
+      return emitOpError() << "input " << i << ": " << e;
+  }
+  for (auto [i, v] : llvm::enumerate(getOutputs())) {
+    out.emplace_back();
+    if (std::string e = viewOf(v.getType(), out.back()); !e.empty())
+      return emitOpError() << "output " << i << ": " << e;
+  }
   ::trainc::rt::KernelCtx ctx{in.data(), int(in.size()), out.data(), int(out.size()), &attrs,
                             nullptr};
   std::string e = sig->verify(ctx);

@@ -34,7 +34,7 @@ LogicalResult MicrobatchOp::verifySymbolUses(SymbolTableCollection &symbolTable)
                          << " values; a stage function accumulates its gradients and losses and "
                             "returns nothing (run trainc-grad-accumulate first)";
   if (int64_t(getIndex()) < 0)
-    return emitOpError() << "microbatch index " << getIndex() << " is negative";
+    return emitOpError() << "microbatch index " << int64_t(getIndex()) << " is negative";
   return success();
 }
 
@@ -47,7 +47,8 @@ LogicalResult AccumulateLossOp::verify() {
 
 LogicalResult LossSeedOp::verify() {
   if (int64_t(getNumMicrobatches()) <= 0)
-    return emitOpError() << "num_microbatches " << getNumMicrobatches() << " must be positive";
+    return emitOpError() << "num_microbatches " << int64_t(getNumMicrobatches())
+                         << " must be positive";
   if (getNumTokens().getType() != getType())
     return emitOpError() << "result type " << getType() << " differs from num_tokens type "
                          << getNumTokens().getType();

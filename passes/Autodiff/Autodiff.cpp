@@ -33,6 +33,10 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
       module.emitError() << "trainc-autodiff: @" << output << " already exists";
       return signalPassFailure();
     }
+    if (fwd.isDeclaration()) {
+      fwd.emitOpError() << "@" << fwd.getSymName() << " is a declaration; trainc-autodiff needs its body";
+      return signalPassFailure();
+    }
     if (fwd.getNumResults() != 2) {
       fwd.emitOpError() << "must return (loss_sum, num_tokens), returns " << fwd.getNumResults()
                         << " values";
@@ -79,6 +83,8 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
       if (!any)
         continue;
       auto vjp = dyn_cast<model::VJPOpInterface>(op);
+      if (!vjp && op->getNumOperands() == 0)
+        continue; // a constant: the gradient stops here
       if (!vjp) {
         op->emitOpError() << "has no VJP rule (VJPOpInterface) but a gradient flows into it";
         return signalPassFailure();

@@ -92,6 +92,8 @@ LogicalResult Lowering::collectParams() {
   for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
     if (!fn->hasAttr("sched.stage"))
       continue;
+    if (fn.isDeclaration())
+      return fn.emitOpError() << "@" << fn.getSymName() << " is a stage function without a body";
     stages[fn.getSymName()] = fn;
     for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
       Type t = fn.getArgument(i).getType();

@@ -34,8 +34,12 @@ struct GradAccumulatePass : mlir::trainc::impl::GradAccumulatePassBase<GradAccum
       return signalPassFailure();
     }
     if (numMicrobatches <= 0) {
-      module.emitError() << "trainc-grad-accumulate: num-microbatches " << numMicrobatches
+      module.emitError() << "trainc-grad-accumulate: num-microbatches " << int64_t(numMicrobatches)
                          << " must be positive";
+      return signalPassFailure();
+    }
+    if (fn.isDeclaration()) {
+      fn.emitOpError() << "@" << fn.getSymName() << " is a declaration; trainc-grad-accumulate needs its body";
       return signalPassFailure();
     }
     auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());

@@ -91,6 +91,9 @@ LogicalResult computeLiveness(ModuleOp module, llvm::StringMap<rt::BufferOp> &bu
   llvm::StringMap<llvm::SmallPtrSet<Operation *, 2>> users; // buffer -> functions using it
   llvm::StringMap<std::pair<int64_t, int64_t>> interval;    // buffer -> [first, last] in its fn
   for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
+    if (fn.isDeclaration())
+      return fn.emitOpError() << "@" << fn.getSymName() << " is a declaration; every function of a planned program needs a "
+                                 "body";
     if (fn->hasAttr("rt.entry"))
       live.entry = fn;
     if (fn->hasAttr("rt.entry") || fn->hasAttr("rt.entry_point"))

@@ -30,7 +30,7 @@ struct ScheduleNoPipeliningPass
       return signalPassFailure();
     }
     if (numMicrobatches <= 0) {
-      module.emitError() << "trainc-schedule: num-microbatches " << numMicrobatches
+      module.emitError() << "trainc-schedule: num-microbatches " << int64_t(numMicrobatches)
                          << " must be positive";
       return signalPassFailure();
     }
@@ -61,8 +61,9 @@ struct ScheduleNoPipeliningPass
   /// @forward_only (a stage function that only sums the losses) and @eval_step.
   LogicalResult buildEval(ModuleOp module, Location loc) {
     auto fwd = module.lookupSymbol<func::FuncOp>("forward");
-    if (!fwd)
-      return module.emitError() << "trainc-schedule: eval needs the forward function @forward";
+    if (!fwd || fwd.isDeclaration())
+      return module.emitError() << "trainc-schedule: eval needs the body of the forward function "
+                                   "@forward";
     OpBuilder b(module.getContext());
     b.setInsertionPointAfter(fwd);
     auto fo = cast<func::FuncOp>(b.clone(*fwd));

@@ -66,7 +66,7 @@ module {
 // -----
 
 // Tests that the evaluation step needs the forward function.
-// expected-error@+1 {{trainc-schedule: eval needs the forward function @forward}}
+// expected-error@+1 {{trainc-schedule: eval needs the body of the forward function @forward}}
 module {
   func.func @forward_backward(%l: tensor<f32> {model.input = "l"}) attributes {sched.stage} {
     return

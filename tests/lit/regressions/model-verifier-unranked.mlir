@@ -1,6 +1,5 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: FloatTensor (TensorOf<[F32, F64, BF16]>) admits unranked tensors, and the model
 // verifiers cast every operand to RankedTensorType: model.gelu on tensor<*xf32> crashes trainc-opt,
 // model.add with an unranked rhs reads garbage ("rhs has shape [93866718237088, ...]"). Unranked

@@ -1,6 +1,5 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: rt.kernel's verifier streams the attribute name as a StringAttr, which prints with
 // its own double quotes: "kernel 'fill' has no attribute '"alpha"'". Remove the XFAIL line when
 // fixed.

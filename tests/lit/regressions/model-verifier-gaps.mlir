@@ -1,6 +1,5 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics
 // REQUIRES: compiler
-// XFAIL: *
 // Known gaps: these model ops verify only part of what their runtime kernel requires, so invalid IR
 // is accepted and only fails after trainc-lower-to-rt, as an rt.kernel error far from the source
 // (e.g. model.add of f32 and bf16 gives "'rt.kernel' op kernel 'add' input 1: dtype bf16, expected

@@ -1,6 +1,5 @@
 // RUN: trainc-opt %s -trainc-autodiff | FileCheck %s
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: a constant (model.fill) in the forward function on the gradient path stops autodiff
 // with "'model.fill' op has no VJP rule (VJPOpInterface) but a gradient flows into it"; an op
 // without differentiable operands needs no VJP rule, its gradient can be dropped. Remove the

@@ -5,7 +5,6 @@
 // RUN: echo 'func.func private @forward_backward(tensor<f32> {model.input = "l"}) attributes {sched.stage} func.func @train_step() attributes {sched.iteration} { return }' | %not trainc-opt -trainc-lower-to-rt 2>&1 | FileCheck %s --check-prefix=LOWER
 // RUN: echo 'func.func private @ext() func.func @train_step() attributes {rt.entry} { return }' | %not trainc-opt -trainc-memory-plan 2>&1 | FileCheck %s --check-prefix=MEMORY
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: the passes take fn.getBody().front() (or fn.getArgument(i)) of functions without a
 // body: each of these inputs crashes trainc-opt (segfault) instead of reporting an error. (%not
 // fails on a crash, so these lines fail today.) Remove the XFAIL line when fixed.

@@ -1,7 +1,6 @@
 // RUN: %not trainc-opt %s -trainc-grad-accumulate="num-microbatches=0" 2>&1 | FileCheck %s --check-prefix=ACC
 // RUN: %not trainc-opt %s -trainc-schedule="eval=false num-microbatches=-2" 2>&1 | FileCheck %s --check-prefix=SCHED
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: an int64_t pass option streamed into a diagnostic picks Diagnostic's operator<<(char),
 // so "num-microbatches 0 must be positive" is printed with a raw NUL byte for the 0 (and byte 0xFE
 // for -2). Remove the XFAIL line when fixed.

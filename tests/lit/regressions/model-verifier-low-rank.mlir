@@ -1,6 +1,5 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: model verifiers read the last dim (or dim 1 of the weight) before checking the rank:
 // a rank-0 operand crashes trainc-opt (segfault) and a rank-1 linear_grad_input weight reads out of
 // bounds (the message shows garbage like "expected [2, 94123119936160]"). Each case should be a

@@ -1,6 +1,5 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: verifiers stream I64Attr getters (uint64_t) into the message, so a negative value is
 // printed as 2^64 - |v| ("microbatch index 18446744073709551615 is negative"); rt.view also calls a
 // negative offset "exceeds the source". Remove the XFAIL line when fixed.

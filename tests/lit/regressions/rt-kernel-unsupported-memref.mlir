@@ -1,6 +1,5 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics
 // REQUIRES: compiler
-// XFAIL: *
 // Known bug: rt.kernel's verifier ignores makeView's failure (rank above kMaxRank = 6) and maps
 // element types the runtime lacks (i1, ...) to DType::Invalid, so a "copy" of such memrefs is
 // accepted (both sides equally invalid), and "scale" on an f32 memref of rank 7 says "dtype
