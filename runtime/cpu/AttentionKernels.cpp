@@ -41,15 +41,7 @@
 extern "C" int omp_get_max_threads() __attribute__((weak));
 extern "C" void omp_set_num_threads(int) __attribute__((weak));
 
-// The f32 exp loop is the largest cost after the GEMMs. With no -march flags GCC vectorises it for
-// SSE2 (4 lanes); an AVX2 clone (8 lanes, chosen at load time when the CPU has AVX2) doubles its
-// speed. AVX2 alone does not enable FMA contraction, so both clones compute bitwise identical
-// results.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRAINC_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
-#else
-#define TRAINC_AVX2_CLONE
-#endif
+#include "runtime/cpu/FastMath.h"
 
 namespace trainc::rt::cpu {
 namespace {
@@ -213,42 +205,6 @@ void gemm(bool ta, bool tb, int M, int N, int K, const float *a, int lda, const 
 // Row helpers
 //===----------------------------------------------------------------------===//
 
-/// x[i] = exp(x[i] - bias). The f32 version is Cephes' expf (range reduction by ln 2 in two parts,
-/// degree-6 polynomial, 2^n built from the exponent bits; max error ~1.5 ulp) written so that GCC
-/// vectorises it under the default -ftrapping-math: the clamp of x - bias to [-87, 88] selects with
-/// integer masks rather than branches. Below -87 it returns ~exp(-87) = 1.6e-38 instead of a
-/// smaller number or 0 (callers zero masked entries explicitly); NaN stays NaN.
-TRAINC_AVX2_CLONE void expInPlace(float *x, int n, float bias) {
-  const int32_t loBits = int32_t(0xc2ae0000u); // -87.0f
-  const int32_t hiBits = int32_t(0x42b00000u); // 88.0f
-  for (int i = 0; i < n; ++i) {
-    float v = x[i] - bias;
-    int32_t lo = -int32_t(v < -87.0f), hi = -int32_t(v > 88.0f), vb;
-    std::memcpy(&vb, &v, 4);
-    vb = (vb & ~(lo | hi)) | (loBits & lo) | (hiBits & hi);
-    std::memcpy(&v, &vb, 4);
-    float kf = v * 1.44269504088896341f + 12582912.0f; // round to nearest via 1.5 * 2^23
-    kf -= 12582912.0f;
-    float r = v - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    uint32_t bits = uint32_t(int32_t(kf) + 127) << 23; // kf in [-126, 127]
-    float pow2;
-    std::memcpy(&pow2, &bits, 4);
-    x[i] = p * pow2;
-  }
-}
-
-inline void expInPlace(double *x, int n, double bias) {
-  for (int i = 0; i < n; ++i)
-    x[i] = std::exp(x[i] - bias);
-}
 
 /// Max of x[0, n), n > 0. For f32 the maximum is taken over the floats' bit patterns mapped to
 /// order-preserving integers (negative floats' magnitude bits flipped): an integer max reduction,
@@ -342,13 +298,19 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
   const int64_t headsPerGroup = NH / NG;
   const A scale = A(s.scale);
 
+  // (batch, kv head) pairs are independent: they are split over the OpenMP threads, each pair
+  // computed entirely by one thread, so the result does not depend on the thread count.
+#pragma omp parallel if (s.B * NG > 1 && S * S * D * headsPerGroup > (1 << 16))
+  {
+  SingleThreadedGemm singleThreaded;
   std::vector<A> kn(size_t(S * D)), vn(size_t(S * D));
   std::vector<A> qs(size_t(kBr) * D), oacc(size_t(kBr) * D), sc(size_t(kBr) * kBc);
   std::vector<A> rowM(kBr), rowL(kBr);
   GemmScratch<A> scratch;
 
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t g = 0; g < NG; ++g) {
+#pragma omp for schedule(dynamic)
+  for (int64_t bg = 0; bg < s.B * NG; ++bg) {
+      const int64_t b = bg / NG, g = bg % NG;
       const T *kg = k + b * S * kvStride + g * D;
       const T *vg = v + b * S * kvStride + g * D;
       packRows(kg, kvStride, int(S), D, kn.data(), A(1));
@@ -404,13 +366,13 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
         }
       }
     }
+  }
 }
 
 void attentionKernel(const KernelCtx &c) {
   AttnShape s = attnShape(c);
   if (s.B == 0 || s.S == 0 || s.NH == 0)
     return;
-  SingleThreadedGemm singleThreaded;
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     attentionForward<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), c.out[0].as<T>(),
@@ -433,6 +395,9 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
   const A scale = A(s.scale);
 
   // Per (batch, kv head): packed K and V, dK and dV accumulators.
+#pragma omp parallel if (s.B * NG > 1 && S * S * D * headsPerGroup > (1 << 16))
+  {
+  SingleThreadedGemm singleThreaded;
   std::vector<A> kn(size_t(S * D)), vn(size_t(S * D));
   std::vector<A> dkAcc(size_t(S * D)), dvAcc(size_t(S * D));
   // Per query head: D_i = do_i . o_i; per query block: packed q (scaled), do, dq accumulator.
@@ -443,8 +408,9 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
   std::vector<A> pt(size_t(kBr) * kBc), ds(size_t(kBr) * kBc);
   GemmScratch<A> scratch;
 
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t g = 0; g < NG; ++g) {
+#pragma omp for schedule(dynamic)
+  for (int64_t bg = 0; bg < s.B * NG; ++bg) {
+      const int64_t b = bg / NG, g = bg % NG;
       const T *kg = k + b * S * kvStride + g * D;
       const T *vg = v + b * S * kvStride + g * D;
       packRows(kg, kvStride, int(S), D, kn.data(), A(1));
@@ -513,6 +479,7 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
           st(dvg + j * kvStride, d, dvAcc[j * D + d]);
         }
     }
+  }
 }
 
 void attentionBackwardKernel(const KernelCtx &c) {
@@ -520,7 +487,6 @@ void attentionBackwardKernel(const KernelCtx &c) {
   // With no query heads dk and dv are still written (as zeros) by the loop below.
   if (s.B == 0 || s.S == 0)
     return;
-  SingleThreadedGemm singleThreaded;
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     attentionBackward<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), c.in[3].as<T>(),

@@ -6,9 +6,11 @@
 
 #include "runtime/cpu/CpuKernels.h"
 #include "runtime/cpu/Dispatch.h"
+#include "runtime/cpu/FastMath.h"
 #include "runtime/core/Philox.h"
 
 #include <cstring>
+#include <vector>
 
 namespace trainc::rt::cpu {
 namespace {
@@ -212,6 +214,21 @@ void geluBackwardKernel(const KernelCtx &c) {
 // swiglu: x = [a | b] along the last dim (Megatron's chunk(2, dim=-1)); y = silu(a) * b
 //===----------------------------------------------------------------------===//
 
+/// sigmoid(x[j]) for j < n into s (float accumulation: the vectorised exp; double: std::exp).
+inline void sigmoidRow(const float *x, float *s, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = -x[j];
+  expInPlace(s, int(n), 0.0f);
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = 1.0f / (1.0f + s[j]);
+}
+inline void sigmoidRow(const double *x, double *s, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = 1.0 / (1.0 + std::exp(-x[j]));
+}
+
+// Rows are independent: split them over the OpenMP threads (each row is computed by one thread in
+// the same way whatever the thread count, so results do not depend on it).
 void swigluKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -219,13 +236,18 @@ void swigluKernel(const KernelCtx &c) {
     const T *x = c.in[0].as<T>();
     T *y = c.out[0].as<T>();
     int64_t f = c.in[0].dim(-1) / 2, rows = c.in[0].rows();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xa = x + r * 2 * f, *xb = xa + f;
-      T *yr = y + r * f;
-      for (int64_t j = 0; j < f; ++j) {
-        A a = ld(xa, j);
-        A s = A(1) / (A(1) + std::exp(-a));
-        st(yr, j, a * s * ld(xb, j));
+#pragma omp parallel if (rows * f > 32768)
+    {
+      std::vector<A> a(static_cast<size_t>(f)), s(static_cast<size_t>(f));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *xa = x + r * 2 * f, *xb = xa + f;
+        T *yr = y + r * f;
+        for (int64_t j = 0; j < f; ++j)
+          a[j] = ld(xa, j);
+        sigmoidRow(a.data(), s.data(), f);
+        for (int64_t j = 0; j < f; ++j)
+          st(yr, j, a[j] * s[j] * ld(xb, j));
       }
     }
   });
@@ -238,15 +260,23 @@ void swigluBackwardKernel(const KernelCtx &c) {
     const T *dy = c.in[0].as<T>(), *x = c.in[1].as<T>();
     T *dx = c.out[0].as<T>();
     int64_t f = c.in[1].dim(-1) / 2, rows = c.in[1].rows();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xa = x + r * 2 * f, *xb = xa + f, *g = dy + r * f;
-      T *da = dx + r * 2 * f, *db = da + f;
-      for (int64_t j = 0; j < f; ++j) {
-        A a = ld(xa, j), b = ld(xb, j), gj = ld(g, j);
-        A s = A(1) / (A(1) + std::exp(-a));
-        A silu = a * s;
-        st(da, j, gj * b * (s + a * s * (A(1) - s)));
-        st(db, j, gj * silu);
+#pragma omp parallel if (rows * f > 32768)
+    {
+      std::vector<A> av(static_cast<size_t>(f)), sv(static_cast<size_t>(f));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *xa = x + r * 2 * f, *xb = xa + f, *g = dy + r * f;
+        T *da = dx + r * 2 * f, *db = da + f;
+        for (int64_t j = 0; j < f; ++j)
+          av[j] = ld(xa, j);
+        sigmoidRow(av.data(), sv.data(), f);
+        for (int64_t j = 0; j < f; ++j) {
+          A a = av[j], s = sv[j], b = ld(xb, j), gj = ld(g, j);
+          // Read everything before writing: dx may alias dy or x.
+          A dA = gj * b * (s + a * s * (A(1) - s)), dB = gj * a * s;
+          st(da, j, dA);
+          st(db, j, dB);
+        }
       }
     }
   });

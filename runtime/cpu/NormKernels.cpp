@@ -126,6 +126,7 @@ void rmsNormKernel(const KernelCtx &c) {
     if (H == 0)
       return;
     const A eps = A(c.attrs->f(0)), invH = A(1) / A(H);
+#pragma omp parallel for schedule(static) if (R * H > 32768)
     for (int64_t r = 0; r < R; ++r) {
       const T *xr = x + r * H;
       T *yr = y + r * H;
@@ -195,7 +196,11 @@ void ropeApply(const KernelCtx &c, double sign) {
     using A = Acc<T>;
     const T *x = xv.as<T>();
     T *y = c.out[0].as<T>();
+    // Tokens are independent: split over the OpenMP threads (results do not depend on the count).
+#pragma omp parallel if (B * S * N * D > 32768)
+    {
     std::vector<A> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+#pragma omp for schedule(static)
     for (int64_t t = 0; t < B * S; ++t) {
       const double p = double(pos[t]);
       for (int64_t i = 0; i < half; ++i) {
@@ -215,6 +220,7 @@ void ropeApply(const KernelCtx &c, double sign) {
           for (int64_t j = rd; j < D; ++j)
             yr[j] = xr[j];
       }
+    }
     }
   });
 }
