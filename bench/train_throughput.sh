@@ -15,7 +15,9 @@
 #   TORCH_BLAS_DIR  a directory with another libblas.so.3 (e.g. OpenBLAS) for the PyTorch run:
 #                   Debian's torch calls the system libblas.so.3 for every fp32 matmul, and the
 #                   default alternative (libblas3) is the unoptimised single-threaded reference
-#                   BLAS, which makes PyTorch ~15x slower than with OpenBLAS.
+#                   BLAS, which makes PyTorch ~15x slower than with OpenBLAS. OpenBLAS 0.3.21
+#                   does not know AMD Zen 5 and picks its AVX2 (Haswell) kernels there;
+#                   OPENBLAS_CORETYPE=SkylakeX selects the AVX-512 ones (passed through).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

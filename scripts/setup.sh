@@ -15,7 +15,9 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --torch) packages+=(python3-torch python3-numpy) ;;
+    # Debian's torch uses the reference BLAS unless an optimised one is installed; OpenBLAS makes
+    # the PyTorch side of bench/train_throughput.sh a fair baseline.
+    --torch) packages+=(python3-torch python3-numpy libopenblas0-pthread) ;;
     *) echo "setup.sh: unknown option '$arg' (expected --torch)" >&2; exit 2 ;;
   esac
 done

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -447,6 +448,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     return sched.status();
   im->schedule = std::make_unique<LrSchedule>(*sched);
   if (!options.dumpDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.dumpDir, ec);
+    if (ec)
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create --dump-dir '", options.dumpDir, "': ", ec.message()));
     if (absl::Status s = writeSafetensors(options.dumpDir + "/initial_weights.safetensors",
                                           im->parameters());
         !s.ok())
