@@ -1,0 +1,128 @@
+//===- TrainerTest.cpp - The training loop on hand-built programs ---------===//
+//
+// Programs assembled with ProgramBuilder stand in for compiled plans, so the loop's own rules are
+// checked independently of the compiler: a skipped step (update_successful = 0) does not advance the
+// learning-rate schedule, and a plan whose program fails validation is refused with the field named.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/control/Trainer.h"
+#include "runtime/core/Program.h"
+#include "runtime/core/ProgramBuilder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+using namespace trainc::rt;
+namespace schema = trainc::schema;
+
+namespace {
+
+/// A program whose "loss" is the learning rate it was given (loss_sum = lr, num_tokens = 1) and
+/// whose update flag is the constant `update`.
+schema::Program lrEchoProgram(double update) {
+  ProgramBuilder b;
+  int lr = b.addBuffer("lr", schema::SCALAR, DType::F32, {});
+  b.addBuffer("weight_decay", schema::SCALAR, DType::F32, {});
+  b.addBuffer("step", schema::SCALAR, DType::F32, {});
+  int ls = b.addBuffer("loss_sum", schema::OUTPUT, DType::F32, {});
+  int nt = b.addBuffer("num_tokens", schema::OUTPUT, DType::F32, {});
+  b.addBuffer("grad_norm", schema::OUTPUT, DType::F32, {});
+  int up = b.addBuffer("update_successful", schema::OUTPUT, DType::F32, {});
+  int main = b.addFunction("train_step");
+  b.hostIO(main, schema::FILL_INPUTS, "batch");
+  b.kernel(main, "copy", {ProgramBuilder::buf(lr)}, {ProgramBuilder::buf(ls)});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(nt)}, {AttrArg("value", 1.0)});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(up)}, {AttrArg("value", update)});
+  b.hostIO(main, schema::READ_OUTPUTS, "outputs");
+  schema::Program p = b.finish();
+  auto &m = *p.mutable_metadata();
+  m["training.micro_batch_size"] = "2";
+  m["training.num_microbatches"] = "1";
+  m["training.global_batch_size"] = "2";
+  m["model.seq_length"] = "8";
+  m["model.vocab_size"] = "256";
+  return p;
+}
+
+std::string writePlan(const std::string &name, const schema::Program &p) {
+  std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(writeProgramFile(p, dir + "/rank0.pb").ok());
+  return dir;
+}
+
+std::vector<double> run(const std::string &dir, const schema::Program &p) {
+  auto opts = control::parseRunOptions(
+      p, {"--mock-data", "--train-iters", "6", "--lr", "0.5", "--min-lr", "0.1",
+          "--lr-decay-style", "linear", "--eval-iters", "0", "--log-interval", "100"});
+  EXPECT_TRUE(opts.ok()) << opts.status();
+  std::ostringstream log;
+  auto t = control::Trainer::create(dir, *opts, log);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok())
+    return {};
+  EXPECT_TRUE((*t)->train().ok()) << log.str();
+  return (*t)->losses();
+}
+
+TEST(Trainer, SkippedStepsDoNotAdvanceTheLearningRate) {
+  // Linear decay from 0.5 to 0.1 over 6 iterations x 2 samples.
+  schema::Program ok = lrEchoProgram(1.0);
+  std::vector<double> lrs = run(writePlan("trainer-ok", ok), ok);
+  ASSERT_EQ(lrs.size(), 6u);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_NEAR(lrs[i], 0.1 + (1.0 - double(i) / 6.0) * 0.4, 1e-6) << "iteration " << i + 1;
+  // Every step skipped: the schedule stays at its start.
+  schema::Program skip = lrEchoProgram(0.0);
+  std::vector<double> frozen = run(writePlan("trainer-skip", skip), skip);
+  ASSERT_EQ(frozen.size(), 6u);
+  for (double lr : frozen)
+    EXPECT_NEAR(lr, 0.5, 1e-7);
+}
+
+TEST(Trainer, RefusesAProgramThatFailsValidation) {
+  schema::Program p = lrEchoProgram(1.0);
+  p.mutable_buffers(0)->set_offset(p.arena_bytes() + 64);
+  std::string dir = writePlan("trainer-invalid", p);
+  auto opts = control::parseRunOptions(p, {"--mock-data", "--train-iters", "1", "--lr", "1e-3"});
+  ASSERT_TRUE(opts.ok());
+  std::ostringstream log;
+  auto t = control::Trainer::create(dir, *opts, log);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("rank0.pb: buffer 0 'lr': offset"), std::string::npos)
+      << t.status();
+  EXPECT_NE(t.status().message().find("is outside the arena"), std::string::npos) << t.status();
+}
+
+TEST(Trainer, RefusesAProgramWithoutTrainingMetadata) {
+  schema::Program p = lrEchoProgram(1.0);
+  p.mutable_metadata()->clear();
+  std::string dir = writePlan("trainer-nometa", p);
+  auto opts = control::parseRunOptions(p, {"--mock-data", "--train-iters", "1", "--lr", "1e-3"});
+  ASSERT_TRUE(opts.ok());
+  std::ostringstream log;
+  auto t = control::Trainer::create(dir, *opts, log);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("does not record its micro batch size"), std::string::npos)
+      << t.status();
+}
+
+TEST(RunOptions, MissingLearningRateAndIterations) {
+  schema::Program p = lrEchoProgram(1.0);
+  auto noLr = control::parseRunOptions(p, {"--train-iters", "3"});
+  ASSERT_FALSE(noLr.ok());
+  EXPECT_EQ(noLr.status().message(), "missing --lr (give it to trainc compile or to trainrun)");
+  auto noIters = control::parseRunOptions(p, {"--lr", "1e-3"});
+  ASSERT_FALSE(noIters.ok());
+  EXPECT_EQ(noIters.status().message(),
+            "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
+  auto noValue = control::parseRunOptions(p, {"--lr"});
+  ASSERT_FALSE(noValue.ok());
+  EXPECT_EQ(noValue.status().message(), "--lr expects a value");
+}
+
+} // namespace
