@@ -22,8 +22,10 @@ struct CompileOptions {
   std::string dtype = "fp32";
   /// Print the IR after every pass to stderr.
   bool printIRAfterAll = false;
-  /// Write the IR after each phase to <dir>/<NN>-<phase>.mlir.
+  /// Write the IR after each phase to <dir>/<NN>-<phase>.mlir (rank 0's for per-rank phases).
   std::string dumpIRDir;
+  /// If set, receives every rank's program, in rank order (the functions return rank 0's).
+  std::vector<::trainc::schema::Program> *allRanks = nullptr;
 };
 
 /// Registers the dialects trainc uses in `ctx`.
@@ -33,8 +35,9 @@ void loadTraincDialects(MLIRContext &ctx);
 OwningOpRef<ModuleOp> buildModelModule(MLIRContext &ctx, const ::trainc::config::PlanConfig &cfg,
                                        const CompileOptions &options);
 
-/// Runs every phase on `module` (in place) and exports the rank program. Writes plan.json,
-/// rank0.pb and, with dumpIRDir, the IR of each phase. Diagnostics go to the context's handler.
+/// Runs every phase on `module` (in place) and exports one program per rank of the config's
+/// rank table. Writes plan.json, rank<r>.pb for every rank and, with dumpIRDir, the IR of each
+/// phase. Diagnostics go to the context's handler.
 FailureOr<::trainc::schema::Program> compileModule(ModuleOp module,
                                                    const ::trainc::config::PlanConfig &cfg,
                                                    const CompileOptions &options);

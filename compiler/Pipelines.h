@@ -3,7 +3,8 @@
 // Each phase is a function that adds passes to a pass manager, with a verify pass at its boundary,
 // and is registered on its own so that trainc-opt can run it alone:
 //   trainc-phase-autodiff   verify(model) -> autodiff -> verify(autodiff)
-//   trainc-phase-schedule   grad-accumulate -> schedule -> optimizer-expand -> verify(sched)
+//   trainc-phase-schedule   grad-accumulate -> schedule -> optimizer-expand -> grad-buckets
+//                           -> verify(sched)
 //   trainc-phase-lower      lower-to-rt -> verify(rt)
 //   trainc-phase-memory     memory-plan -> verify(memory)
 //   trainc-compile          all of them
@@ -19,11 +20,15 @@
 
 namespace mlir::trainc {
 
-/// Compile-time decisions of a single-rank plan.
+/// Compile-time decisions of a plan.
 struct PlanOptions {
   int64_t numMicrobatches = 1;
   std::string normalization = "per_token"; // or "per_microbatch"
   double adamBeta1 = 0.9, adamBeta2 = 0.999, adamEps = 1e-8, clipGrad = 1.0;
+  /// Data parallelism: size, gradient bucket size in elements (0 = Megatron's default),
+  /// distributed optimizer (ZeRO-1), and the DP rank whose program the lower phase builds.
+  int64_t dataParallelSize = 1, bucketSize = 0, dpRank = 0;
+  bool distributedOptimizer = false;
 };
 
 void buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o);

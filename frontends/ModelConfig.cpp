@@ -537,14 +537,11 @@ Error checkSupported(const PlanConfig &config) {
   if (p.virtual_pipeline_model_parallel_size > 1)
     reject("--virtual-pipeline-model-parallel-size " +
            Twine(p.virtual_pipeline_model_parallel_size));
-  if (p.data_parallel_size != 1)
-    reject("--data-parallel-size " + Twine(p.data_parallel_size));
   if (p.sequence_parallel)
     reject("--sequence-parallel");
-  if (p.use_distributed_optimizer)
-    reject("--use-distributed-optimizer");
-  if (p.overlap_grad_reduce)
-    reject("--overlap-grad-reduce");
+  // Data parallelism, the distributed optimizer and --overlap-grad-reduce are supported; the
+  // gradient reduction always overlaps backward (trainc-grad-buckets places it), so
+  // --overlap-grad-reduce changes nothing.
   if (p.overlap_param_gather)
     reject("--overlap-param-gather");
   if (t.params_dtype != "fp32")

@@ -10,7 +10,7 @@ packages=(
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libabsl-dev libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev googletest
-  libdnnl-dev libgloo-dev
+  libdnnl-dev ocl-icd-opencl-dev libgloo-dev
   clang libclang-rt-dev
 )
 for arg in "$@"; do

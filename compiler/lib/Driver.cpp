@@ -7,6 +7,7 @@
 #include "dialects/Model/ModelDialect.h"
 #include "dialects/Rt/RtDialect.h"
 #include "dialects/Sched/SchedDialect.h"
+#include "frontends/RankTable.h"
 #include "models/ModelBuilder.h"
 #include "runtime/core/Program.h"
 
@@ -50,6 +51,9 @@ PlanOptions planOptions(const cfgns::PlanConfig &cfg) {
   o.adamBeta2 = cfg.training.adam_beta2;
   o.adamEps = cfg.training.adam_eps;
   o.clipGrad = cfg.training.clip_grad;
+  o.dataParallelSize = cfg.parallel.data_parallel_size;
+  o.bucketSize = cfg.parallel.ddp_bucket_size;
+  o.distributedOptimizer = cfg.parallel.use_distributed_optimizer;
   return o;
 }
 
@@ -70,10 +74,27 @@ LogicalResult writeFile(MLIRContext &ctx, const std::string &path, llvm::StringR
 }
 
 LogicalResult writePlan(MLIRContext &ctx, const std::string &dir, const cfgns::PlanConfig &cfg,
-                        const schema::Program &program) {
-  std::string bytes = ::trainc::rt::serializeProgram(program);
-  if (failed(writeFile(ctx, dir + "/rank0.pb", bytes)))
-    return failure();
+                        const std::vector<schema::Program> &programs) {
+  const schema::Program &program = programs.front();
+  llvm::json::Array ranks;
+  for (const schema::Program &rp : programs) {
+    std::string name = "rank" + std::to_string(rp.mesh().rank()) + ".pb";
+    if (failed(writeFile(ctx, dir + "/" + name, ::trainc::rt::serializeProgram(rp))))
+      return failure();
+    llvm::json::Object coords;
+    for (int a = 0; a < rp.mesh().axis_names_size(); ++a)
+      coords[rp.mesh().axis_names(a)] = rp.mesh().coords(a);
+    size_t instructions = 0;
+    for (const schema::Function &f : rp.functions())
+      instructions += size_t(f.body_size());
+    ranks.push_back(llvm::json::Object{{"rank", rp.mesh().rank()},
+                                       {"coords", std::move(coords)},
+                                       {"program", name},
+                                       {"instructions", int64_t(instructions)}});
+  }
+  llvm::json::Object mesh;
+  for (int a = 0; a < program.mesh().axis_names_size(); ++a)
+    mesh[program.mesh().axis_names(a)] = program.mesh().axis_sizes(a);
   const schema::Reports &r = program.reports();
   llvm::json::Object mem{{"persistent_bytes", int64_t(r.memory().persistent_bytes())},
                          {"flowing_peak_bytes", int64_t(r.memory().flowing_peak_bytes())},
@@ -89,9 +110,6 @@ LogicalResult writePlan(MLIRContext &ctx, const std::string &dir, const cfgns::P
       n *= d;
     numParams += n;
   }
-  size_t instructions = 0;
-  for (const schema::Function &f : program.functions())
-    instructions += size_t(f.body_size());
   llvm::json::Array ignored, warnings;
   for (const std::string &s : cfg.ignoredFlags)
     ignored.push_back(s);
@@ -100,12 +118,9 @@ LogicalResult writePlan(MLIRContext &ctx, const std::string &dir, const cfgns::P
   llvm::json::Object plan{
       {"format_version", int64_t(program.format_version())},
       {"producer", program.producer()},
-      {"world_size", int64_t(1)},
-      {"mesh", llvm::json::Object{{"tp", int64_t(1)}, {"dp", int64_t(1)}, {"pp", int64_t(1)}}},
-      {"ranks", llvm::json::Array{llvm::json::Object{{"rank", int64_t(0)},
-                                                     {"coords", llvm::json::Object{{"tp", 0}, {"dp", 0}, {"pp", 0}}},
-                                                     {"program", "rank0.pb"},
-                                                     {"instructions", int64_t(instructions)}}}},
+      {"world_size", program.mesh().world_size()},
+      {"mesh", std::move(mesh)},
+      {"ranks", std::move(ranks)},
       {"model", keyValues(cfg.model.toKeyValues())},
       {"parallel", keyValues(cfg.parallel.toKeyValues())},
       {"training", keyValues(cfg.training.toKeyValues())},
@@ -141,23 +156,18 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     const char *name;
     void (*build)(OpPassManager &, const PlanOptions &);
   };
-  const Phase phases[] = {{"autodiff", buildAutodiffPhase},
-                          {"schedule", buildSchedulePhase},
-                          {"lower", buildLowerPhase},
-                          {"memory", buildMemoryPhase}};
-  auto dump = [&](int n, const char *name) -> LogicalResult {
+  const Phase shared[] = {{"autodiff", buildAutodiffPhase}, {"schedule", buildSchedulePhase}};
+  const Phase perRank[] = {{"lower", buildLowerPhase}, {"memory", buildMemoryPhase}};
+  auto dump = [&](ModuleOp m, int n, const char *name) -> LogicalResult {
     if (options.dumpIRDir.empty())
       return success();
     std::string text;
     llvm::raw_string_ostream os(text);
-    module.print(os);
+    m.print(os);
     return writeFile(ctx, options.dumpIRDir + "/" + std::to_string(n) + "-" + name + ".mlir",
                      os.str());
   };
-  if (failed(dump(0, "model")))
-    return failure();
-  int n = 1;
-  for (const Phase &ph : phases) {
+  auto runPhase = [&](ModuleOp m, const Phase &ph, const PlanOptions &o) -> LogicalResult {
     PassManager pm(&ctx);
     if (options.printIRAfterAll) {
       ctx.disableMultithreading();
@@ -165,38 +175,80 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
                           [](Pass *, Operation *) { return true; }, /*printModuleScope=*/true,
                           /*printAfterOnlyOnChange=*/false);
     }
-    ph.build(pm, plan);
-    if (failed(pm.run(module)))
-      return failure();
-    if (failed(dump(n++, ph.name)))
-      return failure();
-  }
-  FailureOr<schema::Program> program = exportProgram(module);
-  if (failed(program))
+    ph.build(pm, o);
+    return pm.run(m);
+  };
+  if (failed(dump(module, 0, "model")))
     return failure();
-  // The plan records its configuration: runtime flag defaults that trainrun uses and may
-  // override, and the compile-time values trainrun checks its flags against.
-  auto &meta = *program->mutable_metadata();
-  for (const auto &[k, v] : cfg.runtime.toKeyValues())
-    meta["runtime." + k] = v;
-  for (const auto &[k, v] : cfg.model.toKeyValues())
-    meta["model." + k] = v;
-  for (const auto &[k, v] : cfg.training.toKeyValues())
-    meta["training." + k] = v;
-  for (const auto &[k, v] : cfg.parallel.toKeyValues())
-    meta["parallel." + k] = v;
-  if (absl::Status s = ::trainc::rt::validateProgram(*program); !s.ok())
-    return emitError(module.getLoc())
-           << "internal error: the exported program fails runtime validation: "
-           << std::string(s.message());
+  int n = 1;
+  for (const Phase &ph : shared)
+    if (failed(runPhase(module, ph, plan)) || failed(dump(module, n++, ph.name)))
+      return failure();
+
+  // The rank table (Megatron's tp-cp-ep-dp-pp order). Only data parallelism is supported, so
+  // programs differ only in their placement, and, with the distributed optimizer, in the shard
+  // each DP rank updates: the lower and memory phases then run once per DP rank on a copy of the
+  // scheduled module (rank 0 on `module` itself, whose IR is the one dumped).
+  cfgns::RankTable table(cfg.parallel);
+  const int64_t world = table.worldSize();
+  const bool shardedLowering = cfg.parallel.use_distributed_optimizer && world > 1;
+  OwningOpRef<ModuleOp> scheduled;
+  if (shardedLowering)
+    scheduled = module.clone();
+  std::vector<schema::Program> programs;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    std::vector<int64_t> coords = table.coords(rank);
+    PlanOptions o = plan;
+    o.dpRank = coords[3];
+    OwningOpRef<ModuleOp> copy;
+    ModuleOp m = module;
+    if (rank > 0 && shardedLowering) {
+      copy = scheduled->clone();
+      m = *copy;
+    }
+    if (rank == 0 || shardedLowering)
+      for (const Phase &ph : perRank)
+        if (failed(runPhase(m, ph, o)) || (rank == 0 && failed(dump(m, n++, ph.name))))
+          return failure();
+    RankPlacement place;
+    place.rank = rank;
+    place.axisNames = cfgns::RankTable::axisNames();
+    place.axisSizes = table.axisSizes();
+    place.coords = coords;
+    place.groups.clear();
+    for (const cfgns::RankGroup &g : table.groupsOf(rank))
+      place.groups.push_back({g.name, g.ranks});
+    FailureOr<schema::Program> program = exportProgram(m, place);
+    if (failed(program))
+      return failure();
+    // The plan records its configuration: runtime flag defaults that trainrun uses and may
+    // override, and the compile-time values trainrun checks its flags against.
+    auto &meta = *program->mutable_metadata();
+    for (const auto &[k, v] : cfg.runtime.toKeyValues())
+      meta["runtime." + k] = v;
+    for (const auto &[k, v] : cfg.model.toKeyValues())
+      meta["model." + k] = v;
+    for (const auto &[k, v] : cfg.training.toKeyValues())
+      meta["training." + k] = v;
+    for (const auto &[k, v] : cfg.parallel.toKeyValues())
+      meta["parallel." + k] = v;
+    if (absl::Status s = ::trainc::rt::validateProgram(*program); !s.ok())
+      return emitError(module.getLoc())
+             << "internal error: the exported program of rank " << rank
+             << " fails runtime validation: " << std::string(s.message());
+    programs.push_back(std::move(*program));
+  }
   if (!options.outputDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.outputDir))
       return emitError(module.getLoc())
              << "cannot create output directory '" << options.outputDir << "': " << ec.message();
-    if (failed(writePlan(ctx, options.outputDir, cfg, *program)))
+    if (failed(writePlan(ctx, options.outputDir, cfg, programs)))
       return failure();
   }
-  return program;
+  schema::Program first = programs.front();
+  if (options.allRanks)
+    *options.allRanks = std::move(programs);
+  return first;
 }
 
 FailureOr<schema::Program> mlir::trainc::compilePlan(MLIRContext &ctx,

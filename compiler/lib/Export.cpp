@@ -42,7 +42,7 @@ struct OperandRef {
 
 class Exporter {
 public:
-  explicit Exporter(ModuleOp m) : module(m) {}
+  Exporter(ModuleOp m, const RankPlacement &placement) : module(m), placement(placement) {}
   FailureOr<schema::Program> run();
 
 private:
@@ -51,7 +51,10 @@ private:
   FailureOr<schema::Operand> operand(Value v, Operation *user);
 
   ModuleOp module;
+  const RankPlacement &placement;
   schema::Program p;
+  llvm::StringMap<uint32_t> groupIndex;
+  int64_t maxToken = -1;
   llvm::StringMap<uint32_t> bufferIndex, functionIndex, locIndex;
   llvm::DenseMap<Value, OperandRef> refs;
 };
@@ -183,7 +186,39 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
                                                             : schema::GRAPH_CAPTURE_END);
       ins.mutable_region()->set_name(r.getLabel().str());
     } else if (auto w = dyn_cast<rt::WaitOp>(op)) {
-      ins.mutable_wait()->set_token(uint32_t(w.getToken()));
+      int64_t token = int64_t(w.getToken());
+      if (token < 0)
+        return op.emitOpError() << "waits on negative token " << token;
+      ins.mutable_wait()->set_token(uint32_t(token));
+      maxToken = std::max<int64_t>(maxToken, token);
+    } else if (auto c = dyn_cast<rt::CollectiveOp>(op)) {
+      schema::Collective *col = ins.mutable_collective();
+      StringRef k = c.getKind();
+      col->set_kind(k == "all_reduce"       ? schema::ALL_REDUCE
+                    : k == "reduce_scatter" ? schema::REDUCE_SCATTER
+                    : k == "all_gather"     ? schema::ALL_GATHER
+                    : k == "broadcast"      ? schema::BROADCAST
+                                            : schema::BARRIER);
+      auto g = groupIndex.find(c.getGroup());
+      if (g == groupIndex.end())
+        return op.emitOpError() << "uses group '" << c.getGroup()
+                                << "', which this rank's placement does not have";
+      col->set_group(g->second);
+      col->set_op(c.getOp() == "max" ? schema::MAX : c.getOp() == "min" ? schema::MIN : schema::SUM);
+      if (!c.getInputs().empty()) {
+        FailureOr<schema::Operand> in = operand(c.getInputs()[0], &op);
+        FailureOr<schema::Operand> o = operand(c.getOutputs()[0], &op);
+        if (failed(in) || failed(o))
+          return failure();
+        *col->mutable_input() = *in;
+        *col->mutable_output() = *o;
+      }
+      ins.set_stream(1);
+      if (int64_t token = int64_t(c.getToken()); token >= 0) {
+        col->set_async(true);
+        col->set_token(uint32_t(token));
+        maxToken = std::max<int64_t>(maxToken, token);
+      }
     } else {
       return op.emitOpError() << "cannot be exported to program.proto";
     }
@@ -196,13 +231,22 @@ FailureOr<schema::Program> Exporter::run() {
   p.set_format_version(::trainc::rt::kFormatVersion);
   p.set_producer("trainc compiler (MLIR 19)");
   schema::Mesh *mesh = p.mutable_mesh();
-  for (const char *axis : {"tp", "dp", "pp"}) {
-    mesh->add_axis_names(axis);
-    mesh->add_axis_sizes(1);
-    mesh->add_coords(0);
+  int64_t world = 1;
+  for (size_t a = 0; a < placement.axisNames.size(); ++a) {
+    mesh->add_axis_names(placement.axisNames[a]);
+    mesh->add_axis_sizes(placement.axisSizes[a]);
+    mesh->add_coords(placement.coords[a]);
+    world *= placement.axisSizes[a];
   }
-  mesh->set_rank(0);
-  mesh->set_world_size(1);
+  mesh->set_rank(placement.rank);
+  mesh->set_world_size(world);
+  for (const auto &[name, ranks] : placement.groups) {
+    groupIndex[name] = uint32_t(p.groups_size());
+    schema::CommGroup *g = p.add_groups();
+    g->set_name(name);
+    for (int64_t r : ranks)
+      g->add_ranks(r);
+  }
   auto arena = module->getAttrOfType<IntegerAttr>("rt.arena_bytes");
   if (!arena)
     return module.emitError() << "export: the module has no memory plan (run trainc-memory-plan)";
@@ -240,6 +284,25 @@ FailureOr<schema::Program> Exporter::run() {
       if (auto std = b->getAttrOfType<FloatAttr>("init_std"))
         q->set_init_std(std.getValueAsDouble());
     }
+    // Parameters that are ranges of one buffer (the distributed optimizer's `params`).
+    if (auto infos = b->getAttrOfType<ArrayAttr>("param_info"))
+      for (Attribute a : infos) {
+        auto d = cast<DictionaryAttr>(a);
+        schema::Parameter *q = p.add_parameters();
+        q->set_name(d.getAs<StringAttr>("name").str());
+        for (int64_t s : d.getAs<DenseI64ArrayAttr>("shape").asArrayRef()) {
+          q->add_global_shape(s);
+          q->add_slice_start(0);
+          q->add_slice_size(s);
+        }
+        q->set_buffer(uint32_t(p.buffers_size() - 1));
+        q->set_buffer_offset(uint64_t(d.getAs<IntegerAttr>("offset").getInt()));
+        q->set_no_weight_decay(bool(d.get("no_weight_decay")));
+        if (auto init = d.getAs<StringAttr>("init"))
+          q->set_init(init.str());
+        if (auto std = d.getAs<FloatAttr>("init_std"))
+          q->set_init_std(std.getValueAsDouble());
+      }
   }
   SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
   for (func::FuncOp fn : fns) {
@@ -253,6 +316,7 @@ FailureOr<schema::Program> Exporter::run() {
   for (auto [i, fn] : llvm::enumerate(fns))
     if (failed(exportFunction(fn, *p.mutable_functions(int(i)))))
       return failure();
+  p.set_num_tokens(uint32_t(maxToken + 1));
 
   schema::Reports *r = p.mutable_reports();
   schema::MemoryReport *mem = r->mutable_memory();
@@ -285,6 +349,7 @@ FailureOr<schema::Program> Exporter::run() {
 
 } // namespace
 
-FailureOr<schema::Program> mlir::trainc::exportProgram(ModuleOp module) {
-  return Exporter(module).run();
+FailureOr<schema::Program> mlir::trainc::exportProgram(ModuleOp module,
+                                                      const RankPlacement &placement) {
+  return Exporter(module, placement).run();
 }

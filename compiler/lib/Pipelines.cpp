@@ -36,11 +36,18 @@ void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
   s.clipGrad = o.clipGrad;
   pm.addPass(createScheduleNoPipeliningPass(s));
   pm.addPass(createOptimizerExpandPass());
+  GradBucketsPassOptions gb;
+  gb.dp = o.dataParallelSize;
+  gb.bucketSize = o.bucketSize;
+  gb.distributedOptimizer = o.distributedOptimizer;
+  pm.addPass(createGradBucketsPass(gb));
   pm.addPass(verify("sched"));
 }
 
-void mlir::trainc::buildLowerPhase(OpPassManager &pm, const PlanOptions &) {
-  pm.addPass(createLowerToRtPass());
+void mlir::trainc::buildLowerPhase(OpPassManager &pm, const PlanOptions &o) {
+  LowerToRtPassOptions l;
+  l.dpRank = o.dpRank;
+  pm.addPass(createLowerToRtPass(l));
   pm.addPass(verify("rt"));
 }
 
@@ -64,11 +71,22 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
                                     llvm::cl::desc("per_token or per_microbatch")};
   Option<double> clipGrad{*this, "clip-grad", llvm::cl::init(1.0),
                           llvm::cl::desc("Global grad-norm clip (0 disables)")};
+  Option<int64_t> dp{*this, "dp", llvm::cl::init(1), llvm::cl::desc("Data-parallel size")};
+  Option<int64_t> dpRank{*this, "dp-rank", llvm::cl::init(0),
+                         llvm::cl::desc("The DP rank whose program is lowered")};
+  Option<int64_t> bucketSize{*this, "bucket-size", llvm::cl::init(0),
+                             llvm::cl::desc("Gradient bucket size in elements (0 = default)")};
+  Option<bool> distributedOptimizer{*this, "distributed-optimizer", llvm::cl::init(false),
+                                    llvm::cl::desc("ZeRO-1 distributed optimizer")};
   PlanOptions plan() const {
     PlanOptions p;
     p.numMicrobatches = numMicrobatches;
     p.normalization = normalization;
     p.clipGrad = clipGrad;
+    p.dataParallelSize = dp;
+    p.dpRank = dpRank;
+    p.bucketSize = bucketSize;
+    p.distributedOptimizer = distributedOptimizer;
     return p;
   }
 };
@@ -84,7 +102,8 @@ void mlir::trainc::registerPipelines() {
   registerPhase<buildAutodiffPhase>("trainc-phase-autodiff",
                                     "verify(model), autodiff, verify(autodiff)");
   registerPhase<buildSchedulePhase>(
-      "trainc-phase-schedule", "grad-accumulate, schedule, optimizer-expand, verify(sched)");
+      "trainc-phase-schedule",
+      "grad-accumulate, schedule, optimizer-expand, grad-buckets, verify(sched)");
   registerPhase<buildLowerPhase>("trainc-phase-lower", "lower-to-rt, verify(rt)");
   registerPhase<buildMemoryPhase>("trainc-phase-memory", "memory-plan, verify(memory)");
   registerPhase<buildCompilePipeline>("trainc-compile", "every phase, model IR to planned rt IR");

@@ -73,3 +73,40 @@ LogicalResult OptimizerStepOp::verify() {
 
 #define GET_OP_CLASSES
 #include "dialects/Sched/SchedOps.cpp.inc"
+
+LogicalResult GradBufferOp::verify() {
+  ArrayRef<int64_t> offsets = getOffsets(), sizes = getSizes(), bounds = getBucketBounds();
+  int64_t dp = getDp(), numel = getNumel();
+  if (dp <= 0)
+    return emitOpError() << "dp = " << dp << ", expected a positive data-parallel size";
+  if (offsets.size() != getParams().size() || sizes.size() != getParams().size())
+    return emitOpError() << "has " << getParams().size() << " params but " << offsets.size()
+                         << " offsets and " << sizes.size() << " sizes";
+  if (bounds.size() < 2 || bounds.front() != 0 || bounds.back() != numel)
+    return emitOpError() << "bucket_bounds must start at 0 and end at numel = " << numel;
+  for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+    if (bounds[b + 1] <= bounds[b])
+      return emitOpError() << "bucket " << b << " [" << bounds[b] << ", " << bounds[b + 1]
+                           << ") is empty or reversed";
+    if (getDistributedOptimizer() && (bounds[b + 1] - bounds[b]) % dp != 0)
+      return emitOpError() << "bucket " << b << " has " << bounds[b + 1] - bounds[b]
+                           << " elements, not a multiple of dp = " << dp
+                           << " (the distributed optimizer shards every bucket evenly)";
+  }
+  int64_t end = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    if (sizes[i] <= 0 || offsets[i] < end)
+      return emitOpError() << "param '" << cast<StringAttr>(getParams()[i]).getValue()
+                           << "' at offset " << offsets[i] << " with " << sizes[i]
+                           << " elements overlaps the previous one or is empty";
+    end = offsets[i] + sizes[i];
+    // A parameter lives in one bucket (Megatron never splits a parameter across buckets).
+    auto it = llvm::upper_bound(bounds, offsets[i]);
+    if (it == bounds.end() || end > *it)
+      return emitOpError() << "param '" << cast<StringAttr>(getParams()[i]).getValue()
+                           << "' [" << offsets[i] << ", " << end << ") crosses a bucket boundary";
+  }
+  if (end > numel)
+    return emitOpError() << "params end at " << end << ", beyond numel = " << numel;
+  return success();
+}

@@ -166,4 +166,92 @@ def Sched_AdamWOp : Sched_Op<"adamw"> {
   let assemblyFormat = "attr-dict";
 }
 
+//===----------------------------------------------------------------------===//
+// Data parallelism (Megatron's DistributedDataParallel, _ParamAndGradBuffer, DistributedOptimizer)
+//===----------------------------------------------------------------------===//
+
+def Sched_GradBufferOp : Sched_Op<"grad_buffer"> {
+  let summary = "Layout of the contiguous main-grad buffer: parameter ranges and buckets";
+  let description = [{
+    One fp32 buffer holds every parameter's main_grad. `params[i]` occupies elements
+    [offsets[i], offsets[i] + numel(param)); parameters are placed in the order their gradients
+    become final in backward (Megatron: reverse order of use). `bucket_bounds` has one more entry
+    than there are buckets: bucket b is [bucket_bounds[b], bucket_bounds[b+1]). With the
+    distributed optimizer every bucket's size is a multiple of `dp` and DP rank r owns the shard
+    [start + r * size / dp, start + (r + 1) * size / dp) of each bucket; padding elements belong to
+    no parameter. `numel` is the padded total.
+    ```mlir
+    sched.grad_buffer {params = ["b", "a"], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64,
+                       bucket_bounds = array<i64: 0, 8, 16>, dp = 2 : i64, distributed_optimizer}
+    ```
+  }];
+  let arguments = (ins StrArrayAttr:$params, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
+                   I64Attr:$numel, DenseI64ArrayAttr:$bucket_bounds, I64Attr:$dp,
+                   UnitAttr:$distributed_optimizer, UnitAttr:$overlap_param_gather);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumBuckets() { return int64_t(getBucketBounds().size()) - 1; }
+  }];
+}
+
+def Sched_GradSyncStartOp : Sched_Op<"grad_sync_start"> {
+  let summary = "Start the data-parallel reduction of one gradient bucket (async)";
+  let description = [{
+    Plain DP all-reduces (sum) the bucket; the distributed optimizer reduce-scatters it so that
+    each DP rank holds the reduced values of its shard. Placed right after the op that writes the
+    bucket's last gradient contribution in the last microbatch.
+    ```mlir
+    sched.grad_sync_start {bucket = 0 : i64}
+    ```
+  }];
+  let arguments = (ins I64Attr:$bucket);
+  let assemblyFormat = "attr-dict";
+}
+
+def Sched_GradSyncWaitOp : Sched_Op<"grad_sync_wait"> {
+  let summary = "Wait for a bucket's gradient reduction";
+  let description = [{
+    ```mlir
+    sched.grad_sync_wait {bucket = 0 : i64}
+    ```
+  }];
+  let arguments = (ins I64Attr:$bucket);
+  let assemblyFormat = "attr-dict";
+}
+
+def Sched_ParamGatherStartOp : Sched_Op<"param_gather_start"> {
+  let summary = "Start the all-gather of one bucket of updated parameters (distributed optimizer)";
+  let description = [{
+    ```mlir
+    sched.param_gather_start {bucket = 0 : i64}
+    ```
+  }];
+  let arguments = (ins I64Attr:$bucket);
+  let assemblyFormat = "attr-dict";
+}
+
+def Sched_ParamGatherWaitOp : Sched_Op<"param_gather_wait"> {
+  let summary = "Wait for a bucket's parameter all-gather";
+  let description = [{
+    ```mlir
+    sched.param_gather_wait {bucket = 0 : i64}
+    ```
+  }];
+  let arguments = (ins I64Attr:$bucket);
+  let assemblyFormat = "attr-dict";
+}
+
+def Sched_ReduceLossesOp : Sched_Op<"reduce_losses"> {
+  let summary = "All-reduce (loss_sum, num_tokens) over the data-parallel group (sum)";
+  let description = [{
+    After it every DP rank holds the global batch's loss sum and token count, which the per-token
+    normalisation and the log use.
+    ```mlir
+    sched.reduce_losses
+    ```
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
 #endif

@@ -28,13 +28,36 @@ MemRefType memrefOf(Type t) {
 
 struct ParamInfo {
   std::string name;
+  MemRefType type, gradType;
+  /// The parameter's value and main grad: a whole buffer (offset -1) or a range of one.
   rt::BufferOp value, grad, expAvg, expAvgSq;
+  int64_t valueOffset = -1, gradOffset = -1;
+};
+
+/// The main-grad layout of trainc-grad-buckets, and this rank's place in it.
+struct GradLayout {
+  sched::GradBufferOp op;
+  int64_t dp = 1, dpRank = 0;
+  bool distributed = false;
+  SmallVector<int64_t> bounds;
+  rt::BufferOp mainGrad, params, expAvg, expAvgSq;
+  int64_t numBuckets() const { return int64_t(bounds.size()) - 1; }
+  int64_t shardSize(int64_t b) const { return (bounds[b + 1] - bounds[b]) / dp; }
+  /// This rank's shard of bucket b, as [begin, end) elements of the buffer.
+  int64_t shardBegin(int64_t b) const {
+    return distributed ? bounds[b] + dpRank * shardSize(b) : bounds[b];
+  }
+  int64_t shardEnd(int64_t b) const {
+    return distributed ? shardBegin(b) + shardSize(b) : bounds[b + 1];
+  }
 };
 
 /// Module-level state of the lowering: the buffer table and the well-known buffers.
 class Lowering {
 public:
-  explicit Lowering(ModuleOp module) : module(module), b(module.getContext()) {}
+  Lowering(ModuleOp module, int64_t dpRank) : module(module), b(module.getContext()) {
+    layout.dpRank = dpRank;
+  }
 
   LogicalResult run();
 
@@ -52,6 +75,41 @@ private:
   }
   Value ref(OpBuilder &ob, Location loc, rt::BufferOp buf) {
     return ob.create<rt::BufferRefOp>(loc, buf.getType(), buf.getSymName());
+  }
+  /// `type`-shaped view at element `offset` of `buf` (the whole buffer when offset < 0).
+  Value view(OpBuilder &ob, Location loc, rt::BufferOp buf, int64_t offset, MemRefType type) {
+    Value r = ref(ob, loc, buf);
+    if (offset < 0)
+      return r;
+    return ob.create<rt::ViewOp>(loc, type, r, ob.getI64IntegerAttr(offset));
+  }
+  /// Elements [begin, end) of the 1-D buffer `buf`.
+  Value range(OpBuilder &ob, Location loc, rt::BufferOp buf, int64_t begin, int64_t end) {
+    auto t = MemRefType::get({end - begin}, buf.getType().getElementType());
+    if (begin == 0 && end == buf.getType().getNumElements())
+      return ref(ob, loc, buf);
+    return ob.create<rt::ViewOp>(loc, t, ref(ob, loc, buf), ob.getI64IntegerAttr(begin));
+  }
+  Value valueRef(OpBuilder &ob, Location loc, const ParamInfo &p) {
+    return view(ob, loc, p.value, p.valueOffset, p.type);
+  }
+  Value gradRef(OpBuilder &ob, Location loc, const ParamInfo &p) {
+    return view(ob, loc, p.grad, p.gradOffset, p.gradType);
+  }
+  void collective(OpBuilder &ob, Location loc, StringRef kind, Value in, Value out,
+                  int64_t token) {
+    ob.create<rt::CollectiveOp>(loc, ob.getStringAttr(kind), ob.getStringAttr("dp"),
+                                ValueRange{in}, ValueRange{out}, ob.getStringAttr("sum"),
+                                ob.getI64IntegerAttr(token));
+  }
+  LogicalResult lowerDataParallelOp(OpBuilder &ob, Location loc, Operation &op);
+  void lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm);
+  LogicalResult lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp adam);
+  void reduceLosses(OpBuilder &ob, Location loc) {
+    for (StringRef n : {"loss_sum", "num_tokens"}) {
+      Value v = ref(ob, loc, scalar(n, "output"));
+      collective(ob, loc, "all_reduce", v, v, -1);
+    }
   }
   void kernel(OpBuilder &ob, Location loc, StringRef name, ValueRange ins, ValueRange outs,
               ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) {
@@ -86,9 +144,27 @@ private:
   llvm::StringMap<SmallVector<unsigned>> stageInputs; // arg numbers tagged model.input
   llvm::StringMap<double> stageFlops, stageBytes;
   llvm::StringMap<rt::BufferOp> inputBuffers;     // "<input>.<mb>"
+  GradLayout layout;
+  llvm::StringMap<size_t> layoutIndex;
+  SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
 };
 
 LogicalResult Lowering::collectParams() {
+  auto layouts = llvm::to_vector(module.getOps<sched::GradBufferOp>());
+  if (layouts.size() > 1)
+    return layouts[1].emitOpError() << "is the second sched.grad_buffer; one is supported";
+  if (!layouts.empty()) {
+    GradLayout &l = layout;
+    l.op = layouts.front();
+    l.dp = l.op.getDp();
+    l.distributed = l.op.getDistributedOptimizer();
+    l.bounds.assign(l.op.getBucketBounds().begin(), l.op.getBucketBounds().end());
+    if (l.dpRank < 0 || l.dpRank >= l.dp)
+      return l.op.emitOpError() << "dp-rank " << l.dpRank << " is outside the data-parallel size "
+                                << l.dp;
+    for (auto [i, n] : llvm::enumerate(l.op.getParams()))
+      layoutIndex[cast<StringAttr>(n).getValue()] = i;
+  }
   for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
     if (!fn->hasAttr("sched.stage"))
       continue;
@@ -104,16 +180,51 @@ LogicalResult Lowering::collectParams() {
           continue;
         ParamInfo p;
         p.name = name.str();
-        p.value = addBuffer(p.name, memrefOf(t), "parameter");
-        p.value->setAttr("param_name", name);
+        p.type = memrefOf(t);
+        p.gradType = MemRefType::get(cast<ShapedType>(t).getShape(),
+                                     model::statsElementType(cast<ShapedType>(t).getElementType()));
+        SmallVector<NamedAttribute> info{b.getNamedAttr("name", name)};
         for (StringRef a : {"model.init", "model.init_std", "model.no_weight_decay"})
           if (Attribute v = fn.getArgAttr(i, a))
-            p.value->setAttr(a.drop_front(6), v);
-        auto gradType = MemRefType::get(cast<ShapedType>(t).getShape(),
-                                        model::statsElementType(cast<ShapedType>(t).getElementType()));
-        p.grad = addBuffer(p.name + ".main_grad", gradType, "main_grad");
-        p.expAvg = addBuffer(p.name + ".exp_avg", gradType, "optimizer_state");
-        p.expAvgSq = addBuffer(p.name + ".exp_avg_sq", gradType, "optimizer_state");
+            info.push_back(b.getNamedAttr(a.drop_front(6), v));
+        auto it = layoutIndex.find(p.name);
+        if (layout.op && it == layoutIndex.end())
+          return fn.emitOpError() << "parameter '" << p.name
+                                  << "' is not in the sched.grad_buffer layout";
+        if (layout.distributed) {
+          // A range of the contiguous parameter buffer (same layout as the grads).
+          if (!layout.params)
+            layout.params = addBuffer("params", MemRefType::get({int64_t(layout.op.getNumel())},
+                                                                p.type.getElementType()),
+                                      "parameter");
+          else if (layout.params.getType().getElementType() != p.type.getElementType())
+            return fn.emitOpError() << "parameters of several dtypes are not supported with the "
+                                       "distributed optimizer yet";
+          p.value = layout.params;
+          p.valueOffset = layout.op.getOffsets()[it->second];
+          info.push_back(b.getNamedAttr("offset", b.getI64IntegerAttr(p.valueOffset)));
+          info.push_back(b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())));
+          paramInfos.push_back(b.getDictionaryAttr(info));
+        } else {
+          p.value = addBuffer(p.name, p.type, "parameter");
+          for (NamedAttribute a : info)
+            p.value->setAttr(a.getName() == "name" ? b.getStringAttr("param_name") : a.getName(),
+                             a.getValue());
+        }
+        if (layout.op) {
+          if (!layout.mainGrad)
+            layout.mainGrad = addBuffer("main_grad", MemRefType::get({int64_t(layout.op.getNumel())},
+                                                                     p.gradType.getElementType()),
+                                        "main_grad");
+          p.grad = layout.mainGrad;
+          p.gradOffset = layout.op.getOffsets()[it->second];
+        } else {
+          p.grad = addBuffer(p.name + ".main_grad", p.gradType, "main_grad");
+        }
+        if (!layout.distributed) {
+          p.expAvg = addBuffer(p.name + ".exp_avg", p.gradType, "optimizer_state");
+          p.expAvgSq = addBuffer(p.name + ".exp_avg_sq", p.gradType, "optimizer_state");
+        }
         paramIndex[p.name] = params.size();
         params.push_back(p);
       } else if (fn.getArgAttrOfType<StringAttr>(i, "model.input")) {
@@ -126,6 +237,14 @@ LogicalResult Lowering::collectParams() {
   }
   if (stages.empty())
     return module.emitError() << "trainc-lower-to-rt: no stage function (sched.stage)";
+  if (layout.params)
+    layout.params->setAttr("param_info", b.getArrayAttr(paramInfos));
+  if (layout.distributed) {
+    auto t = MemRefType::get({int64_t(layout.op.getNumel()) / layout.dp},
+                             layout.mainGrad.getType().getElementType());
+    layout.expAvg = addBuffer("exp_avg", t, "optimizer_state");
+    layout.expAvgSq = addBuffer("exp_avg_sq", t, "optimizer_state");
+  }
   if (!statsType)
     statsType = Float32Type::get(module.getContext());
   return success();
@@ -188,7 +307,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   }
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)
     if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
-      map.map(fn.getArgument(i), ref(ob, fn.getLoc(), params[paramIndex[name.getValue()]].value));
+      map.map(fn.getArgument(i), valueRef(ob, fn.getLoc(), params[paramIndex[name.getValue()]]));
 
   int counter = 0;
   double flops = 0, bytes = 0;
@@ -218,7 +337,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       auto it = paramIndex.find(acc.getParam());
       if (it == paramIndex.end())
         return acc.emitOpError() << "names unknown parameter '" << acc.getParam() << "'";
-      Value mg = ref(ob, loc, params[it->second].grad);
+      Value mg = gradRef(ob, loc, params[it->second]);
       Value g = map.lookup(acc.getGrad());
       if (cast<MemRefType>(g.getType()).getElementType() !=
           cast<MemRefType>(mg.getType()).getElementType()) {
@@ -261,6 +380,11 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       ob.create<func::ReturnOp>(op.getLoc());
       continue;
     }
+    if (isa<sched::GradSyncStartOp>(op)) {
+      if (failed(lowerDataParallelOp(ob, loc, op)))
+        return failure();
+      continue;
+    }
     return op.emitOpError() << "cannot be lowered to rt (no KernelOpInterface)";
   }
   stageFlops[fname] = flops;
@@ -289,8 +413,11 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
     } else if (isa<sched::ZeroGradsOp>(op)) {
-      for (ParamInfo &p : params)
-        kernel(ob, loc, "fill", {}, {ref(ob, loc, p.grad)});
+      if (layout.mainGrad)
+        kernel(ob, loc, "fill", {}, {ref(ob, loc, layout.mainGrad)});
+      else
+        for (ParamInfo &p : params)
+          kernel(ob, loc, "fill", {}, {ref(ob, loc, p.grad)});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("one", "workspace"))}, {f64("value", 1)});
@@ -323,7 +450,29 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       bytes += stageBytes[call.getCallee()];
       ++calls;
     } else if (auto fin = dyn_cast<sched::FinalizeGradsOp>(op)) {
-      if (fin.getNormalization() == "per_token") {
+      if (layout.mainGrad) {
+        // Only this rank's shards hold reduced gradients under the distributed optimizer.
+        Value inv;
+        if (fin.getNormalization() == "per_token") {
+          inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
+          kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
+        }
+        if (inv || layout.dp > 1) {
+          SmallVector<std::pair<int64_t, int64_t>> ranges;
+          if (layout.distributed)
+            for (int64_t k = 0; k < layout.numBuckets(); ++k)
+              ranges.push_back({layout.shardBegin(k), layout.shardEnd(k)});
+          else
+            ranges.push_back({0, int64_t(layout.op.getNumel())});
+          for (auto [begin, end] : ranges) {
+            Value g = range(ob, loc, layout.mainGrad, begin, end);
+            if (inv)
+              kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
+            else // legacy mode: Megatron averages the gradients over DP
+              kernel(ob, loc, "scale", {g}, {g}, {f64("alpha", 1.0 / double(layout.dp))}, {0});
+          }
+        }
+      } else if (fin.getNormalization() == "per_token") {
         Value inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
         kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
         for (ParamInfo &p : params) {
@@ -332,36 +481,14 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
         }
       }
     } else if (auto clip = dyn_cast<sched::ClipGradNormOp>(op)) {
-      Value sumsq = ref(ob, loc, scalar("grad_sumsq", "workspace"));
-      for (auto [i, p] : llvm::enumerate(params))
-        kernel(ob, loc, "sum_squares", {ref(ob, loc, p.grad)}, {sumsq},
-               {f64("beta", i == 0 ? 0.0 : 1.0)});
-      kernel(ob, loc, "grad_norm_finalize", {sumsq},
-             {ref(ob, loc, scalar("grad_norm", "output")),
-              ref(ob, loc, scalar("grad_scale", "workspace")),
-              ref(ob, loc, scalar("update_successful", "output"))},
-             {f64("max_norm", clip.getMaxNorm().convertToDouble())});
+      lowerGradNorm(ob, loc, clip.getMaxNorm().convertToDouble());
+    } else if (isa<sched::GradSyncWaitOp, sched::ParamGatherStartOp, sched::ParamGatherWaitOp,
+                   sched::ReduceLossesOp>(op)) {
+      if (failed(lowerDataParallelOp(ob, loc, op)))
+        return failure();
     } else if (auto adam = dyn_cast<sched::AdamWOp>(op)) {
-      auto it = paramIndex.find(adam.getParam());
-      if (it == paramIndex.end())
-        return adam.emitOpError() << "names unknown parameter '" << adam.getParam() << "'";
-      ParamInfo &p = params[it->second];
-      if (p.value.getType().getElementType() != statsType)
-        return adam.emitOpError() << "parameter '" << p.name << "' has element type "
-                                  << p.value.getType().getElementType()
-                                  << "; mixed precision (fp32 master weights) is not supported "
-                                     "yet";
-      Value w = ref(ob, loc, p.value), m = ref(ob, loc, p.expAvg), v = ref(ob, loc, p.expAvgSq);
-      kernel(ob, loc, "adamw",
-             {w, ref(ob, loc, p.grad), m, v, ref(ob, loc, scalar("lr", "scalar")),
-              ref(ob, loc, scalar("weight_decay", "scalar")), ref(ob, loc, scalar("step", "scalar")),
-              ref(ob, loc, scalar("grad_scale", "workspace")),
-              ref(ob, loc, scalar("update_successful", "output"))},
-             {w, m, v},
-             {f64("beta1", adam.getBeta1().convertToDouble()),
-              f64("beta2", adam.getBeta2().convertToDouble()),
-              f64("eps", adam.getEps().convertToDouble()), i64("decay", adam.getDecay() ? 1 : 0)},
-             {0, 2, 3});
+      if (failed(lowerAdamW(ob, loc, adam)))
+        return failure();
     } else if (isa<func::ReturnOp>(op)) {
       ob.create<func::ReturnOp>(op.getLoc());
     } else {
@@ -372,6 +499,132 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
     module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(flops));
     module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(bytes));
     module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(calls));
+  }
+  return success();
+}
+
+LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operation &op) {
+  if (!layout.op)
+    return op.emitOpError() << "needs a sched.grad_buffer (run trainc-grad-buckets)";
+  auto bucketOf = [&](int64_t k) -> FailureOr<int64_t> {
+    if (k < 0 || k >= layout.numBuckets())
+      return op.emitOpError() << "bucket " << k << " is not one of the " << layout.numBuckets()
+                              << " buckets";
+    return k;
+  };
+  if (auto start = dyn_cast<sched::GradSyncStartOp>(op)) {
+    FailureOr<int64_t> k = bucketOf(start.getBucket());
+    if (failed(k))
+      return failure();
+    Value bucket = range(ob, loc, layout.mainGrad, layout.bounds[*k], layout.bounds[*k + 1]);
+    if (layout.distributed)
+      collective(ob, loc, "reduce_scatter", bucket,
+                 range(ob, loc, layout.mainGrad, layout.shardBegin(*k), layout.shardEnd(*k)), *k);
+    else
+      collective(ob, loc, "all_reduce", bucket, bucket, *k);
+    return success();
+  }
+  if (auto wait = dyn_cast<sched::GradSyncWaitOp>(op)) {
+    FailureOr<int64_t> k = bucketOf(wait.getBucket());
+    if (failed(k))
+      return failure();
+    ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(*k));
+    return success();
+  }
+  if (isa<sched::ParamGatherStartOp, sched::ParamGatherWaitOp>(op)) {
+    if (!layout.distributed)
+      return op.emitOpError() << "needs the distributed optimizer (sched.grad_buffer "
+                                 "distributed_optimizer)";
+    int64_t b = isa<sched::ParamGatherStartOp>(op) ? cast<sched::ParamGatherStartOp>(op).getBucket()
+                                                    : cast<sched::ParamGatherWaitOp>(op).getBucket();
+    FailureOr<int64_t> k = bucketOf(b);
+    if (failed(k))
+      return failure();
+    int64_t token = layout.numBuckets() + *k;
+    if (isa<sched::ParamGatherWaitOp>(op)) {
+      ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(token));
+      return success();
+    }
+    collective(ob, loc, "all_gather",
+               range(ob, loc, layout.params, layout.shardBegin(*k), layout.shardEnd(*k)),
+               range(ob, loc, layout.params, layout.bounds[*k], layout.bounds[*k + 1]), token);
+    return success();
+  }
+  if (isa<sched::ReduceLossesOp>(op)) {
+    reduceLosses(ob, loc);
+    return success();
+  }
+  return op.emitOpError() << "is not a data-parallel op";
+}
+
+void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
+  Value sumsq = ref(ob, loc, scalar("grad_sumsq", "workspace"));
+  if (!layout.distributed) {
+    // Every rank holds the whole reduced gradient: sum over every parameter.
+    for (auto [i, p] : llvm::enumerate(params))
+      kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {sumsq},
+             {f64("beta", i == 0 ? 0.0 : 1.0)});
+  } else {
+    // The pieces of parameters inside this rank's shards (each element once over DP, padding
+    // excluded), then the sum over DP.
+    kernel(ob, loc, "fill", {}, {sumsq});
+    ArrayRef<int64_t> offsets = layout.op.getOffsets(), sizes = layout.op.getSizes();
+    for (int64_t k = 0; k < layout.numBuckets(); ++k)
+      for (size_t i = 0; i < offsets.size(); ++i) {
+        int64_t begin = std::max(offsets[i], layout.shardBegin(k));
+        int64_t end = std::min(offsets[i] + sizes[i], layout.shardEnd(k));
+        if (begin < end)
+          kernel(ob, loc, "sum_squares", {range(ob, loc, layout.mainGrad, begin, end)}, {sumsq},
+                 {f64("beta", 1.0)});
+      }
+    if (layout.dp > 1)
+      collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
+  }
+  kernel(ob, loc, "grad_norm_finalize", {sumsq},
+         {ref(ob, loc, scalar("grad_norm", "output")),
+          ref(ob, loc, scalar("grad_scale", "workspace")),
+          ref(ob, loc, scalar("update_successful", "output"))},
+         {f64("max_norm", maxNorm)});
+}
+
+LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp adam) {
+  auto it = paramIndex.find(adam.getParam());
+  if (it == paramIndex.end())
+    return adam.emitOpError() << "names unknown parameter '" << adam.getParam() << "'";
+  ParamInfo &p = params[it->second];
+  if (p.type.getElementType() != statsType)
+    return adam.emitOpError() << "parameter '" << p.name << "' has element type "
+                              << p.type.getElementType()
+                              << "; mixed precision (fp32 master weights) is not supported yet";
+  SmallVector<NamedAttribute> attrs{f64("beta1", adam.getBeta1().convertToDouble()),
+                                    f64("beta2", adam.getBeta2().convertToDouble()),
+                                    f64("eps", adam.getEps().convertToDouble()),
+                                    i64("decay", adam.getDecay() ? 1 : 0)};
+  auto update = [&](Value w, Value g, Value m, Value v) {
+    kernel(ob, loc, "adamw",
+           {w, g, m, v, ref(ob, loc, scalar("lr", "scalar")),
+            ref(ob, loc, scalar("weight_decay", "scalar")), ref(ob, loc, scalar("step", "scalar")),
+            ref(ob, loc, scalar("grad_scale", "workspace")),
+            ref(ob, loc, scalar("update_successful", "output"))},
+           {w, m, v}, attrs, {0, 2, 3});
+  };
+  if (!layout.distributed) {
+    update(valueRef(ob, loc, p), gradRef(ob, loc, p), ref(ob, loc, p.expAvg),
+           ref(ob, loc, p.expAvgSq));
+    return success();
+  }
+  // ZeRO-1: only the part of the parameter inside this rank's shard; Adam states are indexed by
+  // the position inside the concatenation of this rank's shards.
+  int64_t numel = p.type.getNumElements();
+  for (int64_t k = 0; k < layout.numBuckets(); ++k) {
+    int64_t begin = std::max(p.valueOffset, layout.shardBegin(k));
+    int64_t end = std::min(p.valueOffset + numel, layout.shardEnd(k));
+    if (begin >= end)
+      continue;
+    int64_t state = layout.bounds[k] / layout.dp + (begin - layout.shardBegin(k));
+    update(range(ob, loc, layout.params, begin, end), range(ob, loc, layout.mainGrad, begin, end),
+           range(ob, loc, layout.expAvg, state, state + end - begin),
+           range(ob, loc, layout.expAvgSq, state, state + end - begin));
   }
   return success();
 }
@@ -405,6 +658,12 @@ LogicalResult Lowering::run() {
       dead.push_back(fn);
   for (Operation *op : dead)
     op->erase();
+  if (layout.op) {
+    // The layout stays readable in the rt IR (and `trainc inspect`) as module attributes.
+    module->setAttr("trainc.grad_bucket_bounds", layout.op.getBucketBoundsAttr());
+    module->setAttr("trainc.data_parallel_size", b.getI64IntegerAttr(layout.dp));
+    layout.op.erase();
+  }
   // Lowered functions take their original names back (calls were emitted with ".rt" names).
   for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
     StringRef n = fn.getSymName();
@@ -420,8 +679,9 @@ LogicalResult Lowering::run() {
 }
 
 struct LowerToRtPass : mlir::trainc::impl::LowerToRtPassBase<LowerToRtPass> {
+  using LowerToRtPassBase::LowerToRtPassBase;
   void runOnOperation() override {
-    if (failed(Lowering(getOperation()).run()))
+    if (failed(Lowering(getOperation(), dpRank).run()))
       signalPassFailure();
   }
 };

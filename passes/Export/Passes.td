@@ -19,7 +19,20 @@ def LowerToRtPass : Pass<"trainc-lower-to-rt", "::mlir::ModuleOp"> {
     %y = rt.buffer_ref @forward_backward.linear.3 : memref<18x48xf32>
     rt.kernel "matmul" ins(%x, %w : ...) outs(%y : memref<18x48xf32>) {kernel_attrs = {trans_b = 1 : i64}}
     ```
+
+    With a `sched.grad_buffer` (trainc-grad-buckets) the main grads are views of one `main_grad`
+    buffer and the DP ops become collectives on the "dp" group: grad_sync_start/wait an async
+    all_reduce (or, with the distributed optimizer, reduce_scatter to this rank's shard) on token
+    b; reduce_losses a sync all_reduce of loss_sum and num_tokens. With the distributed optimizer
+    the parameters are views of one `params` buffer with the same layout, Adam states exist only
+    for this rank's shards (`exp_avg`, `exp_avg_sq`), AdamW runs on the pieces of parameters inside
+    the shard, the grad norm sums the shard's parameter pieces and all-reduces over DP, and
+    param_gather_start/wait is an async all_gather on token (num_buckets + b). `dp-rank` selects
+    the shard, so programs differ per DP rank.
   }];
+  let options = [
+    Option<"dpRank", "dp-rank", "int64_t", "0", "This program's data-parallel rank">,
+  ];
   let dependentDialects = ["::mlir::trainc::rt::RtDialect"];
 }
 

@@ -37,4 +37,39 @@ def GradAccumulatePass : Pass<"trainc-grad-accumulate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }
 
+def GradBucketsPass : Pass<"trainc-grad-buckets", "::mlir::ModuleOp"> {
+  let summary = "Contiguous main-grad buffer, gradient buckets and their data-parallel collectives";
+  let description = [{
+    Megatron's DistributedDataParallel as a compiler pass. Runs on the sched IR after
+    trainc-optimizer-expand.
+
+    1. Each `sched.accumulate_grad` moves right after the op that computes its gradient, so the
+       main_grad of a parameter is final as early as backward allows.
+    2. The parameters are laid out in one contiguous main-grad buffer in the order their gradients
+       become final (Megatron's "reverse order of use") and cut into buckets of at least
+       `bucket-size` elements (0 = Megatron's default max(40M, 1M x dp)); a bucket closes after the
+       parameter that reaches the size, so a parameter never spans two buckets. With the
+       distributed optimizer every bucket is padded to a multiple of dp. The layout is written as
+       one `sched.grad_buffer` op at the top of the module.
+    3. With dp > 1: the stage function is cloned for the last microbatch (`<stage>_last`); in the
+       clone a `sched.grad_sync_start {bucket = b}` follows the accumulate_grad of the bucket's last
+       parameter, so its collective overlaps the rest of backward. Earlier microbatches issue no
+       communication. The iteration waits for every bucket (`sched.grad_sync_wait`) and reduces
+       (loss_sum, num_tokens) over DP (`sched.reduce_losses`) before sched.finalize_grads; the
+       eval iteration reduces its losses before reading them.
+    4. With the distributed optimizer the AdamW ops are ordered by the layout and a
+       `sched.param_gather_start` follows the last update of each bucket, its wait at the end of
+       the step.
+  }];
+  let options = [
+    Option<"stage", "stage", "std::string", "\"forward_backward\"", "The training stage function">,
+    Option<"dp", "dp", "int64_t", "1", "Data-parallel size">,
+    Option<"bucketSize", "bucket-size", "int64_t", "0",
+           "Bucket size in elements (0 = max(40000000, 1000000 * dp))">,
+    Option<"distributedOptimizer", "distributed-optimizer", "bool", "false",
+           "ZeRO-1: reduce-scatter gradients, shard the optimizer, all-gather parameters">,
+  ];
+  let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
+}
+
 #endif

@@ -10,6 +10,7 @@
 #include "runtime/core/Program.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 
 #include <chrono>
@@ -174,6 +175,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = intFlag(o.seed, false);
     } else if (flag == "--dump-dir") {
       s = next(o.dumpDir);
+    } else if (flag == "--trace") {
+      s = next(o.traceDir);
     } else if (flag == "--save" || flag == "--load" || flag == "--save-interval") {
       std::string v;
       s = next(v);
@@ -238,11 +241,15 @@ struct Trainer::Impl {
   std::ostream *log = nullptr;
   schema::Program program;
   std::unique_ptr<Backend> backend = createCpuBackend();
-  std::unique_ptr<Communicator> comm = createLocalCommunicator();
+  std::unique_ptr<Communicator> ownComm;
+  Communicator *comm = nullptr;
+  std::string programPath;
   std::unique_ptr<Executor> ex;
   Datasets data;
   std::unique_ptr<LrSchedule> schedule;
   int64_t mbs = 0, numMicrobatches = 0, gbs = 0, seq = 0;
+  /// This rank's place on the data-parallel axis (Megatron's pretraining sampler).
+  int64_t dpRank = 0, dpSize = 1;
   DType scalarType = DType::F32;
   bool hasRng = false;
   std::vector<double> losses, gradNorms;
@@ -274,9 +281,9 @@ struct Trainer::Impl {
     return f;
   }
 
-  /// Fills every microbatch's input buffers from global samples [first, first + gbs) of `ds`
-  /// (microbatch i takes [first + i*mbs, first + (i+1)*mbs): Megatron's pretraining sampler with
-  /// one data-parallel rank).
+  /// Fills every microbatch's input buffers from global samples [first, first + gbs) of `ds` with
+  /// Megatron's pretraining sampler: microbatch i covers the block [first + i*mbs*dp,
+  /// first + (i+1)*mbs*dp) and data-parallel rank r reads its samples [r*mbs, (r+1)*mbs) only.
   absl::Status fillBatch(const Dataset &ds, int64_t first, int64_t iteration,
                          std::vector<int32_t> *record) {
     std::vector<int32_t> sample(size_t(seq + 1)), tok(size_t(mbs * seq)), lab(size_t(mbs * seq)),
@@ -294,7 +301,7 @@ struct Trainer::Impl {
     }
     for (int64_t m = 0; m < numMicrobatches; ++m) {
       for (int64_t b = 0; b < mbs; ++b) {
-        ds.sample(first + m * mbs + b, sample.data());
+        ds.sample(first + (m * dpSize + dpRank) * mbs + b, sample.data());
         if (record)
           record->insert(record->end(), sample.begin(), sample.end());
         std::memcpy(tok.data() + b * seq, sample.data(), size_t(seq) * 4);
@@ -329,11 +336,72 @@ struct Trainer::Impl {
       t.name = p.name();
       t.dtype = b.dtype() == schema::F64 ? "F64" : "F32";
       t.shape.assign(p.global_shape().begin(), p.global_shape().end());
-      t.bytes.resize(b.byte_size());
-      (void)ex->readBuffer(int(p.buffer()), t.bytes.data(), t.bytes.size());
+      int64_t numel = 1;
+      for (int64_t d : p.slice_size())
+        numel *= d;
+      size_t esize = dtypeSize(DType(int(b.dtype())));
+      t.bytes.resize(size_t(numel) * esize);
+      // A parameter may be a range of a larger buffer (the distributed optimizer's contiguous
+      // parameter buffer); the validator checked that it fits.
+      std::string all(b.byte_size(), '\0');
+      (void)ex->readBuffer(int(p.buffer()), all.data(), all.size());
+      std::memcpy(t.bytes.data(), all.data() + p.buffer_offset() * esize, t.bytes.size());
       out.push_back(std::move(t));
     }
     return out;
+  }
+
+  /// Writes the executor's timings as a Chrome trace (Trace Event Format, "X" events in
+  /// microseconds): process = rank, one thread per stream (0 compute, 1 communication).
+  absl::Status writeTrace() const {
+    std::error_code ec;
+    std::filesystem::create_directories(opts.traceDir, ec);
+    if (ec)
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create --trace '", opts.traceDir, "': ", ec.message()));
+    std::string path = absl::StrCat(opts.traceDir, "/rank", comm->rank(), ".trace.json");
+    std::ofstream f(path, std::ios::trunc);
+    if (!f)
+      return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+    int64_t rank = comm->rank();
+    f << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    f << absl::StrFormat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{"
+                         "\"name\":\"rank %d\"}},\n",
+                         rank, rank);
+    for (int s = 0; s < 2; ++s)
+      f << absl::StrFormat("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                           "\"args\":{\"name\":\"%s\"}},\n",
+                           rank, s, s == 0 ? "compute" : "communication");
+    std::vector<InstrTiming> t = ex->timings();
+    for (size_t i = 0; i < t.size(); ++i) {
+      const schema::Function &fn = program.functions(t[i].function);
+      const schema::Instruction &ins = fn.body(t[i].index);
+      std::string name;
+      switch (ins.op_case()) {
+      case schema::Instruction::kKernel: name = ins.kernel().kernel(); break;
+      case schema::Instruction::kCollective:
+        name = absl::AsciiStrToLower(schema::CollectiveKind_Name(ins.collective().kind()));
+        break;
+      case schema::Instruction::kCall: name = program.functions(int(ins.call().function())).name(); break;
+      case schema::Instruction::kWait: name = "wait"; break;
+      case schema::Instruction::kHostIo: name = ins.host_io().name(); break;
+      default: name = "instr"; break;
+      }
+      std::string op = ins.loc() < uint32_t(program.locations_size())
+                           ? program.locations(int(ins.loc())).op()
+                           : "";
+      f << absl::StrFormat("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
+                           "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"function\":"
+                           "\"%s\",\"index\":%d,\"op\":\"%s\"}}%s\n",
+                           name, t[i].stream == 0 ? "compute" : "communication", rank,
+                           t[i].stream, double(t[i].startNs) / 1e3,
+                           double(t[i].endNs - t[i].startNs) / 1e3, fn.name(), t[i].index, op,
+                           i + 1 < t.size() ? "," : "");
+    }
+    f << "]}\n";
+    if (!f)
+      return absl::DataLossError(absl::StrCat("short write to '", path, "'"));
+    return absl::OkStatus();
   }
 
   absl::Status evaluate(int64_t iteration) {
@@ -382,34 +450,52 @@ double seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &planDir,
                                                          const RunOptions &options,
-                                                         std::ostream &log) {
+                                                         std::ostream &log, Communicator *comm) {
   auto im = std::make_unique<Impl>();
   im->opts = options;
   im->log = &log;
+  if (!comm) {
+    im->ownComm = createLocalCommunicator();
+    comm = im->ownComm.get();
+  }
+  im->comm = comm;
   auto t0 = std::chrono::steady_clock::now();
   log << "> loading plan " << planDir << " ..." << std::flush;
-  absl::StatusOr<schema::Program> p = readProgramFile(planDir + "/rank0.pb");
+  im->programPath = absl::StrCat(planDir, "/rank", comm->rank(), ".pb");
+  absl::StatusOr<schema::Program> p = readProgramFile(im->programPath);
   if (!p.ok())
     return p.status();
   im->program = std::move(*p);
   const schema::Program &prog = im->program;
+  if (prog.mesh().world_size() != comm->worldSize())
+    return absl::FailedPreconditionError(
+        absl::StrCat(im->programPath, ": the plan has ", prog.mesh().world_size(),
+                     " ranks but the job has ", comm->worldSize()));
+  for (int a = 0; a < prog.mesh().axis_names_size(); ++a)
+    if (prog.mesh().axis_names(a) == "dp" && a < prog.mesh().coords_size() &&
+        a < prog.mesh().axis_sizes_size()) {
+      im->dpRank = prog.mesh().coords(a);
+      im->dpSize = prog.mesh().axis_sizes(a);
+    }
   im->mbs = metaInt(prog, "training.micro_batch_size", 0);
   im->numMicrobatches = metaInt(prog, "training.num_microbatches", 0);
   im->gbs = metaInt(prog, "training.global_batch_size", 0);
   im->seq = metaInt(prog, "model.seq_length", 0);
   if (im->mbs <= 0 || im->numMicrobatches <= 0 || im->seq <= 0)
     return absl::InvalidArgumentError(absl::StrCat(
-        planDir, "/rank0.pb: the program does not record its micro batch size, number of "
+        im->programPath, ": the program does not record its micro batch size, number of "
                  "microbatches and sequence length (was it written by trainc compile?)"));
   if (options.seqLength != 0 && options.seqLength != im->seq)
     return absl::InvalidArgumentError(absl::StrCat(
         "--seq-length ", options.seqLength, options.seqLength > im->seq ? " is larger than" : " differs from",
         " the plan's compiled sequence length ", im->seq, " (recompile with --seq-length ",
         options.seqLength, ")"));
-  auto ex = Executor::create(prog, *im->backend, *im->comm);
+  ExecutorOptions eo;
+  eo.timing = !options.traceDir.empty();
+  auto ex = Executor::create(prog, *im->backend, *im->comm, eo);
   if (!ex.ok())
     return absl::Status(ex.status().code(),
-                        absl::StrCat(planDir, "/rank0.pb: ", ex.status().message()));
+                        absl::StrCat(im->programPath, ": ", ex.status().message()));
   im->ex = std::move(*ex);
   if (int lr = im->buffer("lr"); lr >= 0)
     im->scalarType = DType(int(prog.buffers(lr).dtype()));
@@ -453,12 +539,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     if (ec)
       return absl::PermissionDeniedError(
           absl::StrCat("cannot create --dump-dir '", options.dumpDir, "': ", ec.message()));
-    if (absl::Status s = writeSafetensors(options.dumpDir + "/initial_weights.safetensors",
-                                          im->parameters());
+    std::string sfx = comm->rank() == 0 ? "" : absl::StrCat(".rank", comm->rank());
+    if (absl::Status s = writeSafetensors(
+            options.dumpDir + "/initial_weights" + sfx + ".safetensors", im->parameters());
         !s.ok())
       return s;
-    im->batchesOut.open(options.dumpDir + "/batches.bin", std::ios::binary | std::ios::trunc);
-    im->lossesOut.open(options.dumpDir + "/losses.txt", std::ios::trunc);
+    im->batchesOut.open(options.dumpDir + "/batches" + sfx + ".bin", std::ios::binary | std::ios::trunc);
+    im->lossesOut.open(options.dumpDir + "/losses" + sfx + ".txt", std::ios::trunc);
     if (!im->batchesOut || !im->lossesOut)
       return absl::PermissionDeniedError(
           absl::StrCat("cannot write into --dump-dir '", options.dumpDir, "'"));
@@ -558,9 +645,15 @@ absl::Status Trainer::train() {
   }
   if (absl::Status e = im.evaluate(iters); !e.ok())
     return e;
-  if (!o.dumpDir.empty())
-    if (absl::Status w = writeSafetensors(o.dumpDir + "/final_weights.safetensors", im.parameters());
+  if (!o.dumpDir.empty()) {
+    std::string sfx = im.comm->rank() == 0 ? "" : absl::StrCat(".rank", im.comm->rank());
+    if (absl::Status w =
+            writeSafetensors(o.dumpDir + "/final_weights" + sfx + ".safetensors", im.parameters());
         !w.ok())
+      return w;
+  }
+  if (!o.traceDir.empty())
+    if (absl::Status w = im.writeTrace(); !w.ok())
       return w;
   log << absl::StrFormat("trainc: %d iterations, %d skipped, %d with a nan loss\n", iters, skipped,
                          nans);

@@ -11,6 +11,7 @@
 #ifndef TRAINC_RUNTIME_CONTROL_TRAINER_H
 #define TRAINC_RUNTIME_CONTROL_TRAINER_H
 
+#include "runtime/comm/Communicator.h"
 #include "runtime/schema/program.pb.h"
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,9 @@ struct RunOptions {
   int64_t seed = 1234;
   /// trainc: write initial/final weights (safetensors), the token batches and the losses here.
   std::string dumpDir;
+  /// trainc: write a Chrome trace (chrome://tracing, Perfetto) of every iteration per rank here,
+  /// as <traceDir>/rank<r>.trace.json, one track per stream.
+  std::string traceDir;
 };
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then
@@ -58,13 +62,14 @@ struct EvalResult {
 
 class Trainer {
 public:
-  /// Reads `planDir`/rank0.pb, validates it, allocates the arena, initialises the parameters from
+  /// Reads `planDir`/rank<r>.pb (r = comm->rank(); `comm` null = one rank, rank 0), validates it, allocates the arena, initialises the parameters from
   /// the seed and builds the datasets. Errors: a missing or invalid plan (naming the file and the
   /// field), a plan whose sequence length differs from --seq-length, data errors (missing file,
   /// empty corpus), an LR schedule that does not make sense.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const std::string &planDir,
                                                          const RunOptions &options,
-                                                         std::ostream &log);
+                                                         std::ostream &log,
+                                                         Communicator *comm = nullptr);
   ~Trainer();
 
   /// Runs the training loop (and evaluations) to the end; returns the first runtime error.

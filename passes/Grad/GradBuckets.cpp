@@ -1,0 +1,213 @@
+//===- GradBuckets.cpp - Main-grad buffer, buckets and DP collectives -----===//
+//
+// Megatron's DistributedDataParallel (_ParamAndGradBuffer, bucketing, overlap of the gradient
+// reduction with backward) and the placement of the distributed optimizer's parameter all-gather,
+// decided at compile time and written into the sched IR. See Passes.td for the contract.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Grad/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <algorithm>
+
+#define DEBUG_TYPE "trainc-grad-buckets"
+
+namespace mlir::trainc {
+#define GEN_PASS_DEF_GRADBUCKETSPASS
+#include "passes/Grad/Passes.h.inc"
+} // namespace mlir::trainc
+
+using namespace mlir;
+using namespace mlir::trainc;
+
+namespace {
+
+struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass> {
+  using GradBucketsPassBase::GradBucketsPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (dp <= 0) {
+      module.emitError() << "trainc-grad-buckets: dp " << int64_t(dp) << " must be positive";
+      return signalPassFailure();
+    }
+    if (bucketSize < 0) {
+      module.emitError() << "trainc-grad-buckets: bucket-size " << int64_t(bucketSize)
+                         << " must be >= 0 (0 = Megatron's default)";
+      return signalPassFailure();
+    }
+    if (!module.getOps<sched::GradBufferOp>().empty()) {
+      module.emitError() << "trainc-grad-buckets: the module already has a sched.grad_buffer";
+      return signalPassFailure();
+    }
+    auto fn = module.lookupSymbol<func::FuncOp>(stage);
+    if (!fn || !fn->hasAttr("sched.stage") || fn.isDeclaration()) {
+      module.emitError() << "trainc-grad-buckets: no stage function @" << stage
+                         << " with a body (run trainc-grad-accumulate first)";
+      return signalPassFailure();
+    }
+    func::FuncOp step;
+    for (func::FuncOp f : module.getOps<func::FuncOp>())
+      if (f->hasAttr("sched.iteration") && !f->hasAttr("sched.eval"))
+        step = f;
+    if (!step) {
+      module.emitError() << "trainc-grad-buckets: no training iteration function (run "
+                            "trainc-schedule first)";
+      return signalPassFailure();
+    }
+
+    // 1. Each accumulate_grad right after the op computing its gradient.
+    SmallVector<sched::AccumulateGradOp> accs(fn.getOps<sched::AccumulateGradOp>());
+    for (sched::AccumulateGradOp acc : accs)
+      if (Operation *def = acc.getGrad().getDefiningOp())
+        if (def->getBlock() == acc->getBlock())
+          acc->moveAfter(def);
+
+    // 2. Layout in ready order, then buckets.
+    SmallVector<StringRef> order;
+    SmallVector<int64_t> sizes;
+    llvm::StringMap<size_t> index;
+    for (sched::AccumulateGradOp acc : fn.getOps<sched::AccumulateGradOp>()) {
+      if (index.count(acc.getParam()))
+        continue;
+      index[acc.getParam()] = order.size();
+      order.push_back(acc.getParam());
+      sizes.push_back(cast<ShapedType>(acc.getGrad().getType()).getNumElements());
+    }
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
+        if (!index.count(name.getValue())) {
+          index[name.getValue()] = order.size();
+          order.push_back(name.getValue());
+          sizes.push_back(cast<ShapedType>(fn.getArgument(i).getType()).getNumElements());
+        }
+    if (order.empty()) {
+      fn.emitOpError() << "has no parameters to bucket";
+      return signalPassFailure();
+    }
+    const int64_t limit = bucketSize > 0 ? int64_t(bucketSize)
+                                         : std::max<int64_t>(40000000, 1000000 * dp);
+    SmallVector<int64_t> offsets, bounds{0};
+    SmallVector<size_t> lastParamOfBucket;
+    int64_t offset = 0;
+    auto closeBucket = [&](size_t lastParam) {
+      int64_t end = offset;
+      if (distributedOptimizer) {
+        int64_t len = end - bounds.back();
+        end = bounds.back() + (len + dp - 1) / dp * dp;
+      }
+      bounds.push_back(end);
+      lastParamOfBucket.push_back(lastParam);
+      offset = end;
+    };
+    for (size_t i = 0; i < order.size(); ++i) {
+      offsets.push_back(offset);
+      offset += sizes[i];
+      if (offset - bounds.back() >= limit || i + 1 == order.size())
+        closeBucket(i);
+    }
+    OpBuilder b(module.getContext());
+    b.setInsertionPointToStart(module.getBody());
+    SmallVector<Attribute> names;
+    for (StringRef n : order)
+      names.push_back(b.getStringAttr(n));
+    auto layout = b.create<sched::GradBufferOp>(
+        fn.getLoc(), b.getArrayAttr(names), b.getDenseI64ArrayAttr(offsets),
+        b.getDenseI64ArrayAttr(sizes), b.getI64IntegerAttr(bounds.back()),
+        b.getDenseI64ArrayAttr(bounds), b.getI64IntegerAttr(dp),
+        distributedOptimizer ? b.getUnitAttr() : UnitAttr(), UnitAttr());
+    if (failed(layout.verify()))
+      return signalPassFailure();
+    const size_t numBuckets = lastParamOfBucket.size();
+
+    // 3. Collectives (only when there is somebody to talk to).
+    if (dp > 1) {
+      b.setInsertionPointAfter(fn);
+      auto last = cast<func::FuncOp>(b.clone(*fn));
+      last.setSymName(stage + "_last");
+      last->setAttr("sched.last_microbatch", b.getUnitAttr());
+      llvm::StringMap<sched::AccumulateGradOp> lastAcc;
+      for (sched::AccumulateGradOp acc : last.getOps<sched::AccumulateGradOp>())
+        lastAcc[acc.getParam()] = acc;
+      for (size_t k = 0; k < numBuckets; ++k) {
+        sched::AccumulateGradOp acc = lastAcc.lookup(order[lastParamOfBucket[k]]);
+        if (acc)
+          b.setInsertionPointAfter(acc);
+        else
+          b.setInsertionPoint(last.getBody().front().getTerminator());
+        b.create<sched::GradSyncStartOp>(acc ? acc.getLoc() : last.getLoc(),
+                                         b.getI64IntegerAttr(int64_t(k)));
+      }
+      sched::MicrobatchOp lastCall;
+      for (sched::MicrobatchOp mb : step.getOps<sched::MicrobatchOp>())
+        if (mb.getCallee() == stage && (!lastCall || mb.getIndex() > lastCall.getIndex()))
+          lastCall = mb;
+      if (!lastCall) {
+        step.emitOpError() << "calls no microbatch of @" << stage;
+        return signalPassFailure();
+      }
+      lastCall.setCalleeAttr(FlatSymbolRefAttr::get(b.getContext(), last.getSymName()));
+      auto fin = *step.getOps<sched::FinalizeGradsOp>().begin();
+      if (!fin) {
+        step.emitOpError() << "has no sched.finalize_grads";
+        return signalPassFailure();
+      }
+      b.setInsertionPoint(fin);
+      for (size_t k = 0; k < numBuckets; ++k)
+        b.create<sched::GradSyncWaitOp>(fin.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+      b.create<sched::ReduceLossesOp>(fin.getLoc());
+      for (func::FuncOp f : module.getOps<func::FuncOp>())
+        if (f->hasAttr("sched.eval"))
+          for (sched::ReadOutputsOp r : llvm::make_early_inc_range(f.getOps<sched::ReadOutputsOp>())) {
+            b.setInsertionPoint(r);
+            b.create<sched::ReduceLossesOp>(r.getLoc());
+          }
+    }
+
+    // 4. Distributed optimizer: updates in layout order, each bucket's all-gather after its
+    // last update.
+    if (distributedOptimizer && dp > 1) {
+      SmallVector<sched::AdamWOp> adams(step.getOps<sched::AdamWOp>());
+      if (adams.empty()) {
+        step.emitOpError() << "has no sched.adamw (run trainc-optimizer-expand first)";
+        return signalPassFailure();
+      }
+      Operation *after = adams.back()->getNextNode();
+      llvm::stable_sort(adams, [&](sched::AdamWOp a, sched::AdamWOp c) {
+        return index.lookup(a.getParam()) < index.lookup(c.getParam());
+      });
+      for (sched::AdamWOp a : adams) {
+        if (!index.count(a.getParam())) {
+          a.emitOpError() << "updates '" << a.getParam() << "', which has no main_grad";
+          return signalPassFailure();
+        }
+        a->moveBefore(after);
+      }
+      llvm::StringMap<sched::AdamWOp> byName;
+      for (sched::AdamWOp a : adams)
+        byName[a.getParam()] = a;
+      for (size_t k = 0; k < numBuckets; ++k) {
+        // The bucket's last update (the params of a bucket are consecutive in the layout).
+        size_t first = k == 0 ? 0 : lastParamOfBucket[k - 1] + 1;
+        sched::AdamWOp lastUpdate;
+        for (size_t i = first; i <= lastParamOfBucket[k]; ++i)
+          if (sched::AdamWOp a = byName.lookup(order[i]))
+            lastUpdate = a;
+        if (lastUpdate)
+          b.setInsertionPointAfter(lastUpdate);
+        else
+          b.setInsertionPoint(after);
+        b.create<sched::ParamGatherStartOp>(step.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+      }
+      b.setInsertionPoint(after);
+      for (size_t k = 0; k < numBuckets; ++k)
+        b.create<sched::ParamGatherWaitOp>(step.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+    }
+  }
+};
+
+} // namespace
