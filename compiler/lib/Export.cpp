@@ -304,6 +304,26 @@ FailureOr<schema::Program> Exporter::run() {
           q->set_init_std(std.getValueAsDouble());
       }
   }
+  // Where each parameter's main_grad lives.
+  llvm::StringMap<std::pair<uint32_t, uint64_t>> gradOf;
+  for (rt::BufferOp b : module.getOps<rt::BufferOp>()) {
+    uint32_t index = bufferIndex.lookup(b.getSymName());
+    if (auto name = b->getAttrOfType<StringAttr>("grad_of"))
+      gradOf[name.getValue()] = {index, 0};
+    if (auto infos = b->getAttrOfType<ArrayAttr>("grad_info"))
+      for (Attribute a : infos) {
+        auto d = cast<DictionaryAttr>(a);
+        gradOf[d.getAs<StringAttr>("name").getValue()] = {
+            index, uint64_t(d.getAs<IntegerAttr>("offset").getInt())};
+      }
+  }
+  for (schema::Parameter &q : *p.mutable_parameters()) {
+    auto it = gradOf.find(q.name());
+    if (it == gradOf.end())
+      continue;
+    q.set_grad_buffer(it->second.first);
+    q.set_grad_offset(it->second.second);
+  }
   SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
   for (func::FuncOp fn : fns) {
     functionIndex[fn.getSymName()] = p.functions_size();

@@ -147,6 +147,7 @@ private:
   GradLayout layout;
   llvm::StringMap<size_t> layoutIndex;
   SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
+  SmallVector<Attribute> gradInfos;  // the main_grad buffer's contents
 };
 
 LogicalResult Lowering::collectParams() {
@@ -218,8 +219,12 @@ LogicalResult Lowering::collectParams() {
                                         "main_grad");
           p.grad = layout.mainGrad;
           p.gradOffset = layout.op.getOffsets()[it->second];
+          gradInfos.push_back(b.getDictionaryAttr(
+              {b.getNamedAttr("name", name),
+               b.getNamedAttr("offset", b.getI64IntegerAttr(p.gradOffset))}));
         } else {
           p.grad = addBuffer(p.name + ".main_grad", p.gradType, "main_grad");
+          p.grad->setAttr("grad_of", name);
         }
         if (!layout.distributed) {
           p.expAvg = addBuffer(p.name + ".exp_avg", p.gradType, "optimizer_state");
@@ -239,6 +244,8 @@ LogicalResult Lowering::collectParams() {
     return module.emitError() << "trainc-lower-to-rt: no stage function (sched.stage)";
   if (layout.params)
     layout.params->setAttr("param_info", b.getArrayAttr(paramInfos));
+  if (layout.mainGrad)
+    layout.mainGrad->setAttr("grad_info", b.getArrayAttr(gradInfos));
   if (layout.distributed) {
     auto t = MemRefType::get({int64_t(layout.op.getNumel()) / layout.dp},
                              layout.mainGrad.getType().getElementType());
@@ -609,8 +616,12 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
            {w, m, v}, attrs, {0, 2, 3});
   };
   if (!layout.distributed) {
-    update(valueRef(ob, loc, p), gradRef(ob, loc, p), ref(ob, loc, p.expAvg),
-           ref(ob, loc, p.expAvgSq));
+    // One statement per operand: the order of the refs in the IR is fixed.
+    Value w = valueRef(ob, loc, p);
+    Value m = ref(ob, loc, p.expAvg);
+    Value v = ref(ob, loc, p.expAvgSq);
+    Value g = gradRef(ob, loc, p);
+    update(w, g, m, v);
     return success();
   }
   // ZeRO-1: only the part of the parameter inside this rank's shard; Adam states are indexed by
@@ -622,9 +633,11 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
     if (begin >= end)
       continue;
     int64_t state = layout.bounds[k] / layout.dp + (begin - layout.shardBegin(k));
-    update(range(ob, loc, layout.params, begin, end), range(ob, loc, layout.mainGrad, begin, end),
-           range(ob, loc, layout.expAvg, state, state + end - begin),
-           range(ob, loc, layout.expAvgSq, state, state + end - begin));
+    Value w = range(ob, loc, layout.params, begin, end);
+    Value m = range(ob, loc, layout.expAvg, state, state + end - begin);
+    Value v = range(ob, loc, layout.expAvgSq, state, state + end - begin);
+    Value g = range(ob, loc, layout.mainGrad, begin, end);
+    update(w, g, m, v);
   }
   return success();
 }

@@ -387,6 +387,18 @@ absl::Status Validator::checkParameters() {
     if (q.buffer_offset() > uint64_t(v.numel) || uint64_t(n) > v.numel - q.buffer_offset())
       return top(absl::StrCat(what, ": slice of ", n, " elements at offset ", q.buffer_offset(),
                               " exceeds buffer '", b.name(), "' of ", v.numel, " elements"));
+    if (q.has_grad_buffer()) {
+      if (q.grad_buffer() >= uint32_t(p.buffers_size()))
+        return top(absl::StrCat(what, ": grad_buffer index ", q.grad_buffer(),
+                                " is outside the buffer table"));
+      const schema::Buffer &g = p.buffers(q.grad_buffer());
+      TensorView gv;
+      makeView(toDType(g.dtype()), g.shape().data(), g.shape().size(), gv);
+      if (q.grad_offset() > uint64_t(gv.numel) || uint64_t(n) > gv.numel - q.grad_offset())
+        return top(absl::StrCat(what, ": main_grad of ", n, " elements at offset ",
+                                q.grad_offset(), " exceeds buffer '", g.name(), "' of ", gv.numel,
+                                " elements"));
+    }
   }
   return absl::OkStatus();
 }

@@ -101,6 +101,24 @@ public:
     }
     return v;
   }
+  /// A parameter's value / main_grad by its global name (through the program's parameter table,
+  /// so that it works whether the parameter is its own buffer or a range of a larger one).
+  std::vector<double> readParam(const std::string &name) { return readParamRange(name, false); }
+  std::vector<double> readGrad(const std::string &name) { return readParamRange(name, true); }
+  std::vector<double> readParamRange(const std::string &name, bool grad) {
+    for (const schema::Parameter &q : program.parameters())
+      if (q.name() == name) {
+        int64_t n = 1;
+        for (int64_t d : q.slice_size())
+          n *= d;
+        EXPECT_TRUE(!grad || q.has_grad_buffer()) << name << " has no main_grad";
+        std::vector<double> all = readIndex(int(grad ? q.grad_buffer() : q.buffer()));
+        uint64_t off = grad ? q.grad_offset() : q.buffer_offset();
+        return std::vector<double>(all.begin() + int64_t(off), all.begin() + int64_t(off) + n);
+      }
+    ADD_FAILURE() << "no parameter " << name;
+    return {};
+  }
   void write(const std::string &name, const std::vector<double> &v) { writeIndex(buffer(name), v); }
   void writeIndex(int b, const std::vector<double> &v) {
     std::vector<char> bytes(v.size() * (f64 ? 8 : 4));

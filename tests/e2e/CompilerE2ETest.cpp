@@ -47,7 +47,7 @@ TEST_P(GradientCheck, CompiledF64GradientsMatchFiniteDifferences) {
   // Read every gradient before any perturbation (each FD run overwrites the main grads).
   std::map<std::string, std::vector<double>> analytic;
   for (const schema::Parameter &q : p.program.parameters())
-    analytic[q.name()] = p.read(q.name() + ".main_grad");
+    analytic[q.name()] = p.readGrad(q.name());
   int checked = 0;
   for (const schema::Parameter &q : p.program.parameters()) {
     const std::vector<double> &g = analytic[q.name()];
@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, GradientCheck, ::testing::Values("tiny-gpt"
 std::map<std::string, std::vector<double>> grads(CompiledPlan &p) {
   std::map<std::string, std::vector<double>> g;
   for (const schema::Parameter &q : p.program.parameters())
-    g[q.name()] = p.read(q.name() + ".main_grad");
+    g[q.name()] = p.readGrad(q.name());
   return g;
 }
 

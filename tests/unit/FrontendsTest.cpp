@@ -8,6 +8,7 @@
 #include "frontends/HFConfig.h"
 #include "frontends/MegatronFlags.h"
 #include "frontends/ModelConfig.h"
+#include "frontends/RankTable.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -790,9 +791,6 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   std::vector<Case> cases = {
       {"--tensor-model-parallel-size 2", "not supported yet: --tensor-model-parallel-size 2"},
       {"--pipeline-model-parallel-size 2", "not supported yet: --pipeline-model-parallel-size 2"},
-      {"--data-parallel-size 2", "not supported yet: --data-parallel-size 2"},
-      {"--use-distributed-optimizer", "not supported yet: --use-distributed-optimizer"},
-      {"--overlap-grad-reduce", "not supported yet: --overlap-grad-reduce"},
       {"--bf16", "not supported yet: --bf16"},
       {"--fp16", "not supported yet: --fp16"},
       {"--optimizer sgd", "not supported yet: --optimizer sgd"},
@@ -824,6 +822,9 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   parseOk(std::string(kMinimal) + " --tensor-model-parallel-size 1 "
                                   "--pipeline-model-parallel-size 1 --data-parallel-size 1 "
                                   "--virtual-pipeline-model-parallel-size 1");
+  // Data parallelism and the distributed optimizer are supported.
+  parseOk(std::string(kMinimal) + " --data-parallel-size 2 --use-distributed-optimizer "
+                                  "--overlap-grad-reduce --ddp-bucket-size 1000");
 }
 
 //===----------------------------------------------------------------------===//
@@ -835,7 +836,7 @@ TEST(MegatronFlagsTest, FullCommandLineIsRejectedForItsUnsupportedFeatures) {
   EXPECT_EQ(error.rfind("not supported yet: ", 0), 0u) << error;
   for (const char *feature :
        {"--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2", "--sequence-parallel",
-        "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--bf16"})
+        "--overlap-param-gather", "--bf16"})
     EXPECT_CONTAINS(error, std::string("not supported yet: ") + feature);
 }
 
@@ -1358,3 +1359,42 @@ TEST(HFConfigErrorTest, GPT2Semantics) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Rank table
+//===----------------------------------------------------------------------===//
+
+TEST(RankTableTest, GoldenEightRanksTp2Pp2Dp2) {
+  // Megatron's order tp-cp-ep-dp-pp: rank = tp + TP * dp + TP * DP * pp.
+  RankTable t(/*tp=*/2, /*cp=*/1, /*ep=*/1, /*dp=*/2, /*pp=*/2);
+  EXPECT_EQ(t.worldSize(), 8);
+  using G = std::vector<std::vector<int64_t>>;
+  EXPECT_EQ(t.groups("tp"), (G{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(t.groups("dp"), (G{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(t.groups("pp"), (G{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(t.groups("mp"), (G{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+  EXPECT_EQ(t.groups("embd"), (G{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(t.groups("cp"), (G{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  EXPECT_TRUE(t.groups("xx").empty());
+  EXPECT_EQ(t.coords(6), (std::vector<int64_t>{0, 0, 0, 1, 1}));
+  for (int64_t r = 0; r < 8; ++r)
+    EXPECT_EQ(t.rankOf(t.coords(r)), r);
+  std::vector<RankGroup> of5 = t.groupsOf(5);
+  ASSERT_EQ(of5.size(), 7u);
+  EXPECT_EQ(of5[0].name, "tp");
+  EXPECT_EQ(of5[0].ranks, (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(of5[3].name, "dp");
+  EXPECT_EQ(of5[3].ranks, (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(of5[4].ranks, (std::vector<int64_t>{1, 5}));
+}
+
+TEST(RankTableTest, DataParallelOnlyAndEmbeddingGroupOfLongPipelines) {
+  RankTable dp4(1, 1, 1, 4, 1);
+  EXPECT_EQ(dp4.groups("dp"), (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(dp4.groups("embd").size(), 4u); // pp = 1: each rank alone
+  RankTable pp4(1, 1, 1, 1, 4);
+  EXPECT_EQ(pp4.groups("embd"), (std::vector<std::vector<int64_t>>{{0, 3}}));
+  // Ranks in the middle of the pipeline are in no embedding group.
+  for (const RankGroup &g : pp4.groupsOf(1))
+    EXPECT_NE(g.name, "embd");
+}
