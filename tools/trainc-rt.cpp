@@ -4,10 +4,6 @@
 //   trainc-rt run PROGRAM [--iters N]   run N iterations with zero-filled inputs; print timing
 //   trainc-rt demo [--steps N] [--seed S] [--lr X] [--save-program FILE]
 //                                       build, validate and train the one-block transformer program
-//   trainc-rt replicate-plan IN_PLAN OUT_PLAN N
-//                                       test only: copy a one-rank plan to N data-parallel ranks
-//                                       (mesh dp = N, the "dp" group = all ranks) so that launcher
-//                                       tests have multi-rank plans without the compiler
 //
 //===----------------------------------------------------------------------===//
 
@@ -218,59 +214,6 @@ int cmdDemo(int argc, char **argv) {
   return 0;
 }
 
-/// Test only (launcher tests): writes OUT/rank<r>.pb for r < N from IN/rank0.pb with the mesh's dp
-/// axis (added when missing) set to N and the "dp" group holding every rank. The copies run the
-/// same iteration on every rank; they are not a correct data-parallel plan.
-int cmdReplicatePlan(int argc, char **argv) {
-  int64_t n = 0;
-  if (argc != 3 || !parseInt("N", argv[2], n))
-    return usage("replicate-plan expects IN_PLAN OUT_PLAN N");
-  absl::StatusOr<schema::Program> p = readProgramFile(std::string(argv[0]) + "/rank0.pb");
-  if (!p.ok()) {
-    std::fprintf(stderr, "trainc-rt: %s\n", std::string(p.status().message()).c_str());
-    return 1;
-  }
-  if (p->mesh().world_size() != 1) {
-    std::fprintf(stderr, "trainc-rt: replicate-plan needs a one-rank plan\n");
-    return 1;
-  }
-  std::string out = argv[1];
-  if (std::system(("mkdir -p '" + out + "'").c_str()) != 0)
-    return 1;
-  for (int64_t r = 0; r < n; ++r) {
-    schema::Program q = *p;
-    schema::Mesh &m = *q.mutable_mesh();
-    int dp = -1;
-    for (int a = 0; a < m.axis_names_size(); ++a)
-      if (m.axis_names(a) == "dp")
-        dp = a;
-    if (dp < 0) {
-      m.add_axis_names("dp");
-      m.add_axis_sizes(1);
-      dp = m.axis_names_size() - 1;
-    }
-    while (m.coords_size() < m.axis_names_size())
-      m.add_coords(0);
-    m.set_axis_sizes(dp, n);
-    m.set_coords(dp, r);
-    m.set_rank(r);
-    m.set_world_size(n);
-    for (schema::CommGroup &g : *q.mutable_groups()) {
-      g.clear_ranks();
-      if (g.name() == "dp")
-        for (int64_t k = 0; k < n; ++k)
-          g.add_ranks(k);
-      else
-        g.add_ranks(r);
-    }
-    if (absl::Status s = writeProgramFile(q, out + "/rank" + std::to_string(r) + ".pb"); !s.ok()) {
-      std::fprintf(stderr, "trainc-rt: %s\n", std::string(s.message()).c_str());
-      return 1;
-    }
-  }
-  return 0;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -283,7 +226,5 @@ int main(int argc, char **argv) {
     return cmdRun(argc - 2, argv + 2);
   if (cmd == "demo")
     return cmdDemo(argc - 2, argv + 2);
-  if (cmd == "replicate-plan")
-    return cmdReplicatePlan(argc - 2, argv + 2);
   return usage(("unknown command '" + cmd + "'").c_str());
 }
