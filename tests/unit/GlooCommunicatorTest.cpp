@@ -388,4 +388,34 @@ TEST(GlooCommunicatorTest, DeadPeerRaisesInsteadOfHanging) {
       << message;
 }
 
+TEST(GlooCommunicatorTest, SilentPeerTimesOut) {
+  Job job;
+  std::string message;
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      GlooOptions o = job.options(r, 2);
+      o.timeout = 1s;
+      auto c = createGlooCommunicator(o);
+      ASSERT_TRUE(c.ok());
+      ASSERT_EQ((*c)->setupGroups({{"dp", {0, 1}}}), "");
+      if (r == 1) { // alive, connected, but never joins the collective
+        std::this_thread::sleep_for(3s);
+        return;
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      float x = 1;
+      try {
+        (*c)->allReduce(0, &x, &x, 1, DType::F32, ReduceOp::Sum);
+      } catch (const std::runtime_error &e) {
+        message = e.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, 2500ms);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  EXPECT_NE(message.find("rank 0: all_reduce on group 'dp' [0,1] failed"), std::string::npos)
+      << message;
+}
+
 } // namespace
