@@ -1,6 +1,7 @@
 //===- LowerToRt.cpp - Stage and iteration functions to rt ----------------===//
 
 #include "passes/Export/Passes.h"
+#include "passes/Grad/GradLayout.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -34,22 +35,18 @@ struct ParamInfo {
   int64_t valueOffset = -1, gradOffset = -1;
 };
 
-/// The main-grad layout of trainc-grad-buckets, and this rank's place in it.
-struct GradLayout {
+/// The main-grad layout of trainc-grad-buckets (GradLayout.h), and this rank's place in it.
+struct DpLayout {
   sched::GradBufferOp op;
+  ::trainc::grad::GradLayout geo;
   int64_t dp = 1, dpRank = 0;
   bool distributed = false;
   SmallVector<int64_t> bounds;
   rt::BufferOp mainGrad, params, expAvg, expAvgSq;
   int64_t numBuckets() const { return int64_t(bounds.size()) - 1; }
-  int64_t shardSize(int64_t b) const { return (bounds[b + 1] - bounds[b]) / dp; }
   /// This rank's shard of bucket b, as [begin, end) elements of the buffer.
-  int64_t shardBegin(int64_t b) const {
-    return distributed ? bounds[b] + dpRank * shardSize(b) : bounds[b];
-  }
-  int64_t shardEnd(int64_t b) const {
-    return distributed ? shardBegin(b) + shardSize(b) : bounds[b + 1];
-  }
+  int64_t shardBegin(int64_t b) const { return geo.shardBegin(b, dpRank); }
+  int64_t shardEnd(int64_t b) const { return geo.shardEnd(b, dpRank); }
 };
 
 /// Module-level state of the lowering: the buffer table and the well-known buffers.
@@ -144,7 +141,7 @@ private:
   llvm::StringMap<SmallVector<unsigned>> stageInputs; // arg numbers tagged model.input
   llvm::StringMap<double> stageFlops, stageBytes;
   llvm::StringMap<rt::BufferOp> inputBuffers;     // "<input>.<mb>"
-  GradLayout layout;
+  DpLayout layout;
   llvm::StringMap<size_t> layoutIndex;
   SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
   SmallVector<Attribute> gradInfos;  // the main_grad buffer's contents
@@ -155,11 +152,16 @@ LogicalResult Lowering::collectParams() {
   if (layouts.size() > 1)
     return layouts[1].emitOpError() << "is the second sched.grad_buffer; one is supported";
   if (!layouts.empty()) {
-    GradLayout &l = layout;
+    DpLayout &l = layout;
     l.op = layouts.front();
     l.dp = l.op.getDp();
     l.distributed = l.op.getDistributedOptimizer();
     l.bounds.assign(l.op.getBucketBounds().begin(), l.op.getBucketBounds().end());
+    l.geo.dp = l.dp;
+    l.geo.distributed = l.distributed;
+    l.geo.offsets.assign(l.op.getOffsets().begin(), l.op.getOffsets().end());
+    l.geo.sizes.assign(l.op.getSizes().begin(), l.op.getSizes().end());
+    l.geo.bounds.assign(l.bounds.begin(), l.bounds.end());
     if (l.dpRank < 0 || l.dpRank >= l.dp)
       return l.op.emitOpError() << "dp-rank " << l.dpRank << " is outside the data-parallel size "
                                 << l.dp;
@@ -575,15 +577,9 @@ void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
     // The pieces of parameters inside this rank's shards (each element once over DP, padding
     // excluded), then the sum over DP.
     kernel(ob, loc, "fill", {}, {sumsq});
-    ArrayRef<int64_t> offsets = layout.op.getOffsets(), sizes = layout.op.getSizes();
-    for (int64_t k = 0; k < layout.numBuckets(); ++k)
-      for (size_t i = 0; i < offsets.size(); ++i) {
-        int64_t begin = std::max(offsets[i], layout.shardBegin(k));
-        int64_t end = std::min(offsets[i] + sizes[i], layout.shardEnd(k));
-        if (begin < end)
-          kernel(ob, loc, "sum_squares", {range(ob, loc, layout.mainGrad, begin, end)}, {sumsq},
-                 {f64("beta", 1.0)});
-      }
+    for (const auto &piece : layout.geo.shardPieces(layout.dpRank))
+      kernel(ob, loc, "sum_squares", {range(ob, loc, layout.mainGrad, piece.begin, piece.end)},
+             {sumsq}, {f64("beta", 1.0)});
     if (layout.dp > 1)
       collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
   }
@@ -626,13 +622,11 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
   }
   // ZeRO-1: only the part of the parameter inside this rank's shard; Adam states are indexed by
   // the position inside the concatenation of this rank's shards.
-  int64_t numel = p.type.getNumElements();
-  for (int64_t k = 0; k < layout.numBuckets(); ++k) {
-    int64_t begin = std::max(p.valueOffset, layout.shardBegin(k));
-    int64_t end = std::min(p.valueOffset + numel, layout.shardEnd(k));
-    if (begin >= end)
+  size_t index = layoutIndex.lookup(p.name);
+  for (const auto &piece : layout.geo.shardPieces(layout.dpRank)) {
+    if (piece.param != index)
       continue;
-    int64_t state = layout.bounds[k] / layout.dp + (begin - layout.shardBegin(k));
+    int64_t begin = piece.begin, end = piece.end, state = piece.stateOffset;
     Value w = range(ob, loc, layout.params, begin, end);
     Value m = range(ob, loc, layout.expAvg, state, state + end - begin);
     Value v = range(ob, loc, layout.expAvgSq, state, state + end - begin);

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/Grad/GradLayout.h"
 #include "passes/Grad/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -89,27 +90,11 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
       fn.emitOpError() << "has no parameters to bucket";
       return signalPassFailure();
     }
-    const int64_t limit = bucketSize > 0 ? int64_t(bucketSize)
-                                         : std::max<int64_t>(40000000, 1000000 * dp);
-    SmallVector<int64_t> offsets, bounds{0};
-    SmallVector<size_t> lastParamOfBucket;
-    int64_t offset = 0;
-    auto closeBucket = [&](size_t lastParam) {
-      int64_t end = offset;
-      if (distributedOptimizer) {
-        int64_t len = end - bounds.back();
-        end = bounds.back() + (len + dp - 1) / dp * dp;
-      }
-      bounds.push_back(end);
-      lastParamOfBucket.push_back(lastParam);
-      offset = end;
-    };
-    for (size_t i = 0; i < order.size(); ++i) {
-      offsets.push_back(offset);
-      offset += sizes[i];
-      if (offset - bounds.back() >= limit || i + 1 == order.size())
-        closeBucket(i);
-    }
+    ::trainc::grad::GradLayout geo = ::trainc::grad::GradLayout::compute(
+        std::vector<int64_t>(sizes.begin(), sizes.end()), dp, bucketSize, distributedOptimizer);
+    SmallVector<int64_t> offsets(geo.offsets.begin(), geo.offsets.end()),
+        bounds(geo.bounds.begin(), geo.bounds.end());
+    SmallVector<size_t> lastParamOfBucket(geo.lastParam.begin(), geo.lastParam.end());
     OpBuilder b(module.getContext());
     b.setInsertionPointToStart(module.getBody());
     SmallVector<Attribute> names;
@@ -126,9 +111,26 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
 
     // 3. Collectives (only when there is somebody to talk to).
     if (dp > 1) {
-      b.setInsertionPointAfter(fn);
-      auto last = cast<func::FuncOp>(b.clone(*fn));
-      last.setSymName(stage + "_last");
+      sched::MicrobatchOp lastCall;
+      int64_t calls = 0;
+      for (sched::MicrobatchOp mb : step.getOps<sched::MicrobatchOp>())
+        if (mb.getCallee() == stage) {
+          ++calls;
+          if (!lastCall || mb.getIndex() > lastCall.getIndex())
+            lastCall = mb;
+        }
+      if (!lastCall) {
+        step.emitOpError() << "calls no microbatch of @" << stage;
+        return signalPassFailure();
+      }
+      // With one microbatch the stage function itself is the last one; otherwise a clone.
+      func::FuncOp last = fn;
+      if (calls > 1) {
+        b.setInsertionPointAfter(fn);
+        last = cast<func::FuncOp>(b.clone(*fn));
+        last.setSymName(stage + "_last");
+        lastCall.setCalleeAttr(FlatSymbolRefAttr::get(b.getContext(), last.getSymName()));
+      }
       last->setAttr("sched.last_microbatch", b.getUnitAttr());
       llvm::StringMap<sched::AccumulateGradOp> lastAcc;
       for (sched::AccumulateGradOp acc : last.getOps<sched::AccumulateGradOp>())
@@ -142,15 +144,6 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
         b.create<sched::GradSyncStartOp>(acc ? acc.getLoc() : last.getLoc(),
                                          b.getI64IntegerAttr(int64_t(k)));
       }
-      sched::MicrobatchOp lastCall;
-      for (sched::MicrobatchOp mb : step.getOps<sched::MicrobatchOp>())
-        if (mb.getCallee() == stage && (!lastCall || mb.getIndex() > lastCall.getIndex()))
-          lastCall = mb;
-      if (!lastCall) {
-        step.emitOpError() << "calls no microbatch of @" << stage;
-        return signalPassFailure();
-      }
-      lastCall.setCalleeAttr(FlatSymbolRefAttr::get(b.getContext(), last.getSymName()));
       auto fin = *step.getOps<sched::FinalizeGradsOp>().begin();
       if (!fin) {
         step.emitOpError() << "has no sched.finalize_grads";

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 #include <tuple>
 
 namespace trainc::rt::cpu {
@@ -111,6 +112,11 @@ public:
         e->b = memory::desc(bd, dt, bs);
         e->c = memory::desc(cd, dt, cs);
         dnnl::primitive_attr attr;
+        // The caller owns the scratchpad: with oneDNN's default (library) mode, distinct
+        // primitives share one scratchpad and must not run concurrently (oneDNN's
+        // DNNL_ENABLE_CONCURRENT_EXEC note), which several ranks in one process, or a kernel on
+        // the communication stream, would do.
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
         if (alpha != 1.0)
           attr.set_output_scales(0, {float(alpha)});
         if (beta != 0.0) {
@@ -121,6 +127,7 @@ public:
         dnnl::matmul::desc md(e->a, e->b, e->c);
         dnnl::matmul::primitive_desc pd(md, attr, engine);
         e->prim = dnnl::matmul(pd);
+        e->scratch = pd.scratchpad_desc();
       } catch (const dnnl::error &) {
         return false;
       }
@@ -128,8 +135,17 @@ public:
       cache.emplace(key, e);
     }
     dnnl::memory am(e->a, engine, a), bm(e->b, engine, b), cm(e->c, engine, c);
+    // One scratchpad per calling thread, grown on demand.
+    thread_local std::vector<char> scratch;
+    size_t need = e->scratch.get_size();
+    if (scratch.size() < need)
+      scratch.resize(need);
+    dnnl::memory sm(e->scratch, engine, need ? scratch.data() : nullptr);
     dnnl::stream st(engine);
-    e->prim.execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    e->prim.execute(st, {{DNNL_ARG_SRC, am},
+                         {DNNL_ARG_WEIGHTS, bm},
+                         {DNNL_ARG_DST, cm},
+                         {DNNL_ARG_SCRATCHPAD, sm}});
     st.wait();
     return true;
   }
@@ -138,7 +154,7 @@ private:
   Dnnl() : engine(dnnl::engine::kind::cpu, 0) {}
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, double, double>;
   struct Entry {
-    dnnl::memory::desc a, b, c;
+    dnnl::memory::desc a, b, c, scratch;
     dnnl::matmul prim;
   };
   dnnl::engine engine;

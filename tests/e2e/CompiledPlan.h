@@ -75,6 +75,47 @@ public:
     f64 = dtype == "fp64";
   }
 
+  /// Runs an already compiled rank program (e.g. one rank of a data-parallel plan) over `comm`.
+  CompiledPlan(config::PlanConfig plan_, schema::Program program_,
+               std::unique_ptr<rt::Communicator> comm_, const std::string &dtype = "fp32")
+      : plan(std::move(plan_)), program(std::move(program_)), comm(std::move(comm_)) {
+    auto ex = rt::Executor::create(program, *backend, *comm);
+    if (!ex.ok()) {
+      ADD_FAILURE() << ex.status();
+      return;
+    }
+    executor = std::move(*ex);
+    f64 = dtype == "fp64";
+  }
+
+  /// Compiles a preset with Megatron flags into every rank's program. Empty on error (the test
+  /// has failed).
+  static std::vector<schema::Program> compileAllRanks(const std::string &preset,
+                                                      std::vector<std::string> flags,
+                                                      config::PlanConfig *planOut,
+                                                      const std::string &dtype = "fp32") {
+    std::optional<config::ModelConfig> base = config::findPreset(preset);
+    EXPECT_TRUE(base.has_value()) << preset;
+    config::FlagParseOptions po;
+    po.base_model = &*base;
+    llvm::Expected<config::PlanConfig> cfg = config::parseMegatronFlags(flags, po);
+    if (!cfg) {
+      ADD_FAILURE() << llvm::toString(cfg.takeError());
+      return {};
+    }
+    *planOut = *cfg;
+    mlir::MLIRContext ctx;
+    mlir::trainc::CompileOptions o;
+    o.dtype = dtype;
+    std::vector<schema::Program> all;
+    o.allRanks = &all;
+    if (mlir::failed(mlir::trainc::compilePlan(ctx, *cfg, o))) {
+      ADD_FAILURE() << "compilation failed";
+      return {};
+    }
+    return all;
+  }
+
   bool ok() const { return executor != nullptr; }
   rt::Executor &ex() { return *executor; }
 

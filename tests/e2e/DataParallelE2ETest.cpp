@@ -1,0 +1,307 @@
+//===- DataParallelE2ETest.cpp - Data-parallel plans vs the single-rank plan ===//
+//
+// Every data-parallel plan (plain DP and the distributed optimizer, one bucket and many small odd
+// buckets) is run with one thread per rank over Gloo (loopback, a TcpStore) and compared with the
+// single-rank plan of the same global batch: losses, grad norms and the gathered parameters.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CompiledPlan.h"
+
+#include "runtime/comm/GlooCommunicator.h"
+#include "runtime/comm/TcpStore.h"
+
+#include <atomic>
+#include <functional>
+#include <thread>
+
+using namespace trainc;
+using namespace trainc::test;
+
+namespace {
+
+const char *kToken = "0123456789abcdef0123456789abcdef";
+
+std::vector<std::string> flags(int64_t dp, int64_t mbs, int64_t gbs,
+                               std::vector<std::string> extra = {}) {
+  std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
+                                "--global-batch-size",  std::to_string(gbs),
+                                "--data-parallel-size", std::to_string(dp),
+                                "--hidden-dropout",     "0",
+                                "--attention-dropout",  "0"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+/// The samples DP rank r reads, in its microbatch order (Megatron's pretraining sampler:
+/// microbatch j covers the block [j * mbs * dp, (j + 1) * mbs * dp) of the global batch and rank r
+/// takes [r * mbs, (r + 1) * mbs) of it).
+Samples rankSamples(const Samples &global, int64_t dp, int64_t r, int64_t mbs) {
+  Samples s;
+  s.seq = global.seq;
+  int64_t m = global.n / (mbs * dp);
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t b = 0; b < mbs; ++b) {
+      int64_t g = (j * dp + r) * mbs + b;
+      auto take = [&](auto &dst, const auto &src) {
+        dst.insert(dst.end(), src.begin() + g * s.seq, src.begin() + (g + 1) * s.seq);
+      };
+      take(s.tokens, global.tokens);
+      take(s.labels, global.labels);
+      take(s.mask, global.mask);
+      ++s.n;
+    }
+  return s;
+}
+
+struct History {
+  std::vector<double> losses, norms;
+  std::map<std::string, std::vector<double>> paramsAt3, paramsAtEnd;
+};
+
+std::map<std::string, std::vector<double>> allParams(CompiledPlan &p) {
+  std::map<std::string, std::vector<double>> w;
+  for (const schema::Parameter &q : p.program.parameters())
+    w[q.name()] = p.readParam(q.name());
+  return w;
+}
+
+double normOf(CompiledPlan &p) { return p.read("grad_norm")[0]; }
+
+/// Trains `iters` iterations of a plan over the given global batches: the single-rank plan when
+/// dp == 1 and no extra flag asks for buckets, else every rank in its own thread over Gloo.
+/// Returns rank 0's history (every rank's losses and gathered parameters must agree: checked).
+History train(const std::vector<std::string> &f, int64_t dp, int64_t mbs,
+              const std::vector<Samples> &batches, int64_t iters) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks("tiny-llama", f, &plan);
+  EXPECT_EQ(int64_t(programs.size()), dp);
+  if (int64_t(programs.size()) != dp)
+    return {};
+  std::vector<History> hist(static_cast<size_t>(dp));
+  std::unique_ptr<rt::TcpStoreServer> store;
+  if (dp > 1) {
+    auto s = rt::TcpStoreServer::start("127.0.0.1", 0, kToken);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok())
+      return {};
+    store = std::move(*s);
+  }
+  auto rankMain = [&](int64_t r) {
+    std::unique_ptr<rt::Communicator> comm;
+    if (dp == 1) {
+      comm = rt::createLocalCommunicator();
+    } else {
+      rt::GlooOptions o;
+      o.rank = r;
+      o.worldSize = dp;
+      o.storePort = store->port();
+      o.token = kToken;
+      o.timeout = std::chrono::seconds(60);
+      auto c = rt::createGlooCommunicator(o);
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (!c.ok())
+        return;
+      comm = std::move(*c);
+    }
+    CompiledPlan p(plan, programs[size_t(r)], std::move(comm));
+    if (!p.ok())
+      return;
+    EXPECT_TRUE(rt::initializeParameters(p.ex(), 17).ok());
+    History &h = hist[size_t(r)];
+    for (int64_t it = 0; it < iters; ++it) {
+      Samples s = rankSamples(batches[size_t(it)], dp, r, mbs);
+      h.losses.push_back(p.step(s, 3e-3, double(it + 1), 0.1));
+      h.norms.push_back(normOf(p));
+      if (it == 2)
+        h.paramsAt3 = allParams(p);
+    }
+    h.paramsAtEnd = allParams(p);
+  };
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < dp; ++r)
+    threads.emplace_back(rankMain, r);
+  for (std::thread &t : threads)
+    t.join();
+  for (int64_t r = 1; r < dp; ++r) {
+    EXPECT_EQ(hist[size_t(r)].losses, hist[0].losses) << "rank " << r;
+    for (auto &[name, w] : hist[0].paramsAtEnd)
+      EXPECT_EQ(hist[size_t(r)].paramsAtEnd[name], w) << "rank " << r << " " << name;
+  }
+  return hist[0];
+}
+
+std::vector<Samples> makeBatches(int64_t n, int64_t gbs, uint32_t seed) {
+  std::vector<Samples> b;
+  for (int64_t i = 0; i < n; ++i)
+    b.push_back(randomSamples(gbs, 9, 37, seed + uint32_t(i)));
+  return b;
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+void expectClose(const History &h, const History &ref, const std::string &what) {
+  ASSERT_EQ(h.losses.size(), ref.losses.size()) << what;
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_LT(rel(h.losses[i], ref.losses[i]), 1e-5) << what << " loss at iteration " << i + 1;
+    EXPECT_LT(rel(h.norms[i], ref.norms[i]), 1e-5) << what << " grad norm at iteration " << i + 1;
+  }
+  ASSERT_EQ(h.paramsAt3.size(), ref.paramsAt3.size()) << what;
+  for (auto &[name, w] : ref.paramsAt3) {
+    EXPECT_LT(relDiff(h.paramsAt3.at(name), w), 1e-5) << what << " " << name << " after 3";
+    EXPECT_LT(relDiff(h.paramsAtEnd.at(name), ref.paramsAtEnd.at(name)), 1e-5)
+        << what << " " << name << " at the end";
+  }
+}
+
+struct Variant {
+  int64_t dp;
+  bool distributed;
+  int64_t bucket; // 0 = one bucket (the default size is far above the tiny model)
+};
+
+class DataParallelEquivalence : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(DataParallelEquivalence, MatchesTheSingleRankPlan) {
+  const Variant v = GetParam();
+  const int64_t gbs = 8, mbs = 1, iters = 10;
+  std::vector<Samples> batches = makeBatches(iters, gbs, 101);
+  // The reference: one rank, the whole global batch as gbs / mbs microbatches.
+  static History ref = train(flags(1, mbs, gbs), 1, mbs, batches, iters);
+  ASSERT_EQ(ref.losses.size(), size_t(iters));
+  std::vector<std::string> extra;
+  if (v.distributed)
+    extra.push_back("--use-distributed-optimizer");
+  if (v.bucket > 0) {
+    extra.push_back("--ddp-bucket-size");
+    extra.push_back(std::to_string(v.bucket));
+  }
+  History h = train(flags(v.dp, mbs, gbs, extra), v.dp, mbs, batches, iters);
+  expectClose(h, ref,
+              "dp " + std::to_string(v.dp) + (v.distributed ? " zero-1" : "") + " bucket " +
+                  std::to_string(v.bucket));
+}
+
+std::string variantName(const ::testing::TestParamInfo<Variant> &i) {
+  return "dp" + std::to_string(i.param.dp) + (i.param.distributed ? "_zero1" : "_plain") +
+         (i.param.bucket ? "_bucket" + std::to_string(i.param.bucket) : "_onebucket");
+}
+
+// 301 and 97 are odd, so buckets end at odd offsets, shards cut parameters, and padding appears.
+INSTANTIATE_TEST_SUITE_P(
+    Plans, DataParallelEquivalence,
+    ::testing::Values(Variant{1, false, 0}, Variant{1, false, 97}, Variant{1, true, 301},
+                      Variant{2, false, 0}, Variant{2, false, 301}, Variant{2, true, 0},
+                      Variant{2, true, 301}, Variant{4, false, 0}, Variant{4, false, 97},
+                      Variant{4, true, 0}, Variant{4, true, 97}),
+    variantName);
+
+TEST(DataParallelRaggedMasks, DefaultModeGivesTheExactGlobalPerTokenGradient) {
+  // dp = 2, mbs = 2, 2 microbatches. Rank 1's first microbatch holds a single valid token and
+  // rank 0's second microbatch none.
+  const int64_t gbs = 8, mbs = 2, dp = 2;
+  std::vector<Samples> batches = makeBatches(3, gbs, 303);
+  for (Samples &s : batches) {
+    auto clear = [&](int64_t sample) {
+      for (int64_t t = 0; t < s.seq; ++t)
+        s.mask[size_t(sample * s.seq + t)] = 0;
+    };
+    // Block j = samples [j*4, j*4+4): rank 0 reads [j*4, j*4+2), rank 1 [j*4+2, j*4+4).
+    clear(2);
+    clear(3);
+    s.mask[size_t(2 * s.seq + 5)] = 1;
+    clear(4);
+    clear(5);
+  }
+  // The exact global per-token mean: one microbatch holding the whole batch on one rank.
+  History exact = train(flags(1, gbs, gbs), 1, gbs, batches, 3);
+  for (bool zero : {false, true}) {
+    std::vector<std::string> extra = {"--ddp-bucket-size", "301"};
+    if (zero)
+      extra.push_back("--use-distributed-optimizer");
+    History h = train(flags(dp, mbs, gbs, extra), dp, mbs, batches, 3);
+    expectClose(h, exact, zero ? "ragged zero-1" : "ragged plain");
+  }
+}
+
+/// Collectives one rank issues in one iteration of `fn` (calls expanded).
+std::map<std::string, int> countCollectives(const schema::Program &p, int fn) {
+  std::map<std::string, int> n;
+  std::function<void(int)> walk = [&](int f) {
+    for (const schema::Instruction &ins : p.functions(f).body()) {
+      if (ins.has_call())
+        walk(int(ins.call().function()));
+      if (ins.has_collective())
+        ++n[schema::CollectiveKind_Name(ins.collective().kind()) +
+            (ins.collective().async() ? "" : "(sync)")];
+    }
+  };
+  walk(fn);
+  return n;
+}
+
+TEST(DataParallelCollectives, ExactlyOnePerBucketPlusGathersAndReductions) {
+  for (int64_t m : {1, 3})
+    for (bool zero : {false, true}) {
+      std::vector<std::string> extra = {"--ddp-bucket-size", "301"};
+      if (zero)
+        extra.push_back("--use-distributed-optimizer");
+      config::PlanConfig plan;
+      std::vector<schema::Program> programs =
+          CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 2 * m, extra), &plan);
+      ASSERT_EQ(programs.size(), 2u);
+      for (const schema::Program &p : programs) {
+        // Every grad bucket is one async reduction.
+        std::map<std::string, int> n = countCollectives(p, int(p.entry()));
+        int buckets = zero ? n["REDUCE_SCATTER"] : n["ALL_REDUCE"];
+        EXPECT_GE(buckets, 5) << "the tiny model with 301-element buckets has many buckets";
+        std::map<std::string, int> want;
+        if (zero) {
+          want = {{"REDUCE_SCATTER", buckets},
+                  {"ALL_GATHER", buckets},
+                  {"ALL_REDUCE(sync)", 3}}; // loss_sum, num_tokens, grad sum of squares
+        } else {
+          want = {{"ALL_REDUCE", buckets}, {"ALL_REDUCE(sync)", 2}};
+        }
+        EXPECT_EQ(n, want) << "m = " << m << (zero ? " zero-1" : " plain");
+        // Independent count of the buckets: the layout the compiler recorded in the parameter
+        // table's grad offsets cannot tell bucket bounds, so check against trainc's own rule
+        // instead: with 301-element buckets, a bucket closes after the parameter that reaches
+        // 301 elements.
+        std::vector<std::pair<uint64_t, int64_t>> byOffset;
+        for (const schema::Parameter &q : p.parameters()) {
+          int64_t numel = 1;
+          for (int64_t d : q.global_shape())
+            numel *= d;
+          byOffset.push_back({q.grad_offset(), numel});
+        }
+        std::sort(byOffset.begin(), byOffset.end());
+        int expected = 0;
+        int64_t run = 0;
+        for (size_t i = 0; i < byOffset.size(); ++i) {
+          run += byOffset[i].second;
+          if (run >= 301 || i + 1 == byOffset.size()) {
+            ++expected;
+            run = 0;
+          }
+        }
+        EXPECT_EQ(buckets, expected);
+      }
+      // Only the last microbatch communicates: the stage function of earlier microbatches has
+      // no collective.
+      const schema::Program &p = programs[0];
+      int numBuckets = countCollectives(p, int(p.entry()))[zero ? "REDUCE_SCATTER" : "ALL_REDUCE"];
+      for (const schema::Function &f : p.functions()) {
+        int c = 0;
+        for (const schema::Instruction &ins : f.body())
+          c += ins.has_collective();
+        // With one microbatch the stage function is the last microbatch's.
+        if (f.name() == "forward_backward")
+          EXPECT_EQ(c, m == 1 ? numBuckets : 0);
+        if (f.name() == "forward_backward_last")
+          EXPECT_EQ(c, numBuckets);
+      }
+    }
+}
+
+} // namespace
