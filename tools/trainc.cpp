@@ -168,7 +168,11 @@ int cmdCompile(std::vector<std::string> args) {
   size_t instructions = 0;
   for (const auto &f : program->functions())
     instructions += size_t(f.body_size());
-  llvm::outs() << "trainc: wrote " << opts.outputDir << "/plan.json and rank0.pb: 1 rank, "
+  int64_t world = program->mesh().world_size();
+  llvm::outs() << "trainc: wrote " << opts.outputDir << "/plan.json and "
+               << (world == 1 ? std::string("rank0.pb: 1 rank, ")
+                              : "rank0.pb .. rank" + std::to_string(world - 1) + ".pb: " +
+                                    std::to_string(world) + " ranks, ")
                << program->functions_size() << " functions, " << instructions
                << " instructions, arena " << program->arena_bytes() << " bytes, "
                << cfg->training.num_microbatches << " microbatches\n";
@@ -198,10 +202,36 @@ int cmdInspect(std::vector<std::string> args) {
     return fail(std::string(p.status().message()));
   const auto &r = p->reports();
   if (want("--ranks")) {
+    // The rank table (Megatron's order tp-cp-ep-dp-pp, tp fastest) and, per rank, its program's
+    // coordinates and communicator groups, read from every rank<r>.pb.
     llvm::outs() << "ranks: world size " << p->mesh().world_size() << ", mesh";
     for (int i = 0; i < p->mesh().axis_names_size(); ++i)
       llvm::outs() << " " << p->mesh().axis_names(i) << "=" << p->mesh().axis_sizes(i);
-    llvm::outs() << "\n  rank 0: rank0.pb, " << p->groups_size() << " communicator groups\n";
+    llvm::outs() << " (rank order " ;
+    for (int i = 0; i < p->mesh().axis_names_size(); ++i)
+      llvm::outs() << (i ? "-" : "") << p->mesh().axis_names(i);
+    llvm::outs() << ", first fastest)\n";
+    for (int64_t rank = 0; rank < p->mesh().world_size(); ++rank) {
+      std::string file = "rank" + std::to_string(rank) + ".pb";
+      absl::StatusOr<::trainc::schema::Program> rp =
+          rank == 0 ? p : ::trainc::rt::readProgramFile(dir + "/" + file);
+      if (!rp.ok())
+        return fail(std::string(rp.status().message()));
+      if (rp->mesh().rank() != rank)
+        return fail(dir + "/" + file + " holds the program of rank " +
+                    std::to_string(rp->mesh().rank()) + ", expected " + std::to_string(rank));
+      llvm::outs() << "  rank " << rank << " (" << file << "):";
+      for (int i = 0; i < rp->mesh().axis_names_size() && i < rp->mesh().coords_size(); ++i)
+        llvm::outs() << " " << rp->mesh().axis_names(i) << "=" << rp->mesh().coords(i);
+      llvm::outs() << " |";
+      for (const auto &g : rp->groups()) {
+        llvm::outs() << " " << g.name() << "=[";
+        for (int k = 0; k < g.ranks_size(); ++k)
+          llvm::outs() << (k ? "," : "") << g.ranks(k);
+        llvm::outs() << "]";
+      }
+      llvm::outs() << "\n";
+    }
   }
   if (want("--memory")) {
     llvm::outs() << "memory (bytes): arena " << r.memory().arena_bytes() << ", persistent "
