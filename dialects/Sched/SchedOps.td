@@ -182,7 +182,7 @@ def Sched_GradBufferOp : Sched_Op<"grad_buffer"> {
     no parameter. `numel` is the padded total.
     ```mlir
     sched.grad_buffer {params = ["b", "a"], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64,
-                       bucket_bounds = array<i64: 0, 8, 16>, dp = 2 : i64, distributed_optimizer}
+                       bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
     ```
   }];
   let arguments = (ins StrArrayAttr:$params, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,

@@ -125,3 +125,51 @@ func.func @train_step() {
   sched.optimizer_step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, clip_grad = -1.0 : f64}
   return
 }
+
+// -----
+
+// Tests that sched.grad_buffer needs a positive data-parallel size.
+// expected-error@+1 {{'sched.grad_buffer' op dp = 0, expected a positive data-parallel size}}
+sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 0 : i64}
+
+// -----
+
+// Tests that every parameter has an offset and a size.
+// expected-error@+1 {{'sched.grad_buffer' op has 2 params but 1 offsets and 1 sizes}}
+sched.grad_buffer {params = ["a", "b"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+
+// -----
+
+// Tests that the buckets cover the buffer from 0 to numel.
+// expected-error@+1 {{'sched.grad_buffer' op bucket_bounds must start at 0 and end at numel = 8}}
+sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+
+// -----
+
+// Tests that buckets are not empty.
+// expected-error@+1 {{'sched.grad_buffer' op bucket 1 [4, 4) is empty or reversed}}
+sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4, 4>, dp = 1 : i64}
+
+// -----
+
+// Tests that the distributed optimizer needs buckets that are a multiple of dp.
+// expected-error@+1 {{'sched.grad_buffer' op bucket 0 has 6 elements, not a multiple of dp = 4 (the distributed optimizer shards every bucket evenly)}}
+sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 6 : i64, bucket_bounds = array<i64: 0, 6>, dp = 4 : i64, distributed_optimizer}
+
+// -----
+
+// Tests that parameters do not overlap.
+// expected-error@+1 {{'sched.grad_buffer' op param 'b' at offset 2 with 4 elements overlaps the previous one or is empty}}
+sched.grad_buffer {params = ["a", "b"], offsets = array<i64: 0, 2>, sizes = array<i64: 4, 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
+
+// -----
+
+// Tests that a parameter stays inside one bucket (Megatron never splits one across buckets).
+// expected-error@+1 {{'sched.grad_buffer' op param 'a' [0, 6) crosses a bucket boundary}}
+sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4, 8>, dp = 1 : i64}
+
+// -----
+
+// Tests that parameters end inside the buffer.
+// expected-error@+1 {{'sched.grad_buffer' op param 'a' [0, 10) crosses a bucket boundary}}
+sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 10>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}

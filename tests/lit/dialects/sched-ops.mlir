@@ -52,3 +52,21 @@ func.func @eval_step() attributes {sched.iteration, sched.eval} {
   sched.zero_losses
   return
 }
+
+// Tests that the data-parallel ops round-trip.
+// CHECK: sched.grad_buffer {bucket_bounds = array<i64: 0, 6, 16>, distributed_optimizer, dp = 2 : i64, numel = 16 : i64, offsets = array<i64: 0, 6>, params = ["b", "a"], sizes = array<i64: 6, 10>}
+sched.grad_buffer {params = ["b", "a"], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64, bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
+// CHECK-LABEL: func.func @dp_ops
+func.func @dp_ops() {
+  // CHECK: sched.grad_sync_start {bucket = 0 : i64}
+  sched.grad_sync_start {bucket = 0 : i64}
+  // CHECK: sched.grad_sync_wait {bucket = 0 : i64}
+  sched.grad_sync_wait {bucket = 0 : i64}
+  // CHECK: sched.reduce_losses
+  sched.reduce_losses
+  // CHECK: sched.param_gather_start {bucket = 1 : i64}
+  sched.param_gather_start {bucket = 1 : i64}
+  // CHECK: sched.param_gather_wait {bucket = 1 : i64}
+  sched.param_gather_wait {bucket = 1 : i64}
+  return
+}

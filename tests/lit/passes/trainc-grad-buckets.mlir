@@ -1,0 +1,96 @@
+// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1" | FileCheck %s --check-prefix=ZERO
+// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" | FileCheck %s --check-prefix=PLAIN
+// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=1" -trainc-optimizer-expand -trainc-grad-buckets="dp=4 bucket-size=1" | FileCheck %s --check-prefix=ONE
+// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1" -trainc-lower-to-rt="dp-rank=1" | FileCheck %s --check-prefix=RT
+// RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-grad-buckets 2>&1 | FileCheck %s --check-prefix=ORDER
+// RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="dp=0" 2>&1 | FileCheck %s --check-prefix=DP
+// RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="stage=nope" 2>&1 | FileCheck %s --check-prefix=STAGE
+// RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets -trainc-grad-buckets 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-lower-to-rt="dp-rank=2" 2>&1 | FileCheck %s --check-prefix=RANK
+// REQUIRES: compiler
+
+// Tests the layout: parameters in the order their gradients become final (w, then b), buckets
+// closed after the parameter reaching 50 elements, padded to a multiple of dp = 2 (88 and 11 -> 12).
+// ZERO: sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 100>, distributed_optimizer, dp = 2 : i64, numel = 100 : i64, offsets = array<i64: 0, 88>, params = ["w", "b"], sizes = array<i64: 88, 11>}
+// Tests that earlier microbatches do not communicate and the last one starts each bucket's
+// reduction right after the bucket's last gradient.
+// ZERO-LABEL: func.func @forward_backward(
+// ZERO-NOT: sched.grad_sync_start
+// ZERO-LABEL: func.func @forward_backward_last(
+// ZERO: sched.accumulate_grad %{{.*}} {param = "w"}
+// ZERO-NEXT: sched.grad_sync_start {bucket = 0 : i64}
+// ZERO-NEXT: sched.accumulate_grad %{{.*}} {param = "b"}
+// ZERO-NEXT: sched.grad_sync_start {bucket = 1 : i64}
+// Tests the iteration: the last microbatch calls the clone, every bucket is waited for and the
+// losses are reduced before finalize; each bucket's parameter all-gather starts after its last
+// update and is waited for at the end of the step.
+// ZERO-LABEL: func.func @train_step()
+// ZERO: sched.microbatch @forward_backward {index = 1 : i64}
+// ZERO-NEXT: sched.microbatch @forward_backward_last {index = 2 : i64}
+// ZERO-NEXT: sched.grad_sync_wait {bucket = 0 : i64}
+// ZERO-NEXT: sched.grad_sync_wait {bucket = 1 : i64}
+// ZERO-NEXT: sched.reduce_losses
+// ZERO-NEXT: sched.finalize_grads
+// ZERO-NEXT: sched.clip_grad_norm
+// ZERO-NEXT: sched.adamw {{.*}}param = "w"}
+// ZERO-NEXT: sched.param_gather_start {bucket = 0 : i64}
+// ZERO-NEXT: sched.adamw {{.*}}param = "b"}
+// ZERO-NEXT: sched.param_gather_start {bucket = 1 : i64}
+// ZERO-NEXT: sched.param_gather_wait {bucket = 0 : i64}
+// ZERO-NEXT: sched.param_gather_wait {bucket = 1 : i64}
+// ZERO-NEXT: sched.read_outputs
+
+// Tests plain DP with the default bucket size: one bucket, no padding, no parameter gathers.
+// PLAIN: sched.grad_buffer {bucket_bounds = array<i64: 0, 99>, dp = 2 : i64, numel = 99 : i64
+// PLAIN-LABEL: func.func @forward_backward_last(
+// PLAIN: sched.accumulate_grad %{{.*}} {param = "b"}
+// PLAIN-NEXT: sched.grad_sync_start {bucket = 0 : i64}
+// PLAIN-NOT: sched.param_gather
+
+// Tests that with one microbatch the stage function itself carries the syncs (no clone), one
+// bucket per parameter with bucket-size 1.
+// ONE: sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 99>
+// ONE-NOT: forward_backward_last
+// ONE: sched.accumulate_grad %{{.*}} {param = "w"}
+// ONE-NEXT: sched.grad_sync_start {bucket = 0 : i64}
+// ONE-NOT: forward_backward_last
+
+// Tests the lowering for DP rank 1: main grads and parameters are ranges of one buffer each,
+// Adam states exist for the rank's shards only (44 + 6 = 50 elements), the reduce-scatter writes
+// this rank's chunk of each bucket in place, the grad norm sums the parameter pieces of the
+// shards (b's piece is [94, 99): padding excluded) and all-reduces, AdamW updates the shard
+// pieces, and the all-gather returns each bucket.
+// RT-DAG: rt.buffer @params {kind = "parameter", param_info = [{name = "w", offset = 0 : i64, shape = array<i64: 11, 8>}, {name = "b", no_weight_decay, offset = 88 : i64, shape = array<i64: 11>}]} : memref<100xf32>
+// RT-DAG: rt.buffer @main_grad {grad_info = [{name = "w", offset = 0 : i64}, {name = "b", offset = 88 : i64}], kind = "main_grad"} : memref<100xf32>
+// RT-DAG: rt.buffer @exp_avg {kind = "optimizer_state"} : memref<50xf32>
+// RT-LABEL: func.func @forward_backward_last(
+// RT: %[[B0:.+]] = rt.view %{{.+}}[0] : memref<100xf32> to memref<88xf32>
+// RT: %[[S0:.+]] = rt.view %{{.+}}[44] : memref<100xf32> to memref<44xf32>
+// RT: rt.collective "reduce_scatter" "dp" ins(%[[B0]] : memref<88xf32>) outs(%[[S0]] : memref<44xf32>) {token = 0 : i64}
+// RT: %[[B1:.+]] = rt.view %{{.+}}[88] : memref<100xf32> to memref<12xf32>
+// RT: %[[S1:.+]] = rt.view %{{.+}}[94] : memref<100xf32> to memref<6xf32>
+// RT: rt.collective "reduce_scatter" "dp" ins(%[[B1]] : memref<12xf32>) outs(%[[S1]] : memref<6xf32>) {token = 1 : i64}
+// RT-LABEL: func.func @train_step()
+// RT: rt.wait 0
+// RT-NEXT: rt.wait 1
+// RT: rt.collective "all_reduce" "dp" ins(%[[LS:.+]] : memref<f32>) outs(%[[LS]] : memref<f32>){{$}}
+// RT: rt.collective "all_reduce" "dp" ins(%[[NT:.+]] : memref<f32>) outs(%[[NT]] : memref<f32>){{$}}
+// Legacy normalization: the DP average.
+// RT: rt.kernel "scale" {{.*}}alpha = 5.000000e-01
+// RT: rt.view %{{.+}}[44] : memref<100xf32> to memref<44xf32>
+// RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<44xf32>)
+// RT: rt.view %{{.+}}[94] : memref<100xf32> to memref<5xf32>
+// RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<5xf32>)
+// RT-NEXT: rt.collective "all_reduce" "dp" ins(%[[SQ:.+]] : memref<f32>) outs(%[[SQ]] : memref<f32>)
+// RT: rt.kernel "adamw" ins({{.*}} : memref<44xf32>, memref<44xf32>, memref<44xf32>, memref<44xf32>,
+// RT: rt.collective "all_gather" "dp" ins(%{{.+}} : memref<44xf32>) outs(%{{.+}} : memref<88xf32>) {token = 2 : i64}
+// RT: rt.kernel "adamw" ins({{.*}} : memref<5xf32>, memref<5xf32>, memref<5xf32>, memref<5xf32>,
+// RT: rt.collective "all_gather" "dp" ins(%{{.+}} : memref<6xf32>) outs(%{{.+}} : memref<12xf32>) {token = 3 : i64}
+// RT: rt.wait 2
+// RT-NEXT: rt.wait 3
+
+// ORDER: error: trainc-grad-buckets: no training iteration function (run trainc-schedule first)
+// DP: error: trainc-grad-buckets: dp 0 must be positive
+// STAGE: error: trainc-grad-buckets: no stage function @nope with a body (run trainc-grad-accumulate first)
+// TWICE: error: trainc-grad-buckets: the module already has a sched.grad_buffer
+// RANK: error: 'sched.grad_buffer' op dp-rank 2 is outside the data-parallel size 2
