@@ -10,9 +10,17 @@
 
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/TcpStore.h"
+#include "runtime/control/Trainer.h"
+#include "runtime/core/Program.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <atomic>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 using namespace trainc;
@@ -302,6 +310,89 @@ TEST(DataParallelCollectives, ExactlyOnePerBucketPlusGathersAndReductions) {
           EXPECT_EQ(c, numBuckets);
       }
     }
+}
+
+} // namespace
+
+namespace {
+
+TEST(DataParallelTrace, ABucketReductionOverlapsBackwardCompute) {
+  // A dp = 2 plan with many buckets, trained for 3 iterations by two Trainers over Gloo with
+  // --trace; the test reads rank 0's Chrome trace.
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("trainc-dp-trace", dir));
+  std::string planDir = std::string(dir) + "/plan", traceDir = std::string(dir) + "/trace";
+  {
+    std::optional<config::ModelConfig> base = config::findPreset("tiny-llama");
+    config::FlagParseOptions po;
+    po.base_model = &*base;
+    llvm::Expected<config::PlanConfig> cfg =
+        config::parseMegatronFlags(flags(2, 2, 8, {"--ddp-bucket-size", "301", "--lr", "1e-3"}), po);
+    ASSERT_TRUE(bool(cfg)) << llvm::toString(cfg.takeError());
+    mlir::MLIRContext ctx;
+    mlir::trainc::CompileOptions o;
+    o.outputDir = planDir;
+    ASSERT_TRUE(mlir::succeeded(mlir::trainc::compilePlan(ctx, *cfg, o)));
+  }
+  auto store = rt::TcpStoreServer::start("127.0.0.1", 0, kToken);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto rankMain = [&](int64_t r) {
+    rt::GlooOptions o;
+    o.rank = r;
+    o.worldSize = 2;
+    o.storePort = (*store)->port();
+    o.token = kToken;
+    o.timeout = std::chrono::seconds(60);
+    auto comm = rt::createGlooCommunicator(o);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    auto program = rt::readProgramFile(planDir + "/rank" + std::to_string(r) + ".pb");
+    ASSERT_TRUE(program.ok()) << program.status();
+    auto opts = rt::control::parseRunOptions(
+        *program, {"--mock-data", "--train-iters", "3", "--eval-iters", "0", "--trace", traceDir});
+    ASSERT_TRUE(opts.ok()) << opts.status();
+    std::ostringstream log;
+    auto trainer = rt::control::Trainer::create(planDir, *opts, log, comm->get());
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    absl::Status s = (*trainer)->train();
+    EXPECT_TRUE(s.ok()) << s;
+  };
+  std::thread t0(rankMain, 0), t1(rankMain, 1);
+  t0.join();
+  t1.join();
+
+  auto text = llvm::MemoryBuffer::getFile(traceDir + "/rank0.trace.json");
+  ASSERT_TRUE(bool(text));
+  llvm::Expected<llvm::json::Value> trace = llvm::json::parse((*text)->getBuffer());
+  ASSERT_TRUE(bool(trace)) << llvm::toString(trace.takeError());
+  struct Event {
+    std::string name, function;
+    int64_t tid, index;
+    double ts, dur;
+  };
+  std::vector<Event> comm, compute;
+  for (const llvm::json::Value &v : *trace->getAsObject()->getArray("traceEvents")) {
+    const llvm::json::Object &e = *v.getAsObject();
+    if (e.getString("ph") != "X")
+      continue;
+    const llvm::json::Object &args = *e.getObject("args");
+    Event ev{e.getString("name")->str(), args.getString("function")->str(), *e.getInteger("tid"),
+             *args.getInteger("index"), *e.getNumber("ts"), *e.getNumber("dur")};
+    if (ev.function != "forward_backward_last")
+      continue;
+    (ev.tid == 1 ? comm : compute).push_back(ev);
+  }
+  ASSERT_FALSE(comm.empty()) << "no collective in the last microbatch's stage function";
+  // A bucket's all-reduce overlaps a compute kernel that comes after its start in the stage
+  // function, i.e. backward compute of earlier layers.
+  int overlapping = 0;
+  for (const Event &c : comm)
+    for (const Event &k : compute)
+      if (k.index > c.index && k.ts < c.ts + c.dur && k.ts + k.dur > c.ts) {
+        ++overlapping;
+        break;
+      }
+  EXPECT_GE(overlapping, 1) << comm.size() << " collectives, none overlapping later compute";
+  llvm::sys::fs::remove_directories(dir);
 }
 
 } // namespace
