@@ -30,6 +30,8 @@
 #include <gloo/types.h>
 
 #include <algorithm>
+#include <net/if.h>
+#include <netdb.h>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -419,12 +421,24 @@ absl::StatusOr<std::unique_ptr<Communicator>> createGlooCommunicator(const GlooO
   std::shared_ptr<gloo::transport::Device> dev;
   gloo::transport::tcp::attr attr;
   std::string what;
+  // Gloo 0.5 crashes (instead of throwing) on a name it cannot resolve: check first.
   if (!o.iface.empty()) {
     attr.iface = o.iface;
     what = absl::StrCat("interface '", o.iface, "'");
+    if (::if_nametoindex(o.iface.c_str()) == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", o.rank, ": cannot open Gloo's TCP transport on ", what,
+          ": no such network interface (see `ip -brief address`)"));
   } else {
     attr.hostname = o.hostname.empty() ? "127.0.0.1" : o.hostname;
     what = absl::StrCat("host '", attr.hostname, "'");
+    addrinfo hints{}, *ai = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    if (int e = ::getaddrinfo(attr.hostname.c_str(), nullptr, &hints, &ai))
+      return absl::InvalidArgumentError(absl::StrCat("rank ", o.rank,
+                                                     ": cannot open Gloo's TCP transport on ",
+                                                     what, ": ", gai_strerror(e)));
+    ::freeaddrinfo(ai);
   }
   try {
     dev = gloo::transport::tcp::CreateDevice(attr);

@@ -340,6 +340,14 @@ TEST(GlooCommunicatorTest, GroupErrors) {
                                       "'no-such-host.invalid'"),
             std::string::npos)
       << d.status();
+  GlooOptions badIface = job.options(0, 2);
+  badIface.iface = "nosuchif9";
+  auto e = createGlooCommunicator(badIface);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("cannot open Gloo's TCP transport on interface 'nosuchif9': "
+                                      "no such network interface"),
+            std::string::npos)
+      << e.status();
 }
 
 TEST(GlooCommunicatorTest, MissingPeerTimesOutNamingTheKeys) {
