@@ -63,6 +63,7 @@ int64_t nowNs(std::chrono::steady_clock::time_point t0) {
 
 struct Executor::Impl {
   std::vector<PFunction> functions;
+  std::vector<std::string> functionNames;
   ExecutorOptions options;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   std::vector<InstrTiming> computeTimings;
@@ -71,6 +72,16 @@ struct Executor::Impl {
   uint32_t numEvents = 0; // user events; token t uses event numEvents + t
   char *arena = nullptr;
   uint64_t arenaBytes = 0;
+  // The first error thrown by a communication task (a peer died, a timeout). Later tasks are
+  // skipped so that one failure does not wait out every following collective's timeout.
+  std::mutex commErrorMu;
+  std::string commError;
+  absl::Status commStatus() {
+    std::lock_guard<std::mutex> l(commErrorMu);
+    if (commError.empty())
+      return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat("communication failed: ", commError));
+  }
 };
 
 absl::StatusOr<std::unique_ptr<Executor>>
@@ -108,6 +119,8 @@ Executor::create(schema::Program program, Backend &backend, Communicator &comm,
   backend.resizeEvents(p.num_events() + p.num_tokens());
 
   im.functions.resize(p.functions_size());
+  for (const schema::Function &f : p.functions())
+    im.functionNames.push_back(f.name());
   for (int fi = 0; fi < p.functions_size(); ++fi) {
     const schema::Function &f = p.functions(fi);
     PFunction &pf = im.functions[fi];
@@ -307,18 +320,34 @@ struct Runner {
         const PInstr *pp = &pi;
         int f = fi, idx = int(ii);
         backend.enqueue(kCommStream, [this, pp, views, f, idx]() {
+          {
+            std::lock_guard<std::mutex> l(im.commErrorMu);
+            if (!im.commError.empty())
+              return;
+          }
           int64_t s = im.options.timing ? nowNs(im.t0) : 0;
-          runComm(comm, *pp, views.data());
+          try {
+            runComm(comm, *pp, views.data());
+          } catch (const std::exception &e) {
+            std::lock_guard<std::mutex> l(im.commErrorMu);
+            im.commError = absl::StrCat(pp->name, " (", im.functionNames[size_t(f)],
+                                        " instruction ", idx, "): ", e.what());
+          }
           recordComm(f, idx, s);
         });
-        if (pi.async)
+        if (pi.async) {
           backend.recordEvent(im.numEvents + pi.token, kCommStream);
-        else
+        } else {
           backend.synchronize(kCommStream);
+          if (absl::Status s = im.commStatus(); !s.ok())
+            return s;
+        }
         break;
       }
       case Op::Wait:
         backend.streamWaitEvent(kComputeStream, im.numEvents + pi.token);
+        if (absl::Status s = im.commStatus(); !s.ok())
+          return s;
         break;
       case Op::Call: {
         void *callArgs[64];
@@ -337,6 +366,8 @@ struct Runner {
       case Op::HostIO:
         if (host) {
           backend.synchronize(kCommStream);
+          if (absl::Status s = im.commStatus(); !s.ok())
+            return s;
           if (absl::Status s = host(pi.hostKind, pi.name); !s.ok())
             return s;
         }
@@ -380,6 +411,8 @@ absl::Status runRoot(Executor::Impl &im, Backend &backend, Communicator &comm,
     r.kdata[s] = backend.kernelData(s);
   absl::Status s = r.runFunction(fn, nullptr);
   backend.synchronize(kCommStream);
+  if (s.ok())
+    s = im.commStatus();
   return s;
 }
 } // namespace

@@ -396,3 +396,48 @@ TEST(DataParallelTrace, ABucketReductionOverlapsBackwardCompute) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(DataParallelFailure, APeerThatLeavesMakesRunReturnAnError) {
+  // Rank 1 runs one iteration and leaves the job (its communicator is destroyed); rank 0's second
+  // iteration must come back as a Status naming the failed collective, not abort the process or
+  // hang.
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama", flags(2, 1, 2, {"--ddp-bucket-size", "301"}), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  auto store = rt::TcpStoreServer::start("127.0.0.1", 0, kToken);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Samples batch = randomSamples(2, 9, 37, 5);
+  absl::Status second;
+  auto rankMain = [&](int64_t r) {
+    rt::GlooOptions o;
+    o.rank = r;
+    o.worldSize = 2;
+    o.storePort = (*store)->port();
+    o.token = kToken;
+    o.timeout = std::chrono::seconds(20);
+    auto comm = rt::createGlooCommunicator(o);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    CompiledPlan p(plan, programs[size_t(r)], std::move(*comm));
+    ASSERT_TRUE(p.ok());
+    Samples s = rankSamples(batch, 2, r, 1);
+    p.step(s, 1e-3);
+    if (r == 1)
+      return; // leaves: the executor, then the communicator are destroyed
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    second = p.ex().run([&](schema::HostIOKind, const std::string &) { return absl::OkStatus(); });
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread a(rankMain, 0), b(rankMain, 1);
+  a.join();
+  b.join();
+  EXPECT_FALSE(second.ok());
+  EXPECT_NE(std::string(second.message()).find("communication failed: ALL_REDUCE"),
+            std::string::npos)
+      << second;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+} // namespace

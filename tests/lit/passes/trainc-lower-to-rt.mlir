@@ -9,7 +9,7 @@
 // module records the FLOPs of the iteration (two calls of 2 x 1760 matmul FLOPs).
 // BUF: module attributes {trainc.bytes_per_iteration = {{.+}}, trainc.flops_per_iteration = 7.040000e+03 : f64, trainc.num_microbatches = 2 : i64}
 // BUF-DAG: rt.buffer @output_layer.weight {init = "normal", init_std = 2.000000e-02 : f64, kind = "parameter", param_name = "output_layer.weight"} : memref<11x8xf32>
-// BUF-DAG: rt.buffer @output_layer.weight.main_grad {kind = "main_grad"} : memref<11x8xf32>
+// BUF-DAG: rt.buffer @output_layer.weight.main_grad {grad_of = "output_layer.weight", kind = "main_grad"} : memref<11x8xf32>
 // BUF-DAG: rt.buffer @output_layer.weight.exp_avg {kind = "optimizer_state"} : memref<11x8xf32>
 // BUF-DAG: rt.buffer @output_layer.weight.exp_avg_sq {kind = "optimizer_state"} : memref<11x8xf32>
 // BUF-DAG: rt.buffer @norm.weight {init = "ones", kind = "parameter", no_weight_decay, param_name = "norm.weight"} : memref<8xf32>
