@@ -28,7 +28,7 @@ struct PlanOptions {
   /// Data parallelism: size, gradient bucket size in elements (0 = Megatron's default),
   /// distributed optimizer (ZeRO-1), and the DP rank whose program the lower phase builds.
   int64_t dataParallelSize = 1, bucketSize = 0, dpRank = 0;
-  bool distributedOptimizer = false;
+  bool distributedOptimizer = false, overlapParamGather = false;
 };
 
 void buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o);

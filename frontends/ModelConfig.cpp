@@ -539,11 +539,9 @@ Error checkSupported(const PlanConfig &config) {
            Twine(p.virtual_pipeline_model_parallel_size));
   if (p.sequence_parallel)
     reject("--sequence-parallel");
-  // Data parallelism, the distributed optimizer and --overlap-grad-reduce are supported; the
-  // gradient reduction always overlaps backward (trainc-grad-buckets places it), so
-  // --overlap-grad-reduce changes nothing.
-  if (p.overlap_param_gather)
-    reject("--overlap-param-gather");
+  // Data parallelism, the distributed optimizer, --overlap-grad-reduce and
+  // --overlap-param-gather are supported; the gradient reduction always overlaps backward
+  // (trainc-grad-buckets places it), so --overlap-grad-reduce changes nothing.
   if (t.params_dtype != "fp32")
     reject("--" + t.params_dtype);
   if (t.optimizer != "adam")

@@ -54,6 +54,9 @@ PlanOptions planOptions(const cfgns::PlanConfig &cfg) {
   o.dataParallelSize = cfg.parallel.data_parallel_size;
   o.bucketSize = cfg.parallel.ddp_bucket_size;
   o.distributedOptimizer = cfg.parallel.use_distributed_optimizer;
+  // With one rank there is nothing to gather (Megatron's flag is then a no-op too).
+  o.overlapParamGather =
+      cfg.parallel.overlap_param_gather && cfg.parallel.data_parallel_size > 1;
   return o;
 }
 

@@ -337,6 +337,9 @@ FailureOr<schema::Program> Exporter::run() {
     if (failed(exportFunction(fn, *p.mutable_functions(int(i)))))
       return failure();
   p.set_num_tokens(uint32_t(maxToken + 1));
+  if (auto carried = module->getAttrOfType<DenseI64ArrayAttr>("rt.carried_tokens"))
+    for (int64_t t : carried.asArrayRef())
+      p.add_carried_tokens(uint32_t(t));
 
   schema::Reports *r = p.mutable_reports();
   schema::MemoryReport *mem = r->mutable_memory();

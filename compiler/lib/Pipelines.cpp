@@ -40,6 +40,7 @@ void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
   gb.dp = o.dataParallelSize;
   gb.bucketSize = o.bucketSize;
   gb.distributedOptimizer = o.distributedOptimizer;
+  gb.overlapParamGather = o.overlapParamGather;
   pm.addPass(createGradBucketsPass(gb));
   pm.addPass(verify("sched"));
 }
@@ -78,6 +79,9 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
                              llvm::cl::desc("Gradient bucket size in elements (0 = default)")};
   Option<bool> distributedOptimizer{*this, "distributed-optimizer", llvm::cl::init(false),
                                     llvm::cl::desc("ZeRO-1 distributed optimizer")};
+  Option<bool> overlapParamGather{*this, "overlap-param-gather", llvm::cl::init(false),
+                                  llvm::cl::desc("Wait for parameter all-gathers in the next "
+                                                 "iteration's forward")};
   PlanOptions plan() const {
     PlanOptions p;
     p.numMicrobatches = numMicrobatches;
@@ -87,6 +91,7 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
     p.dpRank = dpRank;
     p.bucketSize = bucketSize;
     p.distributedOptimizer = distributedOptimizer;
+    p.overlapParamGather = overlapParamGather;
     return p;
   }
 };

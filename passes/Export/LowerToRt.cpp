@@ -389,7 +389,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       ob.create<func::ReturnOp>(op.getLoc());
       continue;
     }
-    if (isa<sched::GradSyncStartOp>(op)) {
+    if (isa<sched::GradSyncStartOp, sched::ParamGatherWaitOp>(op)) {
       if (failed(lowerDataParallelOp(ob, loc, op)))
         return failure();
       continue;
@@ -669,6 +669,13 @@ LogicalResult Lowering::run() {
     // The layout stays readable in the rt IR (and `trainc inspect`) as module attributes.
     module->setAttr("trainc.grad_bucket_bounds", layout.op.getBucketBoundsAttr());
     module->setAttr("trainc.data_parallel_size", b.getI64IntegerAttr(layout.dp));
+    if (layout.op.getOverlapParamGather()) {
+      // The parameter all-gathers stay in flight into the next iteration.
+      SmallVector<int64_t> carried;
+      for (int64_t k = 0; k < layout.numBuckets(); ++k)
+        carried.push_back(layout.numBuckets() + k);
+      module->setAttr("rt.carried_tokens", b.getDenseI64ArrayAttr(carried));
+    }
     layout.op.erase();
   }
   // Lowered functions take their original names back (calls were emitted with ".rt" names).

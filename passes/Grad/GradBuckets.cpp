@@ -110,14 +110,17 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     const size_t numBuckets = lastParamOfBucket.size();
 
     // 3. Collectives (only when there is somebody to talk to).
+    sched::MicrobatchOp firstCall;
+    int64_t calls = 0;
     if (dp > 1) {
       sched::MicrobatchOp lastCall;
-      int64_t calls = 0;
       for (sched::MicrobatchOp mb : step.getOps<sched::MicrobatchOp>())
         if (mb.getCallee() == stage) {
           ++calls;
           if (!lastCall || mb.getIndex() > lastCall.getIndex())
             lastCall = mb;
+          if (!firstCall || mb.getIndex() < firstCall.getIndex())
+            firstCall = mb;
         }
       if (!lastCall) {
         step.emitOpError() << "calls no microbatch of @" << stage;
@@ -196,10 +199,66 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
           b.setInsertionPoint(after);
         b.create<sched::ParamGatherStartOp>(step.getLoc(), b.getI64IntegerAttr(int64_t(k)));
       }
-      b.setInsertionPoint(after);
-      for (size_t k = 0; k < numBuckets; ++k)
-        b.create<sched::ParamGatherWaitOp>(step.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+      if (!overlapParamGather) {
+        b.setInsertionPoint(after);
+        for (size_t k = 0; k < numBuckets; ++k)
+          b.create<sched::ParamGatherWaitOp>(step.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+      } else {
+        if (failed(placeGatherWaits(module, fn, firstCall, calls, index, lastParamOfBucket)))
+          return signalPassFailure();
+        layout.setOverlapParamGather(true);
+      }
+    } else if (overlapParamGather) {
+      module.emitError() << "trainc-grad-buckets: overlap-param-gather needs the distributed "
+                            "optimizer and dp > 1";
+      return signalPassFailure();
     }
+  }
+
+  /// --overlap-param-gather: bucket b's all-gather, started at the end of the previous step, is
+  /// waited right before the first op of the first microbatch that reads a parameter of b, and
+  /// at the start of every eval iteration.
+  LogicalResult placeGatherWaits(ModuleOp module, func::FuncOp fn, sched::MicrobatchOp firstCall,
+                                 int64_t calls, const llvm::StringMap<size_t> &index,
+                                 ArrayRef<size_t> lastParamOfBucket) {
+    OpBuilder b(module.getContext());
+    // The stage function itself serves the first microbatch unless other (middle) microbatches
+    // call it too.
+    func::FuncOp first = fn;
+    if (calls > 2) {
+      b.setInsertionPoint(fn);
+      first = cast<func::FuncOp>(b.clone(*fn));
+      first.setSymName(stage + "_first");
+      first->setAttr("sched.first_microbatch", b.getUnitAttr());
+      firstCall.setCalleeAttr(FlatSymbolRefAttr::get(b.getContext(), first.getSymName()));
+    }
+    auto bucketOf = [&](size_t param) {
+      return size_t(llvm::lower_bound(lastParamOfBucket, param) - lastParamOfBucket.begin());
+    };
+    SmallVector<Operation *> firstUse(lastParamOfBucket.size(), nullptr);
+    Block &body = first.getBody().front();
+    for (unsigned i = 0; i < first.getNumArguments(); ++i) {
+      auto name = first.getArgAttrOfType<StringAttr>(i, "model.param");
+      if (!name || !index.count(name.getValue()))
+        continue;
+      size_t k = bucketOf(index.lookup(name.getValue()));
+      for (Operation *user : first.getArgument(i).getUsers()) {
+        Operation *top = body.findAncestorOpInBlock(*user);
+        if (top && (!firstUse[k] || top->isBeforeInBlock(firstUse[k])))
+          firstUse[k] = top;
+      }
+    }
+    for (size_t k = 0; k < firstUse.size(); ++k) {
+      b.setInsertionPoint(firstUse[k] ? firstUse[k] : body.getTerminator());
+      b.create<sched::ParamGatherWaitOp>(first.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+    }
+    for (func::FuncOp f : module.getOps<func::FuncOp>())
+      if (f->hasAttr("sched.eval")) {
+        b.setInsertionPointToStart(&f.getBody().front());
+        for (size_t k = 0; k < firstUse.size(); ++k)
+          b.create<sched::ParamGatherWaitOp>(f.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+      }
+    return success();
   }
 };
 

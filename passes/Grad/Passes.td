@@ -59,7 +59,10 @@ def GradBucketsPass : Pass<"trainc-grad-buckets", "::mlir::ModuleOp"> {
        eval iteration reduces its losses before reading them.
     4. With the distributed optimizer the AdamW ops are ordered by the layout and a
        `sched.param_gather_start` follows the last update of each bucket, its wait at the end of
-       the step.
+       the step. With overlap-param-gather the waits move into the next iteration: into a clone of
+       the stage function for the first microbatch (`<stage>_first`; the stage itself when it is
+       also the last), right before the first op that reads a parameter of the bucket, and to the
+       start of the eval iteration.
   }];
   let options = [
     Option<"stage", "stage", "std::string", "\"forward_backward\"", "The training stage function">,
@@ -68,6 +71,10 @@ def GradBucketsPass : Pass<"trainc-grad-buckets", "::mlir::ModuleOp"> {
            "Bucket size in elements (0 = max(40000000, 1000000 * dp))">,
     Option<"distributedOptimizer", "distributed-optimizer", "bool", "false",
            "ZeRO-1: reduce-scatter gradients, shard the optimizer, all-gather parameters">,
+    Option<"overlapParamGather", "overlap-param-gather", "bool", "false",
+           "Wait for each bucket's parameter all-gather right before the next iteration's first "
+           "read of it (in the first microbatch's forward and at the start of eval) instead of "
+           "at the end of the step">,
   ];
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }

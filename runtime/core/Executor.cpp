@@ -64,6 +64,7 @@ int64_t nowNs(std::chrono::steady_clock::time_point t0) {
 struct Executor::Impl {
   std::vector<PFunction> functions;
   std::vector<std::string> functionNames;
+  bool carriesTokens = false;
   ExecutorOptions options;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   std::vector<InstrTiming> computeTimings;
@@ -76,6 +77,12 @@ struct Executor::Impl {
   // skipped so that one failure does not wait out every following collective's timeout.
   std::mutex commErrorMu;
   std::string commError;
+  void recordComm(int f, int idx, int64_t start) {
+    if (!options.timing)
+      return;
+    std::lock_guard<std::mutex> l(commTimingsMu);
+    commTimings.push_back({f, idx, kCommStream, start, nowNs(t0)});
+  }
   absl::Status commStatus() {
     std::lock_guard<std::mutex> l(commErrorMu);
     if (commError.empty())
@@ -118,6 +125,7 @@ Executor::create(schema::Program program, Backend &backend, Communicator &comm,
   im.numEvents = p.num_events();
   backend.resizeEvents(p.num_events() + p.num_tokens());
 
+  im.carriesTokens = p.carried_tokens_size() > 0;
   im.functions.resize(p.functions_size());
   for (const schema::Function &f : p.functions())
     im.functionNames.push_back(f.name());
@@ -303,12 +311,16 @@ struct Runner {
           const PInstr *pp = &pi;
           void *kd = kdata[pi.stream];
           int f = fi, idx = int(ii);
-          backend.enqueue(pi.stream, [this, pp, views, kd, f, idx]() mutable {
+          // Tasks on other streams may outlive this Runner (carried tokens): they capture the
+          // executor's state, never the Runner.
+          Executor::Impl *imp = &im;
+          backend.enqueue(pi.stream, [imp, pp, views, kd, f, idx]() mutable {
+            Executor::Impl &im = *imp;
             int64_t s = im.options.timing ? nowNs(im.t0) : 0;
             KernelCtx ctx{views.data(), pp->numIn, views.data() + pp->numIn,
                           int(views.size()) - pp->numIn, &pp->attrs, kd};
             pp->fn(ctx);
-            recordComm(f, idx, s);
+            im.recordComm(f, idx, s);
           });
         }
         break;
@@ -319,7 +331,11 @@ struct Runner {
         std::vector<TensorView> views = pi.views;
         const PInstr *pp = &pi;
         int f = fi, idx = int(ii);
-        backend.enqueue(kCommStream, [this, pp, views, f, idx]() {
+        Executor::Impl *imp = &im;
+        Communicator *cm = &comm;
+        backend.enqueue(kCommStream, [imp, cm, pp, views, f, idx]() {
+          Executor::Impl &im = *imp;
+          Communicator &comm = *cm;
           {
             std::lock_guard<std::mutex> l(im.commErrorMu);
             if (!im.commError.empty())
@@ -333,7 +349,7 @@ struct Runner {
             im.commError = absl::StrCat(pp->name, " (", im.functionNames[size_t(f)],
                                         " instruction ", idx, "): ", e.what());
           }
-          recordComm(f, idx, s);
+          im.recordComm(f, idx, s);
         });
         if (pi.async) {
           backend.recordEvent(im.numEvents + pi.token, kCommStream);
@@ -364,8 +380,10 @@ struct Runner {
         break;
       }
       case Op::HostIO:
+        // The host sees memory as the compute stream does: async collectives still in flight
+        // (waited later by the program) never touch the INPUT, SCALAR and OUTPUT buffers the
+        // host reads and writes, so host I/O does not drain the communication stream.
         if (host) {
-          backend.synchronize(kCommStream);
           if (absl::Status s = im.commStatus(); !s.ok())
             return s;
           if (absl::Status s = host(pi.hostKind, pi.name); !s.ok())
@@ -392,12 +410,6 @@ struct Runner {
     return absl::OkStatus();
   }
 
-  void recordComm(int f, int idx, int64_t start) {
-    if (!im.options.timing)
-      return;
-    std::lock_guard<std::mutex> l(im.commTimingsMu);
-    im.commTimings.push_back({f, idx, kCommStream, start, nowNs(im.t0)});
-  }
 };
 
 } // namespace
@@ -410,7 +422,10 @@ absl::Status runRoot(Executor::Impl &im, Backend &backend, Communicator &comm,
   for (unsigned s = 0; s < kNumStreams; ++s)
     r.kdata[s] = backend.kernelData(s);
   absl::Status s = r.runFunction(fn, nullptr);
-  backend.synchronize(kCommStream);
+  // Carried tokens (Program.carried_tokens) stay in flight into the next run; without them a run
+  // ends with the communication stream drained.
+  if (!im.carriesTokens || !s.ok())
+    backend.synchronize(kCommStream);
   if (s.ok())
     s = im.commStatus();
   return s;
@@ -446,6 +461,10 @@ absl::Status Executor::writeBuffer(int index, const void *src, size_t bytes) {
   if (bytes != b.byte_size())
     return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name(), "' holds ", b.byte_size(),
                                                    " bytes, got ", bytes));
+  // Collectives carried into the next run may still write parameters: let them finish first.
+  // Inputs and device scalars are written while they run (see Program.carried_tokens).
+  if (b.kind() != schema::INPUT && b.kind() != schema::SCALAR)
+    backend_->synchronize(kCommStream);
   backend_->copyToDevice(bufferData(index), src, bytes);
   return absl::OkStatus();
 }
@@ -457,6 +476,8 @@ absl::Status Executor::readBuffer(int index, void *dst, size_t bytes) const {
   if (bytes != b.byte_size())
     return absl::InvalidArgumentError(absl::StrCat("buffer '", b.name(), "' holds ", b.byte_size(),
                                                    " bytes, got ", bytes));
+  if (b.kind() != schema::OUTPUT && b.kind() != schema::INPUT && b.kind() != schema::SCALAR)
+    backend_->synchronize(kCommStream);
   backend_->copyToHost(dst, bufferData(index), bytes);
   return absl::OkStatus();
 }

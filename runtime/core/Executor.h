@@ -52,6 +52,10 @@ public:
   ~Executor();
 
   /// Runs one iteration (the entry function). `host` may be empty if the program has no HostIO.
+  /// Errors: the host callback's status, or UnavailableError("communication failed: ...") when a
+  /// collective failed (a peer died, a timeout). The communication stream is drained at the end
+  /// unless the program carries tokens into the next run (Program.carried_tokens); readBuffer and
+  /// writeBuffer of non-input buffers drain it first.
   absl::Status run(const HostCallback &host = {});
   /// Runs the named entry point (Program.entry_points, e.g. "eval_step"). NotFound if absent.
   absl::Status runEntry(const std::string &name, const HostCallback &host = {});

@@ -481,6 +481,19 @@ absl::Status Validator::checkInstructionStatic(int fn, int idx) {
       return err(fn, idx, absl::StrCat("collective ", e));
     if (std::string e = resolve(c.output(), "output"); !e.empty())
       return err(fn, idx, absl::StrCat("collective ", e));
+    // The host reads and writes INPUT, SCALAR and OUTPUT buffers without draining the
+    // communication stream (Program.carried_tokens), so async collectives must not touch them.
+    if (c.async())
+      for (const schema::Operand *o : {&c.input(), &c.output()})
+        if (o->base_case() == schema::Operand::kBuffer) {
+          schema::BufferKind kind = p.buffers(int(o->buffer())).kind();
+          if (kind == schema::INPUT || kind == schema::SCALAR || kind == schema::OUTPUT)
+            return err(fn, idx, absl::StrCat("async collective on buffer '",
+                                             p.buffers(int(o->buffer())).name(), "' of kind ",
+                                             schema::BufferKind_Name(kind),
+                                             ", which the host accesses while collectives run "
+                                             "(use a sync collective)"));
+        }
     const TensorView &a = res[0].view, &b = res[1].view;
     if (a.dtype != b.dtype)
       return err(fn, idx, absl::StrCat("collective output dtype ", dtypeName(b.dtype),
@@ -771,11 +784,17 @@ absl::Status Validator::run() {
     if (absl::Status s = checkCallGraph(int(root)); !s.ok())
       return s;
     tokenPending.assign(p.num_tokens(), false);
+    std::vector<bool> carried(p.num_tokens(), false);
+    for (uint32_t t : p.carried_tokens()) {
+      if (t >= p.num_tokens())
+        return top(absl::StrCat("carried token ", t, " is outside num_tokens ", p.num_tokens()));
+      carried[t] = tokenPending[t] = true; // possibly in flight from the previous run
+    }
     captureDepth = 0;
     if (absl::Status s = simulate(int(root), {}, "", 0); !s.ok())
       return s;
     for (uint32_t t = 0; t < p.num_tokens(); ++t)
-      if (tokenPending[t])
+      if (tokenPending[t] && !carried[t])
         return top(absl::StrCat("async token ", t, " is still pending at the end of '",
                                 p.functions(int(root)).name(), "' (missing wait)"));
     if (captureDepth != 0)

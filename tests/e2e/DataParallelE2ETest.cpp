@@ -166,7 +166,13 @@ struct Variant {
   int64_t dp;
   bool distributed;
   int64_t bucket; // 0 = one bucket (the default size is far above the tiny model)
+  bool overlapParamGather = false;
 };
+
+void PrintTo(const Variant &v, std::ostream *os) {
+  *os << "dp " << v.dp << (v.distributed ? " zero-1" : " plain") << " bucket " << v.bucket
+      << (v.overlapParamGather ? " overlap-param-gather" : "");
+}
 
 class DataParallelEquivalence : public ::testing::TestWithParam<Variant> {};
 
@@ -180,6 +186,10 @@ TEST_P(DataParallelEquivalence, MatchesTheSingleRankPlan) {
   std::vector<std::string> extra;
   if (v.distributed)
     extra.push_back("--use-distributed-optimizer");
+  if (v.overlapParamGather) {
+    extra.push_back("--overlap-grad-reduce");
+    extra.push_back("--overlap-param-gather");
+  }
   if (v.bucket > 0) {
     extra.push_back("--ddp-bucket-size");
     extra.push_back(std::to_string(v.bucket));
@@ -192,7 +202,8 @@ TEST_P(DataParallelEquivalence, MatchesTheSingleRankPlan) {
 
 std::string variantName(const ::testing::TestParamInfo<Variant> &i) {
   return "dp" + std::to_string(i.param.dp) + (i.param.distributed ? "_zero1" : "_plain") +
-         (i.param.bucket ? "_bucket" + std::to_string(i.param.bucket) : "_onebucket");
+         (i.param.bucket ? "_bucket" + std::to_string(i.param.bucket) : "_onebucket") +
+         (i.param.overlapParamGather ? "_overlapgather" : "");
 }
 
 // 301 and 97 are odd, so buckets end at odd offsets, shards cut parameters, and padding appears.
@@ -201,7 +212,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Variant{1, false, 0}, Variant{1, false, 97}, Variant{1, true, 301},
                       Variant{2, false, 0}, Variant{2, false, 301}, Variant{2, true, 0},
                       Variant{2, true, 301}, Variant{4, false, 0}, Variant{4, false, 97},
-                      Variant{4, true, 0}, Variant{4, true, 97}),
+                      Variant{4, true, 0}, Variant{4, true, 97},
+                      // The all-gathers stay in flight into the next iteration.
+                      Variant{2, true, 301, true}, Variant{4, true, 97, true}),
     variantName);
 
 TEST(DataParallelRaggedMasks, DefaultModeGivesTheExactGlobalPerTokenGradient) {

@@ -808,10 +808,6 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
       parseError(std::string(kMinimal) + " --tensor-model-parallel-size 2 --sequence-parallel"),
       "not supported yet: --tensor-model-parallel-size 2\n"
       "not supported yet: --sequence-parallel");
-  EXPECT_CONTAINS(parseError(std::string(kMinimal) +
-                             " --use-distributed-optimizer --overlap-grad-reduce "
-                             "--overlap-param-gather"),
-                  "not supported yet: --overlap-param-gather");
   EXPECT_CONTAINS(parseError("--num-layers 4 --hidden-size 16 --num-attention-heads 4 "
                              "--seq-length 8 --vocab-size 37 --micro-batch-size 1 "
                              "--pipeline-model-parallel-size 2 "
@@ -824,7 +820,8 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
                                   "--virtual-pipeline-model-parallel-size 1");
   // Data parallelism and the distributed optimizer are supported.
   parseOk(std::string(kMinimal) + " --data-parallel-size 2 --use-distributed-optimizer "
-                                  "--overlap-grad-reduce --ddp-bucket-size 1000");
+                                  "--overlap-grad-reduce --overlap-param-gather "
+                                  "--ddp-bucket-size 1000");
 }
 
 //===----------------------------------------------------------------------===//
@@ -836,7 +833,7 @@ TEST(MegatronFlagsTest, FullCommandLineIsRejectedForItsUnsupportedFeatures) {
   EXPECT_EQ(error.rfind("not supported yet: ", 0), 0u) << error;
   for (const char *feature :
        {"--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2", "--sequence-parallel",
-        "--overlap-param-gather", "--bf16"})
+        "--bf16"})
     EXPECT_CONTAINS(error, std::string("not supported yet: ") + feature);
 }
 

@@ -242,6 +242,55 @@ TEST(Validator, RefusesUnbalancedTokensAndRegions) {
   EXPECT_NE(m.find("host_io 'batch' inside a graph-capture region"), std::string::npos) << m;
 }
 
+TEST(Validator, CarriedTokensCrossRunsAndAsyncCollectivesAvoidHostBuffers) {
+  // A carried token may be pending at the end of an entry, and must be waited before it is
+  // started again (it may still be in flight from the previous run).
+  ProgramBuilder b;
+  int x = b.addBuffer("x", schema::PARAMETER, DType::F32, {8});
+  int dp = b.addGroup("dp", {0});
+  int main = b.addFunction("main");
+  b.wait(main, 0);
+  b.collective(main, schema::ALL_REDUCE, dp, ProgramBuilder::buf(x), ProgramBuilder::buf(x),
+               schema::SUM, /*async=*/true, 0);
+  Program p = b.finish();
+  // Not carried: the wait has nothing to wait for.
+  EXPECT_NE(validateMessage(p).find("wait on token 0 that no async operation started"),
+            std::string::npos)
+      << validateMessage(p);
+  p.add_carried_tokens(0);
+  EXPECT_EQ(validateMessage(p), "");
+  // Started again without the wait first: refused.
+  ProgramBuilder b2;
+  x = b2.addBuffer("x", schema::PARAMETER, DType::F32, {8});
+  dp = b2.addGroup("dp", {0});
+  main = b2.addFunction("main");
+  b2.collective(main, schema::ALL_REDUCE, dp, ProgramBuilder::buf(x), ProgramBuilder::buf(x),
+                schema::SUM, /*async=*/true, 0);
+  Program p2 = b2.finish();
+  p2.add_carried_tokens(0);
+  std::string m = validateMessage(p2);
+  EXPECT_NE(m.find("async token 0 is started again before its wait"), std::string::npos) << m;
+  p2.clear_carried_tokens();
+  p2.add_carried_tokens(5);
+  m = validateMessage(p2);
+  EXPECT_NE(m.find("carried token 5 is outside num_tokens 1"), std::string::npos) << m;
+
+  // The host touches INPUT, SCALAR and OUTPUT buffers while collectives run: no async
+  // collective on them.
+  ProgramBuilder h;
+  int out = h.addBuffer("loss_sum", schema::OUTPUT, DType::F32, {1});
+  dp = h.addGroup("dp", {0});
+  main = h.addFunction("main");
+  h.collective(main, schema::ALL_REDUCE, dp, ProgramBuilder::buf(out), ProgramBuilder::buf(out),
+               schema::SUM, /*async=*/true, 0);
+  h.wait(main, 0);
+  m = validateMessage(h.finish());
+  EXPECT_NE(m.find("async collective on buffer 'loss_sum' of kind OUTPUT, which the host "
+                   "accesses while collectives run (use a sync collective)"),
+            std::string::npos)
+      << m;
+}
+
 TEST(Executor, RunsFunctionsWithBindingsAndTracksHighWaterMark) {
   // main: fill a, b; call axpy(a, b -> c) twice on different views.
   ProgramBuilder b;

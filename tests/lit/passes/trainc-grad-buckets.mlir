@@ -7,6 +7,9 @@
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="stage=nope" 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets -trainc-grad-buckets 2>&1 | FileCheck %s --check-prefix=TWICE
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-lower-to-rt="dp-rank=2" 2>&1 | FileCheck %s --check-prefix=RANK
+// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1 overlap-param-gather=1" | FileCheck %s --check-prefix=OVERLAP
+// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1 overlap-param-gather=1" -trainc-lower-to-rt | FileCheck %s --check-prefix=CARRIED
+// RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 overlap-param-gather=1" 2>&1 | FileCheck %s --check-prefix=NOZERO
 // REQUIRES: compiler
 
 // Tests the layout: parameters in the order their gradients become final (w, then b), buckets
@@ -94,3 +97,20 @@
 // STAGE: error: trainc-grad-buckets: no stage function @nope with a body (run trainc-grad-accumulate first)
 // TWICE: error: trainc-grad-buckets: the module already has a sched.grad_buffer
 // RANK: error: 'sched.grad_buffer' op dp-rank 2 is outside the data-parallel size 2
+
+// Tests --overlap-param-gather: the first microbatch runs a clone whose waits sit right before
+// the first read of each bucket's parameters; the step ends without waiting.
+// OVERLAP-LABEL: func.func @forward_backward_first(
+// OVERLAP: sched.param_gather_wait {bucket = 0 : i64}
+// OVERLAP-NEXT: sched.accumulate_grad %{{.*}} {param = "w"}
+// OVERLAP-NEXT: sched.param_gather_wait {bucket = 1 : i64}
+// OVERLAP-NEXT: sched.accumulate_grad %{{.*}} {param = "b"}
+// OVERLAP-LABEL: func.func @train_step()
+// OVERLAP: sched.microbatch @forward_backward_first {index = 0 : i64}
+// OVERLAP-NEXT: sched.microbatch @forward_backward {index = 1 : i64}
+// OVERLAP-NEXT: sched.microbatch @forward_backward_last {index = 2 : i64}
+// OVERLAP: sched.param_gather_start {bucket = 1 : i64}
+// OVERLAP-NEXT: sched.read_outputs
+// The gather tokens (2 and 3) are carried into the next run.
+// CARRIED: module attributes {rt.carried_tokens = array<i64: 2, 3>
+// NOZERO: error: trainc-grad-buckets: overlap-param-gather needs the distributed optimizer and dp > 1
