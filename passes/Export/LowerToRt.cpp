@@ -110,10 +110,9 @@ private:
   }
   void kernel(OpBuilder &ob, Location loc, StringRef name, ValueRange ins, ValueRange outs,
               ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) {
-    auto k = ob.create<rt::KernelOp>(loc, name, ins, outs, ob.getDictionaryAttr(attrs),
-                                     inPlace.empty() ? DenseI32ArrayAttr()
-                                                     : ob.getDenseI32ArrayAttr(inPlace));
-    (void)k;
+    ob.create<rt::KernelOp>(loc, name, ins, outs, ob.getDictionaryAttr(attrs),
+                            inPlace.empty() ? DenseI32ArrayAttr()
+                                            : ob.getDenseI32ArrayAttr(inPlace));
   }
   NamedAttribute f64(StringRef n, double v) { return b.getNamedAttr(n, b.getF64FloatAttr(v)); }
   NamedAttribute i64(StringRef n, int64_t v) { return b.getNamedAttr(n, b.getI64IntegerAttr(v)); }
@@ -544,9 +543,10 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     if (!layout.distributed)
       return op.emitOpError() << "needs the distributed optimizer (sched.grad_buffer "
                                  "distributed_optimizer)";
-    int64_t b = isa<sched::ParamGatherStartOp>(op) ? cast<sched::ParamGatherStartOp>(op).getBucket()
-                                                    : cast<sched::ParamGatherWaitOp>(op).getBucket();
-    FailureOr<int64_t> k = bucketOf(b);
+    int64_t bucket = isa<sched::ParamGatherStartOp>(op)
+                         ? int64_t(cast<sched::ParamGatherStartOp>(op).getBucket())
+                         : int64_t(cast<sched::ParamGatherWaitOp>(op).getBucket());
+    FailureOr<int64_t> k = bucketOf(bucket);
     if (failed(k))
       return failure();
     int64_t token = layout.numBuckets() + *k;

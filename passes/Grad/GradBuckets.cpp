@@ -61,6 +61,29 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
       return signalPassFailure();
     }
 
+    // Preconditions, checked before the IR changes.
+    auto fins = llvm::to_vector(step.getOps<sched::FinalizeGradsOp>());
+    if (dp > 1 && fins.size() != 1) {
+      step.emitOpError() << "has " << fins.size()
+                         << " sched.finalize_grads; data parallelism needs exactly one";
+      return signalPassFailure();
+    }
+    if (dp > 1 && llvm::none_of(step.getOps<sched::MicrobatchOp>(), [&](sched::MicrobatchOp mb) {
+          return mb.getCallee() == stage;
+        })) {
+      step.emitOpError() << "calls no microbatch of @" << stage;
+      return signalPassFailure();
+    }
+    if (distributedOptimizer && dp > 1 && step.getOps<sched::AdamWOp>().empty()) {
+      step.emitOpError() << "has no sched.adamw (run trainc-optimizer-expand first)";
+      return signalPassFailure();
+    }
+    if (overlapParamGather && !(distributedOptimizer && dp > 1)) {
+      module.emitError() << "trainc-grad-buckets: overlap-param-gather needs the distributed "
+                            "optimizer and dp > 1";
+      return signalPassFailure();
+    }
+
     // 1. Each accumulate_grad right after the op computing its gradient.
     SmallVector<sched::AccumulateGradOp> accs(fn.getOps<sched::AccumulateGradOp>());
     for (sched::AccumulateGradOp acc : accs)
@@ -122,10 +145,6 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
           if (!firstCall || mb.getIndex() < firstCall.getIndex())
             firstCall = mb;
         }
-      if (!lastCall) {
-        step.emitOpError() << "calls no microbatch of @" << stage;
-        return signalPassFailure();
-      }
       // With one microbatch the stage function itself is the last one; otherwise a clone.
       func::FuncOp last = fn;
       if (calls > 1) {
@@ -147,11 +166,7 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
         b.create<sched::GradSyncStartOp>(acc ? acc.getLoc() : last.getLoc(),
                                          b.getI64IntegerAttr(int64_t(k)));
       }
-      auto fin = *step.getOps<sched::FinalizeGradsOp>().begin();
-      if (!fin) {
-        step.emitOpError() << "has no sched.finalize_grads";
-        return signalPassFailure();
-      }
+      sched::FinalizeGradsOp fin = fins.front();
       b.setInsertionPoint(fin);
       for (size_t k = 0; k < numBuckets; ++k)
         b.create<sched::GradSyncWaitOp>(fin.getLoc(), b.getI64IntegerAttr(int64_t(k)));
@@ -168,10 +183,6 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     // last update.
     if (distributedOptimizer && dp > 1) {
       SmallVector<sched::AdamWOp> adams(step.getOps<sched::AdamWOp>());
-      if (adams.empty()) {
-        step.emitOpError() << "has no sched.adamw (run trainc-optimizer-expand first)";
-        return signalPassFailure();
-      }
       Operation *after = adams.back()->getNextNode();
       llvm::stable_sort(adams, [&](sched::AdamWOp a, sched::AdamWOp c) {
         return index.lookup(a.getParam()) < index.lookup(c.getParam());
@@ -208,10 +219,6 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
           return signalPassFailure();
         layout.setOverlapParamGather(true);
       }
-    } else if (overlapParamGather) {
-      module.emitError() << "trainc-grad-buckets: overlap-param-gather needs the distributed "
-                            "optimizer and dp > 1";
-      return signalPassFailure();
     }
   }
 

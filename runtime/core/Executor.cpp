@@ -66,7 +66,9 @@ struct Executor::Impl {
   std::vector<std::string> functionNames;
   bool carriesTokens = false;
   ExecutorOptions options;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  // Timings are nanoseconds of the steady clock (CLOCK_MONOTONIC since boot on Linux), which all
+  // processes of one machine share, so the traces of the ranks of a job line up.
+  std::chrono::steady_clock::time_point t0{};
   std::vector<InstrTiming> computeTimings;
   std::mutex commTimingsMu;
   std::vector<InstrTiming> commTimings;

@@ -23,7 +23,8 @@
 
 namespace trainc::rt {
 
-/// One timed instruction execution (nanoseconds since the executor was created).
+/// One timed instruction execution, in nanoseconds of the steady clock (shared by the processes
+/// of one machine).
 struct InstrTiming {
   int function;
   int index;
