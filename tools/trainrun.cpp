@@ -77,7 +77,8 @@ int usage(const std::string &msg = "") {
          "  --train-iters | --train-samples, --lr, --min-lr, --lr-decay-style,\n"
          "  --lr-warmup-iters | --lr-warmup-samples, --lr-decay-iters | --lr-decay-samples,\n"
          "  --weight-decay, --log-interval, --eval-interval, --eval-iters, --seed,\n"
-         "  --seq-length (must equal the compiled one), --dump-dir DIR, --trace DIR\n";
+         "  --seq-length (must equal the compiled one), --dump-dir DIR, --trace DIR\n"
+         "  (Chrome trace per rank), --profile-step-start N, --profile-step-end M\n";
   return 2;
 }
 

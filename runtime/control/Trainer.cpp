@@ -177,6 +177,10 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = next(o.dumpDir);
     } else if (flag == "--trace") {
       s = next(o.traceDir);
+    } else if (flag == "--profile-step-start") {
+      s = intFlag(o.profileStepStart, true);
+    } else if (flag == "--profile-step-end") {
+      s = intFlag(o.profileStepEnd, true);
     } else if (flag == "--save" || flag == "--load" || flag == "--save-interval") {
       std::string v;
       s = next(v);
@@ -490,8 +494,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
         "--seq-length ", options.seqLength, options.seqLength > im->seq ? " is larger than" : " differs from",
         " the plan's compiled sequence length ", im->seq, " (recompile with --seq-length ",
         options.seqLength, ")"));
+  if (options.profileStepEnd && options.profileStepEnd <= options.profileStepStart)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--profile-step-end ", options.profileStepEnd,
+                     " must be greater than --profile-step-start ", options.profileStepStart));
+  if (!options.traceDir.empty()) {
+    // Refuse an unusable trace directory before training, not after it.
+    std::error_code ec;
+    std::filesystem::create_directories(options.traceDir, ec);
+    std::string probe = absl::StrCat(options.traceDir, "/rank", comm->rank(), ".trace.json");
+    if (ec || !std::ofstream(probe, std::ios::trunc))
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot write the trace into --trace '", options.traceDir, "'",
+          ec ? absl::StrCat(": ", ec.message()) : std::string()));
+  }
   ExecutorOptions eo;
-  eo.timing = !options.traceDir.empty();
+  eo.timing = !options.traceDir.empty() && options.profileStepStart <= 1;
   auto ex = Executor::create(prog, *im->backend, *im->comm, eo);
   if (!ex.ok())
     return absl::Status(ex.status().code(),
@@ -564,7 +582,19 @@ absl::Status Trainer::train() {
   // logging interval).
   double intervalLoss = 0, intervalTime = 0;
   int64_t intervalCount = 0, intervalIters = 0, intervalSkipped = 0, intervalNans = 0;
+  // On an error the trace of the iterations so far is still written (best effort).
+  auto fail = [&](absl::Status s) {
+    if (!o.traceDir.empty())
+      (void)im.writeTrace();
+    return s;
+  };
   for (int64_t it = 1; it <= iters; ++it) {
+    if (!o.traceDir.empty()) {
+      if (it == o.profileStepStart)
+        im.ex->setTiming(true);
+      if (it == o.profileStepEnd)
+        im.ex->setTiming(false);
+    }
     double lr = im.schedule->lr(scheduled);
     double loss = 0, norm = 0, update = 0;
     std::vector<int32_t> record;
@@ -587,7 +617,7 @@ absl::Status Trainer::train() {
       return absl::OkStatus();
     });
     if (!s.ok())
-      return absl::Status(s.code(), absl::StrCat("iteration ", it, ": ", s.message()));
+      return fail(absl::Status(s.code(), absl::StrCat("iteration ", it, ": ", s.message())));
     double dt = seconds(t0, std::chrono::steady_clock::now());
     consumed += im.gbs;
     bool ok = update != 0;
@@ -641,10 +671,10 @@ absl::Status Trainer::train() {
     }
     if (o.evalInterval > 0 && it % o.evalInterval == 0 && it != iters)
       if (absl::Status e = im.evaluate(it); !e.ok())
-        return e;
+        return fail(e);
   }
   if (absl::Status e = im.evaluate(iters); !e.ok())
-    return e;
+    return fail(e);
   if (!o.dumpDir.empty()) {
     std::string sfx = im.comm->rank() == 0 ? "" : absl::StrCat(".rank", im.comm->rank());
     if (absl::Status w =

@@ -45,6 +45,10 @@ struct RunOptions {
   /// trainc: write a Chrome trace (chrome://tracing, Perfetto) of every iteration per rank here,
   /// as <traceDir>/rank<r>.trace.json, one track per stream.
   std::string traceDir;
+  /// Megatron's --profile-step-start / --profile-step-end: with --trace, record iterations
+  /// [start, end) only (1-based; 0 = from the first / to the last), which bounds the trace's
+  /// memory on long runs.
+  int64_t profileStepStart = 0, profileStepEnd = 0;
 };
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then

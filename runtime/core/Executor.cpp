@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <mutex>
 
 namespace trainc::rt {
@@ -66,6 +67,7 @@ struct Executor::Impl {
   std::vector<std::string> functionNames;
   bool carriesTokens = false;
   ExecutorOptions options;
+  std::atomic<bool> timing{false}; // read by communication tasks while the host may switch it
   // Timings are nanoseconds of the steady clock (CLOCK_MONOTONIC since boot on Linux), which all
   // processes of one machine share, so the traces of the ranks of a job line up.
   std::chrono::steady_clock::time_point t0{};
@@ -80,7 +82,7 @@ struct Executor::Impl {
   std::mutex commErrorMu;
   std::string commError;
   void recordComm(int f, int idx, int64_t start) {
-    if (!options.timing)
+    if (!timing)
       return;
     std::lock_guard<std::mutex> l(commTimingsMu);
     commTimings.push_back({f, idx, kCommStream, start, nowNs(t0)});
@@ -105,6 +107,7 @@ Executor::create(schema::Program program, Backend &backend, Communicator &comm,
   ex->impl_ = std::make_unique<Impl>();
   Impl &im = *ex->impl_;
   im.options = options;
+  im.timing = options.timing;
   const schema::Program &p = ex->program_;
 
   std::vector<GroupSpec> groups;
@@ -289,7 +292,7 @@ struct Runner {
 
   absl::Status runFunction(int fi, void *const *args) {
     PFunction &pf = im.functions[fi];
-    const bool timing = im.options.timing;
+    const bool timing = im.timing;
     for (size_t ii = 0; ii < pf.body.size(); ++ii) {
       PInstr &pi = pf.body[ii];
       ++executed;
@@ -318,7 +321,7 @@ struct Runner {
           Executor::Impl *imp = &im;
           backend.enqueue(pi.stream, [imp, pp, views, kd, f, idx]() mutable {
             Executor::Impl &im = *imp;
-            int64_t s = im.options.timing ? nowNs(im.t0) : 0;
+            int64_t s = im.timing ? nowNs(im.t0) : 0;
             KernelCtx ctx{views.data(), pp->numIn, views.data() + pp->numIn,
                           int(views.size()) - pp->numIn, &pp->attrs, kd};
             pp->fn(ctx);
@@ -343,7 +346,7 @@ struct Runner {
             if (!im.commError.empty())
               return;
           }
-          int64_t s = im.options.timing ? nowNs(im.t0) : 0;
+          int64_t s = im.timing ? nowNs(im.t0) : 0;
           try {
             runComm(comm, *pp, views.data());
           } catch (const std::exception &e) {
@@ -494,6 +497,8 @@ std::vector<InstrTiming> Executor::timings() const {
             [](const InstrTiming &a, const InstrTiming &b) { return a.startNs < b.startNs; });
   return all;
 }
+
+void Executor::setTiming(bool on) { impl_->timing = on; }
 
 void Executor::clearTimings() {
   impl_->computeTimings.clear();

@@ -76,6 +76,8 @@ public:
   /// Timings of the runs so far (if enabled); cleared by clearTimings.
   std::vector<InstrTiming> timings() const;
   void clearTimings();
+  /// Starts or stops recording timings (ExecutorOptions::timing is the initial state).
+  void setTiming(bool on);
   /// Number of instructions executed by the last run (all calls expanded).
   uint64_t lastInstructionCount() const { return executed_; }
 

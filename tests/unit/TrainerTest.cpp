@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 using namespace trainc::rt;
@@ -109,6 +111,62 @@ TEST(Trainer, RefusesAProgramWithoutTrainingMetadata) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("does not record its micro batch size"), std::string::npos)
       << t.status();
+}
+
+TEST(Trainer, TraceRecordsTheProfileWindowOnly) {
+  schema::Program p = lrEchoProgram(1.0);
+  std::string dir = writePlan("trainer-trace", p);
+  std::string trace = ::testing::TempDir() + "/trainer-trace-out";
+  std::filesystem::remove_all(trace);
+  auto countEvents = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--mock-data", "--train-iters", "6", "--lr", "1e-3",
+                                     "--eval-iters", "0", "--trace", trace};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto opts = control::parseRunOptions(p, args);
+    EXPECT_TRUE(opts.ok()) << opts.status();
+    std::ostringstream log;
+    auto t = control::Trainer::create(dir, *opts, log);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok())
+      return -1;
+    EXPECT_TRUE((*t)->train().ok());
+    std::ifstream f(trace + "/rank0.trace.json");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    int n = 0;
+    for (size_t at = 0; (at = text.find("\"ph\":\"X\"", at)) != std::string::npos; ++at)
+      ++n;
+    return n;
+  };
+  int all = countEvents({});
+  int two = countEvents({"--profile-step-start", "3", "--profile-step-end", "5"});
+  ASSERT_GT(all, 0);
+  EXPECT_EQ(all % 6, 0);       // the same instructions every iteration
+  EXPECT_EQ(two, all / 6 * 2); // iterations 3 and 4
+}
+
+TEST(Trainer, TraceErrorsComeBeforeTraining) {
+  schema::Program p = lrEchoProgram(1.0);
+  std::string dir = writePlan("trainer-trace-bad", p);
+  // A path under a regular file cannot become a directory.
+  std::string file = ::testing::TempDir() + "/trainer-trace-file";
+  std::ofstream(file) << "x";
+  auto opts = control::parseRunOptions(
+      p, {"--mock-data", "--train-iters", "1", "--lr", "1e-3", "--trace", file + "/sub"});
+  ASSERT_TRUE(opts.ok());
+  std::ostringstream log;
+  auto t = control::Trainer::create(dir, *opts, log);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("cannot write the trace into --trace '" + file + "/sub'"),
+            std::string::npos)
+      << t.status();
+  auto window = control::parseRunOptions(p, {"--mock-data", "--train-iters", "1", "--lr", "1e-3",
+                                             "--profile-step-start", "4", "--profile-step-end",
+                                             "4"});
+  ASSERT_TRUE(window.ok());
+  auto w = control::Trainer::create(dir, *window, log);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().message(),
+            "--profile-step-end 4 must be greater than --profile-step-start 4");
 }
 
 TEST(RunOptions, MissingLearningRateAndIterations) {
