@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
@@ -79,6 +80,15 @@ LogicalResult writeFile(MLIRContext &ctx, const std::string &path, llvm::StringR
 LogicalResult writePlan(MLIRContext &ctx, const std::string &dir, const cfgns::PlanConfig &cfg,
                         const std::vector<schema::Program> &programs) {
   const schema::Program &program = programs.front();
+  // Rank files of an earlier compile into the same directory would be mixed with this plan's.
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    uint64_t r;
+    if (name.consume_front("rank") && name.consume_back(".pb") && !name.getAsInteger(10, r) &&
+        r >= uint64_t(programs.size()))
+      (void)llvm::sys::fs::remove(it->path());
+  }
   llvm::json::Array ranks;
   for (const schema::Program &rp : programs) {
     std::string name = "rank" + std::to_string(rp.mesh().rank()) + ".pb";
@@ -198,6 +208,30 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   OwningOpRef<ModuleOp> scheduled;
   if (shardedLowering)
     scheduled = module.clone();
+  // One fingerprint for every rank file of this compile (the configuration and the producer), so
+  // that the runtime refuses rank files of different compiles mixed in one plan directory.
+  std::string fingerprint;
+  {
+    uint64_t h = 1469598103934665603ull; // FNV-1a 64
+    auto mix = [&](llvm::StringRef text) {
+      for (unsigned char c : text.bytes()) {
+        h ^= c;
+        h *= 1099511628211ull;
+      }
+      h ^= 0xff;
+      h *= 1099511628211ull;
+    };
+    for (const cfgns::KeyValues &kv :
+         {cfg.model.toKeyValues(), cfg.training.toKeyValues(), cfg.parallel.toKeyValues(),
+          cfg.runtime.toKeyValues()})
+      for (const auto &[k, v] : kv) {
+        mix(k);
+        mix(v);
+      }
+    mix(options.dtype);
+    mix(std::to_string(::trainc::rt::kFormatVersion));
+    fingerprint = llvm::utohexstr(h, /*LowerCase=*/true, /*Width=*/16);
+  }
   std::vector<schema::Program> programs;
   for (int64_t rank = 0; rank < world; ++rank) {
     std::vector<int64_t> coords = table.coords(rank);
@@ -235,6 +269,7 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
       meta["training." + k] = v;
     for (const auto &[k, v] : cfg.parallel.toKeyValues())
       meta["parallel." + k] = v;
+    meta["plan.fingerprint"] = fingerprint;
     if (absl::Status s = ::trainc::rt::validateProgram(*program); !s.ok())
       return emitError(module.getLoc())
              << "internal error: the exported program of rank " << rank

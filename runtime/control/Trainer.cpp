@@ -355,6 +355,36 @@ struct Trainer::Impl {
     return out;
   }
 
+  /// Every rank must run a program of the same compile: compares the plan fingerprint (metadata
+  /// "plan.fingerprint", written by trainc compile) over every multi-rank group with a max and a
+  /// min all-reduce. Errors name this rank, the group and the fingerprints.
+  absl::Status checkSameCompile() {
+    auto it = program.metadata().find("plan.fingerprint");
+    uint64_t mine = 0;
+    if (it != program.metadata().end())
+      mine = std::strtoull(it->second.c_str(), nullptr, 16);
+    for (int g = 0; g < program.groups_size(); ++g) {
+      if (program.groups(g).ranks_size() < 2)
+        continue;
+      int64_t v[2] = {int64_t(mine), int64_t(mine)};
+      try {
+        comm->allReduce(g, &v[0], &v[0], 1, DType::I64, ReduceOp::Max);
+        comm->allReduce(g, &v[1], &v[1], 1, DType::I64, ReduceOp::Min);
+      } catch (const std::exception &e) {
+        return absl::UnavailableError(
+            absl::StrCat(programPath, ": comparing plan fingerprints failed: ", e.what()));
+      }
+      if (v[0] != int64_t(mine) || v[1] != int64_t(mine))
+        return absl::FailedPreconditionError(absl::StrCat(
+            programPath, ": the rank programs come from different compiles (plan fingerprint ",
+            absl::Hex(mine, absl::kZeroPad16), " here, ",
+            absl::Hex(uint64_t(v[0] != int64_t(mine) ? v[0] : v[1]), absl::kZeroPad16),
+            " on another rank of group '", program.groups(g).name(),
+            "'): compile into an empty directory and use its rank files together"));
+    }
+    return absl::OkStatus();
+  }
+
   /// Writes the executor's timings as a Chrome trace (Trace Event Format, "X" events in
   /// microseconds): process = rank, one thread per stream (0 compute, 1 communication).
   absl::Status writeTrace() const {
@@ -515,6 +545,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     return absl::Status(ex.status().code(),
                         absl::StrCat(im->programPath, ": ", ex.status().message()));
   im->ex = std::move(*ex);
+  if (absl::Status s = im->checkSameCompile(); !s.ok())
+    return s;
   if (int lr = im->buffer("lr"); lr >= 0)
     im->scalarType = DType(int(prog.buffers(lr).dtype()));
   im->hasRng = im->buffer("rng.0") >= 0;
