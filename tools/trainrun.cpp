@@ -126,9 +126,10 @@ absl::StatusOr<schema::Program> readRankProgram(const std::string &planDir, int6
   if (!p.ok())
     return p.status();
   if (p->mesh().world_size() != world)
-    return absl::InvalidArgumentError(absl::StrCat(path, ": the plan has ", p->mesh().world_size(),
-                                                   " ranks but the job has ", world, " (", how,
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the plan has ", p->mesh().world_size(),
+        p->mesh().world_size() == 1 ? " rank" : " ranks", " but the job has ", world, " (", how,
+        ")"));
   return p;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -188,7 +189,18 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
         s = absl::InvalidArgumentError(absl::StrCat("not supported yet: ", flag,
                                                     " (checkpointing lands in a later issue)"));
     } else {
-      s = absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+      // A compile-time flag (the plan records it): say so rather than "unknown".
+      std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
+      std::replace(key.begin(), key.end(), '-', '_');
+      for (const char *section : {"training.", "parallel.", "model."})
+        if (auto it = p.metadata().find(section + key); it != p.metadata().end()) {
+          s = absl::InvalidArgumentError(absl::StrCat(
+              flag, " is fixed at compile time (this plan has ", it->second,
+              "): give it to trainc compile"));
+          break;
+        }
+      if (s.ok())
+        s = absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
     }
     if (!s.ok())
       return s;
@@ -504,7 +516,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   if (prog.mesh().world_size() != comm->worldSize())
     return absl::FailedPreconditionError(
         absl::StrCat(im->programPath, ": the plan has ", prog.mesh().world_size(),
-                     " ranks but the job has ", comm->worldSize()));
+                     prog.mesh().world_size() == 1 ? " rank" : " ranks", " but the job has ",
+                     comm->worldSize()));
   for (int a = 0; a < prog.mesh().axis_names_size(); ++a)
     if (prog.mesh().axis_names(a) == "dp" && a < prog.mesh().coords_size() &&
         a < prog.mesh().axis_sizes_size()) {

@@ -178,6 +178,14 @@ TEST(RunOptions, MissingLearningRateAndIterations) {
   ASSERT_FALSE(noIters.ok());
   EXPECT_EQ(noIters.status().message(),
             "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
+  auto fixed = control::parseRunOptions(p, {"--lr", "1e-3", "--global-batch-size", "16"});
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_EQ(fixed.status().message(),
+            "--global-batch-size is fixed at compile time (this plan has 2): give it to trainc "
+            "compile");
+  auto unknown = control::parseRunOptions(p, {"--lr", "1e-3", "--no-such-flag"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(), "unknown flag --no-such-flag");
   auto noValue = control::parseRunOptions(p, {"--lr"});
   ASSERT_FALSE(noValue.ok());
   EXPECT_EQ(noValue.status().message(), "--lr expects a value");
