@@ -257,6 +257,13 @@ const std::vector<FlagSpec> &flagTable() {
       ignored("--memory-snapshot-path", Arity::One),
       // Megatron implementation switches: trainc compiles its own kernels, so these choose
       // nothing (the computed function is the same).
+      // DDP switches whose behaviour is trainc's fixed choice: gradients always accumulate and
+      // reduce in fp32 (main_grad), the DP average is applied after the sum (legacy mode) or
+      // replaced by the global token count (default), NaN losses are counted in the log.
+      ignored("--accumulate-allreduce-grads-in-fp32"),
+      ignored("--ddp-average-in-collective"),
+      ignored("--check-for-nan-in-loss-and-grad"),
+      ignored("--no-check-for-nan-in-loss-and-grad"),
       ignored("--use-mcore-models"),
       ignored("--transformer-impl", Arity::One),
       ignored("--use-flash-attn"),

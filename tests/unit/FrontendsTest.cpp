@@ -1038,13 +1038,15 @@ TEST(MegatronFlagsTest, LoggingFlagsAreRecordedAsIgnored) {
               " --log-throughput --tensorboard-dir /tmp/tb --wandb-project p "
               "--timing-log-level 2 --log-timers-to-tensorboard --profile "
               "--profile-ranks 0 1 --use-mcore-models --transformer-impl local "
-              "--use-flash-attn --no-gradient-accumulation-fusion --profile-step-start=3");
+              "--use-flash-attn --no-gradient-accumulation-fusion --profile-step-start=3 "
+              "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective");
   EXPECT_EQ(c.ignoredFlags,
             (std::vector<std::string>{
                 "--log-throughput", "--tensorboard-dir", "--wandb-project", "--timing-log-level",
                 "--log-timers-to-tensorboard", "--profile", "--profile-ranks", "--use-mcore-models",
                 "--transformer-impl", "--use-flash-attn", "--no-gradient-accumulation-fusion",
-                "--profile-step-start"}));
+                "--profile-step-start", "--accumulate-allreduce-grads-in-fp32",
+                "--ddp-average-in-collective"}));
 }
 
 TEST(MegatronFlagsTest, BaseModelMakesModelFlagsOptional) {
