@@ -47,25 +47,10 @@ public:
   /// Compiles a preset with Megatron flags (dtype fp32 or fp64). Fails the test on error.
   CompiledPlan(const std::string &preset, std::vector<std::string> flags,
                const std::string &dtype = "fp32") {
-    std::optional<config::ModelConfig> base = config::findPreset(preset);
-    EXPECT_TRUE(base.has_value()) << preset;
-    config::FlagParseOptions po;
-    po.base_model = &*base;
-    llvm::Expected<config::PlanConfig> cfg = config::parseMegatronFlags(flags, po);
-    if (!cfg) {
-      ADD_FAILURE() << llvm::toString(cfg.takeError());
+    std::vector<schema::Program> all = compileAllRanks(preset, std::move(flags), &plan, dtype);
+    if (all.empty())
       return;
-    }
-    plan = *cfg;
-    mlir::MLIRContext ctx;
-    mlir::trainc::CompileOptions o;
-    o.dtype = dtype;
-    mlir::FailureOr<schema::Program> p = mlir::trainc::compilePlan(ctx, plan, o);
-    if (mlir::failed(p)) {
-      ADD_FAILURE() << "compilation failed";
-      return;
-    }
-    program = *p;
+    program = all.front();
     auto ex = rt::Executor::create(program, *backend, *comm);
     if (!ex.ok()) {
       ADD_FAILURE() << ex.status();

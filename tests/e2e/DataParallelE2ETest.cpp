@@ -41,6 +41,19 @@ std::vector<std::string> flags(int64_t dp, int64_t mbs, int64_t gbs,
   return f;
 }
 
+/// Rank r of a `world`-rank job meeting at the test's store (loopback, 60 s timeouts).
+std::unique_ptr<rt::Communicator> glooRank(int64_t r, int64_t world, int port) {
+  rt::GlooOptions o;
+  o.rank = r;
+  o.worldSize = world;
+  o.storePort = port;
+  o.token = kToken;
+  o.timeout = std::chrono::seconds(60);
+  auto c = rt::createGlooCommunicator(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
 /// The samples DP rank r reads, in its microbatch order (Megatron's pretraining sampler:
 /// microbatch j covers the block [j * mbs * dp, (j + 1) * mbs * dp) of the global batch and rank r
 /// takes [r * mbs, (r + 1) * mbs) of it).
@@ -99,18 +112,8 @@ History train(const std::vector<std::string> &f, int64_t dp, int64_t mbs,
     std::unique_ptr<rt::Communicator> comm;
     if (dp == 1) {
       comm = rt::createLocalCommunicator();
-    } else {
-      rt::GlooOptions o;
-      o.rank = r;
-      o.worldSize = dp;
-      o.storePort = store->port();
-      o.token = kToken;
-      o.timeout = std::chrono::seconds(60);
-      auto c = rt::createGlooCommunicator(o);
-      EXPECT_TRUE(c.ok()) << c.status();
-      if (!c.ok())
-        return;
-      comm = std::move(*c);
+    } else if (!(comm = glooRank(r, dp, store->port()))) {
+      return;
     }
     CompiledPlan p(plan, programs[size_t(r)], std::move(comm));
     if (!p.ok())
@@ -350,21 +353,15 @@ TEST(DataParallelTrace, ABucketReductionOverlapsBackwardCompute) {
   auto store = rt::TcpStoreServer::start("127.0.0.1", 0, kToken);
   ASSERT_TRUE(store.ok()) << store.status();
   auto rankMain = [&](int64_t r) {
-    rt::GlooOptions o;
-    o.rank = r;
-    o.worldSize = 2;
-    o.storePort = (*store)->port();
-    o.token = kToken;
-    o.timeout = std::chrono::seconds(60);
-    auto comm = rt::createGlooCommunicator(o);
-    ASSERT_TRUE(comm.ok()) << comm.status();
+    std::unique_ptr<rt::Communicator> comm = glooRank(r, 2, (*store)->port());
+    ASSERT_TRUE(comm);
     auto program = rt::readProgramFile(planDir + "/rank" + std::to_string(r) + ".pb");
     ASSERT_TRUE(program.ok()) << program.status();
     auto opts = rt::control::parseRunOptions(
         *program, {"--mock-data", "--train-iters", "3", "--eval-iters", "0", "--trace", traceDir});
     ASSERT_TRUE(opts.ok()) << opts.status();
     std::ostringstream log;
-    auto trainer = rt::control::Trainer::create(planDir, *opts, log, comm->get());
+    auto trainer = rt::control::Trainer::create(planDir, *opts, log, comm.get());
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     absl::Status s = (*trainer)->train();
     EXPECT_TRUE(s.ok()) << s;
@@ -425,15 +422,9 @@ TEST(DataParallelFailure, APeerThatLeavesMakesRunReturnAnError) {
   Samples batch = randomSamples(2, 9, 37, 5);
   absl::Status second;
   auto rankMain = [&](int64_t r) {
-    rt::GlooOptions o;
-    o.rank = r;
-    o.worldSize = 2;
-    o.storePort = (*store)->port();
-    o.token = kToken;
-    o.timeout = std::chrono::seconds(20);
-    auto comm = rt::createGlooCommunicator(o);
-    ASSERT_TRUE(comm.ok()) << comm.status();
-    CompiledPlan p(plan, programs[size_t(r)], std::move(*comm));
+    std::unique_ptr<rt::Communicator> comm = glooRank(r, 2, (*store)->port());
+    ASSERT_TRUE(comm);
+    CompiledPlan p(plan, programs[size_t(r)], std::move(comm));
     ASSERT_TRUE(p.ok());
     Samples s = rankSamples(batch, 2, r, 1);
     p.step(s, 1e-3);
