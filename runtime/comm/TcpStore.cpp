@@ -243,12 +243,15 @@ bool TcpStoreServer::Impl::handshake(int fd) {
     char c = 'O';
     return writeAll(fd, &c, 1);
   }
+  {
+    // Counted before the client hears of it, so that a caller who saw the refusal sees the count.
+    std::lock_guard<std::mutex> l(mu);
+    ++refused;
+  }
   if (ok) {
     char c = 'T';
     writeAll(fd, &c, 1);
   }
-  std::lock_guard<std::mutex> l(mu);
-  ++refused;
   return false;
 }
 
