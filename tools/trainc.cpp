@@ -2,7 +2,7 @@
 //
 //   trainc compile [--preset NAME | --hf-config FILE | MODEL.mlir] [Megatron-LM flags...] -o DIR
 //                  [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir DIR]
-//   trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks]
+//   trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks] [--buckets]
 //   trainc presets
 //
 //===----------------------------------------------------------------------===//
@@ -40,7 +40,7 @@ int usage(const std::string &msg = "") {
          "flags...] -o DIR\n"
          "                      [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir "
          "DIR]\n"
-         "       trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks]\n"
+         "       trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks] [--buckets]\n"
          "       trainc presets\n";
   return 2;
 }
@@ -189,7 +189,7 @@ int cmdInspect(std::vector<std::string> args) {
   };
   for (size_t i = 1; i < args.size(); ++i)
     if (args[i] != "--memory" && args[i] != "--flops" && args[i] != "--schedule" &&
-        args[i] != "--ranks")
+        args[i] != "--ranks" && args[i] != "--buckets")
       return usage("unknown inspect option '" + args[i] + "'");
   auto text = llvm::MemoryBuffer::getFile(dir + "/plan.json");
   if (!text)
@@ -231,6 +231,51 @@ int cmdInspect(std::vector<std::string> args) {
         llvm::outs() << "]";
       }
       llvm::outs() << "\n";
+    }
+  }
+  if (want("--buckets")) {
+    // The main-grad buffer (Megatron's _ParamAndGradBuffer): buckets in the order their
+    // reductions start, the parameters in each, and with the distributed optimizer each DP
+    // rank's shard.
+    auto it = p->metadata().find("plan.grad_bucket_bounds");
+    if (it != p->metadata().end()) {
+      llvm::SmallVector<llvm::StringRef> parts;
+      llvm::StringRef(it->second).split(parts, ',');
+      std::vector<int64_t> bounds;
+      for (llvm::StringRef s : parts) {
+        int64_t v;
+        if (!s.getAsInteger(10, v))
+          bounds.push_back(v);
+      }
+      int64_t dp = 1;
+      for (int i = 0; i < p->mesh().axis_names_size(); ++i)
+        if (p->mesh().axis_names(i) == "dp")
+          dp = p->mesh().axis_sizes(i);
+      bool zero = p->metadata().count("parallel.use_distributed_optimizer") &&
+                  p->metadata().at("parallel.use_distributed_optimizer") == "true";
+      llvm::outs() << "gradient buckets: " << (bounds.empty() ? 0 : bounds.size() - 1)
+                   << " over " << (bounds.empty() ? 0 : bounds.back())
+                   << " fp32 main-grad elements" << (zero ? " (distributed optimizer)" : "")
+                   << "\n";
+      for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+        int64_t size = bounds[b + 1] - bounds[b];
+        llvm::outs() << "  bucket " << b << ": [" << bounds[b] << ", " << bounds[b + 1] << ") "
+                     << size << " elements";
+        if (zero)
+          llvm::outs() << ", shard of " << size / dp << " per DP rank";
+        llvm::outs() << "\n   ";
+        std::vector<std::pair<uint64_t, std::string>> in; // (offset, name), in layout order
+        for (const auto &q : p->parameters())
+          if (q.has_grad_buffer() && int64_t(q.grad_offset()) >= bounds[b] &&
+              int64_t(q.grad_offset()) < bounds[b + 1])
+            in.push_back({q.grad_offset(), q.name()});
+        llvm::sort(in);
+        for (const auto &[offset, name] : in)
+          llvm::outs() << " " << name << "@" << offset;
+        llvm::outs() << "\n";
+      }
+    } else {
+      llvm::outs() << "gradient buckets: none recorded\n";
     }
   }
   if (want("--memory")) {

@@ -337,6 +337,12 @@ FailureOr<schema::Program> Exporter::run() {
     if (failed(exportFunction(fn, *p.mutable_functions(int(i)))))
       return failure();
   p.set_num_tokens(uint32_t(maxToken + 1));
+  if (auto bounds = module->getAttrOfType<DenseI64ArrayAttr>("trainc.grad_bucket_bounds")) {
+    std::string text;
+    for (int64_t b : bounds.asArrayRef())
+      text += (text.empty() ? "" : ",") + std::to_string(b);
+    (*p.mutable_metadata())["plan.grad_bucket_bounds"] = text;
+  }
   if (auto carried = module->getAttrOfType<DenseI64ArrayAttr>("rt.carried_tokens"))
     for (int64_t t : carried.asArrayRef())
       p.add_carried_tokens(uint32_t(t));
