@@ -63,6 +63,46 @@ def GradBucketsPass : Pass<"trainc-grad-buckets", "::mlir::ModuleOp"> {
        the stage function for the first microbatch (`<stage>_first`; the stage itself when it is
        also the last), right before the first op that reads a parameter of the bucket, and to the
        start of the eval iteration.
+
+    Before (2 microbatches, after trainc-optimizer-expand):
+    ```mlir
+    func.func @forward_backward(...) attributes {sched.stage} {
+      %dw = model.linear_grad_weight ...
+      ...
+      sched.accumulate_grad %dw {param = "w"} : tensor<11x8xf32>
+      sched.accumulate_grad %db {param = "b"} : tensor<11xf32>
+      return
+    }
+    func.func @train_step() attributes {sched.iteration} {
+      sched.microbatch @forward_backward {index = 0 : i64}
+      sched.microbatch @forward_backward {index = 1 : i64}
+      sched.finalize_grads {normalization = "per_token"}
+      ...
+    }
+    ```
+    After (dp=2 bucket-size=50):
+    ```mlir
+    sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 99>, dp = 2 : i64, numel = 99 : i64,
+                       offsets = array<i64: 0, 88>, params = ["w", "b"], sizes = array<i64: 88, 11>}
+    func.func @forward_backward_last(...) attributes {sched.last_microbatch, sched.stage} {
+      %dw = model.linear_grad_weight ...
+      sched.accumulate_grad %dw {param = "w"} : tensor<11x8xf32>
+      sched.grad_sync_start {bucket = 0 : i64}
+      ...
+      sched.accumulate_grad %db {param = "b"} : tensor<11xf32>
+      sched.grad_sync_start {bucket = 1 : i64}
+      return
+    }
+    func.func @train_step() attributes {sched.iteration} {
+      sched.microbatch @forward_backward {index = 0 : i64}
+      sched.microbatch @forward_backward_last {index = 1 : i64}
+      sched.grad_sync_wait {bucket = 0 : i64}
+      sched.grad_sync_wait {bucket = 1 : i64}
+      sched.reduce_losses
+      sched.finalize_grads {normalization = "per_token"}
+      ...
+    }
+    ```
   }];
   let options = [
     Option<"stage", "stage", "std::string", "\"forward_backward\"", "The training stage function">,
