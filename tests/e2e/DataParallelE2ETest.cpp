@@ -343,7 +343,13 @@ TEST(DataParallelTrace, ABucketReductionOverlapsBackwardCompute) {
     config::FlagParseOptions po;
     po.base_model = &*base;
     llvm::Expected<config::PlanConfig> cfg =
-        config::parseMegatronFlags(flags(2, 2, 8, {"--ddp-bucket-size", "301", "--lr", "1e-3"}), po);
+        // A longer sequence than the preset's gives each backward kernel enough work that the
+        // overlap window is wide even on a loaded machine.
+        config::parseMegatronFlags(flags(2, 2, 8,
+                                         {"--ddp-bucket-size", "301", "--lr", "1e-3",
+                                          "--seq-length", "128", "--max-position-embeddings",
+                                          "128"}),
+                                   po);
     ASSERT_TRUE(bool(cfg)) << llvm::toString(cfg.takeError());
     mlir::MLIRContext ctx;
     mlir::trainc::CompileOptions o;
@@ -358,7 +364,7 @@ TEST(DataParallelTrace, ABucketReductionOverlapsBackwardCompute) {
     auto program = rt::readProgramFile(planDir + "/rank" + std::to_string(r) + ".pb");
     ASSERT_TRUE(program.ok()) << program.status();
     auto opts = rt::control::parseRunOptions(
-        *program, {"--mock-data", "--train-iters", "3", "--eval-iters", "0", "--trace", traceDir});
+        *program, {"--mock-data", "--train-iters", "4", "--eval-iters", "0", "--trace", traceDir});
     ASSERT_TRUE(opts.ok()) << opts.status();
     std::ostringstream log;
     auto trainer = rt::control::Trainer::create(planDir, *opts, log, comm.get());
