@@ -42,6 +42,10 @@ absl::Status initializeParameters(Executor &ex, uint64_t seed) {
     if (!isFloat(t))
       return absl::InvalidArgumentError(absl::StrCat("parameter '", p.name(), "': buffer '",
                                                      buf.name(), "' is not a float buffer"));
+    if (t == DType::F16)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", p.name(), "': buffer '", buf.name(),
+          "' is f16, which the runtime does not initialise (f32, f64 or bf16 expected)"));
     std::vector<char> bytes(buf.byte_size());
     if (absl::Status s = ex.readBuffer(int(p.buffer()), bytes.data(), bytes.size()); !s.ok())
       return s;

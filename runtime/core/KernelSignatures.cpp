@@ -111,6 +111,8 @@ std::string verifyFill(const KernelCtx &c) {
   Check k(c);
   if (c.out[0].dtype == DType::Invalid)
     k.fail("output 0: invalid dtype");
+  if (c.out[0].dtype == DType::F16)
+    k.fail("output 0: dtype f16 is not supported (no kernel computes in f16; use bf16)");
   return k.result();
 }
 

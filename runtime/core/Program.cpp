@@ -602,6 +602,10 @@ absl::Status Validator::checkFunctionsStatic() {
   resolved.resize(p.functions_size());
   for (int fn = 0; fn < p.functions_size(); ++fn) {
     const schema::Function &f = p.functions(fn);
+    // The executor binds arguments through 16-bit indices.
+    if (f.args_size() > 65535)
+      return top(absl::StrCat("function '", f.name(), "' has ", f.args_size(),
+                              " arguments; at most 65535 are supported"));
     for (int a = 0; a < f.args_size(); ++a) {
       TensorView v;
       if (toDType(f.args(a).dtype()) == DType::Invalid ||

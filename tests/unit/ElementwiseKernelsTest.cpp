@@ -296,6 +296,9 @@ TEST(Elementwise, SignatureErrorsNameTheOperand) {
   HostTensor r(DType::I32, {3});
   EXPECT_EQ(verifyKernel("dropout", {&x, &r}, {&x}, {AttrArg("p", 0.1)}),
             "input 1: dtype i32, expected i64");
+  HostTensor h(DType::F16, {4});
+  EXPECT_EQ(verifyKernel("fill", {}, {&h}, {AttrArg("value", 1.0)}),
+            "output 0: dtype f16 is not supported (no kernel computes in f16; use bf16)");
 }
 
 } // namespace

@@ -2,6 +2,7 @@
 
 #include "runtime/comm/Communicator.h"
 #include "runtime/core/Executor.h"
+#include "runtime/core/Init.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/ProgramBuilder.h"
 
@@ -378,6 +379,80 @@ TEST(Executor, RefusesProgramForAnotherRank) {
   ASSERT_FALSE(ex.ok());
   EXPECT_NE(ex.status().message().find("program is for rank 1 of 2"), std::string::npos)
       << ex.status();
+}
+
+} // namespace
+
+namespace {
+
+TEST(Init, SlicesGetTheirPartOfTheGlobalTensorAndF16IsRefused) {
+  // One [4, 6] parameter held whole in buffer w, and its rows [1, 3) held by buffer s at element
+  // offset 2: the slice must equal those rows of the whole tensor (Init draws at the global index).
+  ProgramBuilder b;
+  int w = b.addBuffer("w", schema::PARAMETER, DType::F32, {4, 6});
+  int s = b.addBuffer("s", schema::PARAMETER, DType::F32, {14});
+  b.addFunction("main");
+  schema::Program p = b.finish();
+  auto param = [&](int buffer, std::vector<int64_t> start, std::vector<int64_t> size,
+                   uint64_t offset) {
+    schema::Parameter *q = p.add_parameters();
+    q->set_name("layer.weight");
+    for (int64_t d : {4, 6})
+      q->add_global_shape(d);
+    for (int64_t d : start)
+      q->add_slice_start(d);
+    for (int64_t d : size)
+      q->add_slice_size(d);
+    q->set_buffer(uint32_t(buffer));
+    q->set_buffer_offset(offset);
+    q->set_init("normal");
+    q->set_init_std(0.02);
+  };
+  param(w, {0, 0}, {4, 6}, 0);
+  param(s, {1, 0}, {2, 6}, 2);
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  auto ex = Executor::create(p, *backend, *comm);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_TRUE(initializeParameters(**ex, 42).ok());
+  std::vector<float> whole(24), slice(14);
+  ASSERT_TRUE((*ex)->readBuffer(w, whole.data(), 96).ok());
+  ASSERT_TRUE((*ex)->readBuffer(s, slice.data(), 56).ok());
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(slice[size_t(2 + i)], whole[size_t(6 + i)]) << i;
+  double sum2 = 0;
+  for (float x : whole)
+    sum2 += double(x) * x;
+  EXPECT_GT(sum2, 0);
+
+  ProgramBuilder h;
+  int hb = h.addBuffer("h", schema::PARAMETER, DType::F16, {4});
+  h.addFunction("main");
+  schema::Program ph = h.finish();
+  schema::Parameter *q = ph.add_parameters();
+  q->set_name("h");
+  q->add_global_shape(4);
+  q->add_slice_start(0);
+  q->add_slice_size(4);
+  q->set_buffer(uint32_t(hb));
+  q->set_init("ones");
+  auto exh = Executor::create(ph, *backend, *comm);
+  ASSERT_TRUE(exh.ok()) << exh.status();
+  absl::Status st = initializeParameters(**exh, 1);
+  EXPECT_EQ(st.message(), "parameter 'h': buffer 'h' is f16, which the runtime does not "
+                          "initialise (f32, f64 or bf16 expected)");
+}
+
+TEST(Validator, RefusesMoreArgumentsThanTheExecutorCanBind) {
+  ProgramBuilder b;
+  b.addFunction("main");
+  std::vector<std::tuple<std::string, DType, std::vector<int64_t>>> args(
+      65536, {"a", DType::F32, {1}});
+  b.addFunction("wide", args);
+  std::string m = validateMessage(b.finish());
+  EXPECT_NE(m.find("function 'wide' has 65536 arguments; at most 65535 are supported"),
+            std::string::npos)
+      << m;
 }
 
 } // namespace
