@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -261,16 +262,56 @@ LogicalResult mlir::trainc::verifyMemoryPlan(ModuleOp module) {
           q.end > q.begin)
         return p.buf.emitOpError() << "overlaps buffer @" << q.buf.getSymName()
                                    << " though it is live for the whole iteration";
+  // The buffers each function uses, itself or through its callees (for a caller's buffer that is
+  // live across a call: it must not share memory with anything the callee touches).
+  llvm::StringMap<llvm::StringSet<>> uses;
+  std::function<const llvm::StringSet<> &(func::FuncOp)> usesOf =
+      [&](func::FuncOp f) -> const llvm::StringSet<> & {
+    auto it = uses.find(f.getSymName());
+    if (it != uses.end())
+      return it->second;
+    llvm::StringSet<> set;
+    uses[f.getSymName()] = {}; // no recursion (the call graph is checked elsewhere)
+    f.walk([&](Operation *op) {
+      if (auto r = dyn_cast<rt::BufferRefOp>(op))
+        set.insert(r.getBuffer());
+      else if (auto call = dyn_cast<func::CallOp>(op))
+        if (auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee()))
+          for (const auto &e : usesOf(callee))
+            set.insert(e.getKey());
+    });
+    return uses[f.getSymName()] = std::move(set);
+  };
+  auto overlapping = [&](rt::BufferOp x, rt::BufferOp y) {
+    return int64_t(x.getOffset()) < int64_t(y.getOffset()) + bytesOf(y) &&
+           int64_t(y.getOffset()) < int64_t(x.getOffset()) + bytesOf(x) && bytesOf(x) > 0 &&
+           bytesOf(y) > 0;
+  };
   for (auto &[fn, items] : live.perFunction)
     for (const Item &a : items)
-      for (const Item &c : items)
-        if (&a < &c && !StringRef(a.name).starts_with("frame:") &&
-            !StringRef(c.name).starts_with("frame:") && intersects(a, c)) {
-          rt::BufferOp x = buffers[a.name], y = buffers[c.name];
-          if (int64_t(x.getOffset()) < int64_t(y.getOffset()) + bytesOf(y) &&
-              int64_t(y.getOffset()) < int64_t(x.getOffset()) + bytesOf(x) && bytesOf(x) > 0 && bytesOf(y) > 0)
+      for (const Item &c : items) {
+        bool aFrame = StringRef(a.name).starts_with("frame:");
+        bool cFrame = StringRef(c.name).starts_with("frame:");
+        if (&a == &c || aFrame || !intersects(a, c))
+          continue;
+        rt::BufferOp x = buffers[a.name];
+        if (!cFrame) {
+          rt::BufferOp y = buffers[c.name];
+          if (&a < &c && overlapping(x, y))
             return x.emitOpError() << "overlaps @" << y.getSymName()
                                    << " while both are live in @" << fn.getSymName();
+          continue;
         }
+        auto callee = module.lookupSymbol<func::FuncOp>(StringRef(c.name).drop_front(6));
+        if (!callee)
+          continue;
+        for (const auto &e : usesOf(callee)) {
+          rt::BufferOp y = buffers.lookup(e.getKey());
+          if (y && y != x && !rt::isPersistentKind(y.getKind()) && overlapping(x, y))
+            return x.emitOpError() << "overlaps @" << y.getSymName() << " of the frame of @"
+                                   << callee.getSymName() << ", called while it is live in @"
+                                   << fn.getSymName();
+        }
+      }
   return success();
 }
