@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config python3
+  build-essential cmake ninja-build ccache pkg-config python3 procps
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libabsl-dev libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev googletest
