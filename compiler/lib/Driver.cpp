@@ -4,6 +4,7 @@
 
 #include "compiler/Export.h"
 #include "compiler/Pipelines.h"
+#include "compiler/VerifyPlan.h"
 #include "dialects/Model/ModelDialect.h"
 #include "dialects/Rt/RtDialect.h"
 #include "dialects/Sched/SchedDialect.h"
@@ -276,6 +277,10 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
              << " fails runtime validation: " << std::string(s.message());
     programs.push_back(std::move(*program));
   }
+  // DESIGN.md phase 12: the ranks' programs together, so that a plan that could deadlock or
+  // mismatch its collectives is a compile error rather than a hang.
+  if (std::string e = verifyPlan(programs); !e.empty())
+    return emitError(module.getLoc()) << "internal error: plan verification failed: " << e;
   if (!options.outputDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.outputDir))
       return emitError(module.getLoc())

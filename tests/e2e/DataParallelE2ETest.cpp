@@ -451,3 +451,46 @@ TEST(DataParallelFailure, APeerThatLeavesMakesRunReturnAnError) {
 }
 
 } // namespace
+
+#include "compiler/VerifyPlan.h"
+
+namespace {
+
+TEST(PlanVerification, MismatchedCollectivesAcrossRanksAreNamed) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama",
+      flags(2, 1, 4, {"--ddp-bucket-size", "301", "--use-distributed-optimizer"}), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  EXPECT_EQ(mlir::trainc::verifyPlan(programs), ""); // what the compiler wrote agrees
+
+  // Rank 1 reduces a different element count in its first all-gather.
+  std::vector<schema::Program> bad = programs;
+  for (schema::Instruction &ins : *bad[1].mutable_functions(int(bad[1].entry()))->mutable_body())
+    if (ins.has_collective() && ins.collective().kind() == schema::ALL_GATHER) {
+      ins.mutable_collective()->mutable_output()->set_shape(0, 4);
+      break;
+    }
+  std::string e = mlir::trainc::verifyPlan(bad);
+  EXPECT_NE(e.find("group 'dp' [0,1], entry 'train_step', collective #"), std::string::npos) << e;
+  EXPECT_NE(e.find(": rank 0 issues ALL_GATHER of 2048 f32 elements (train_step#"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rank 1 issues ALL_GATHER of 4 f32 elements (train_step#"), std::string::npos)
+      << e;
+
+  // Rank 0 skips its loss reduction in eval.
+  bad = programs;
+  auto &evalBody = *bad[0].mutable_functions(int(bad[0].entry_points().at("eval_step")))
+                        ->mutable_body();
+  for (int i = 0; i < evalBody.size(); ++i)
+    if (evalBody[i].has_collective()) {
+      evalBody.DeleteSubrange(i, 1);
+      break;
+    }
+  e = mlir::trainc::verifyPlan(bad);
+  EXPECT_NE(e.find("group 'dp' [0,1], entry 'eval_step'"), std::string::npos) << e;
+  EXPECT_NE(e.find("ALL_REDUCE sum of 1 f32 elements"), std::string::npos) << e;
+}
+
+} // namespace
