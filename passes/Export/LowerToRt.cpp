@@ -39,11 +39,14 @@ struct ParamInfo {
 struct DpLayout {
   sched::GradBufferOp op;
   ::trainc::grad::GradLayout geo;
-  int64_t dp = 1, dpRank = 0;
-  bool distributed = false;
-  SmallVector<int64_t> bounds;
+  int64_t dpRank = 0;
+  /// geo.shardPieces(dpRank), computed once.
+  std::vector<::trainc::grad::GradLayout::Piece> pieces;
   rt::BufferOp mainGrad, params, expAvg, expAvgSq;
-  int64_t numBuckets() const { return int64_t(bounds.size()) - 1; }
+  int64_t dp() const { return geo.dp; }
+  bool distributed() const { return geo.distributed; }
+  int64_t bound(int64_t b) const { return geo.bounds[size_t(b)]; }
+  int64_t numBuckets() const { return geo.numBuckets(); }
   /// This rank's shard of bucket b, as [begin, end) elements of the buffer.
   int64_t shardBegin(int64_t b) const { return geo.shardBegin(b, dpRank); }
   int64_t shardEnd(int64_t b) const { return geo.shardEnd(b, dpRank); }
@@ -153,17 +156,15 @@ LogicalResult Lowering::collectParams() {
   if (!layouts.empty()) {
     DpLayout &l = layout;
     l.op = layouts.front();
-    l.dp = l.op.getDp();
-    l.distributed = l.op.getDistributedOptimizer();
-    l.bounds.assign(l.op.getBucketBounds().begin(), l.op.getBucketBounds().end());
-    l.geo.dp = l.dp;
-    l.geo.distributed = l.distributed;
+    l.geo.dp = l.op.getDp();
+    l.geo.distributed = l.op.getDistributedOptimizer();
     l.geo.offsets.assign(l.op.getOffsets().begin(), l.op.getOffsets().end());
     l.geo.sizes.assign(l.op.getSizes().begin(), l.op.getSizes().end());
-    l.geo.bounds.assign(l.bounds.begin(), l.bounds.end());
-    if (l.dpRank < 0 || l.dpRank >= l.dp)
+    l.geo.bounds.assign(l.op.getBucketBounds().begin(), l.op.getBucketBounds().end());
+    if (l.dpRank < 0 || l.dpRank >= l.dp())
       return l.op.emitOpError() << "dp-rank " << l.dpRank << " is outside the data-parallel size "
-                                << l.dp;
+                                << l.dp();
+    l.pieces = l.geo.shardPieces(l.dpRank);
     for (auto [i, n] : llvm::enumerate(l.op.getParams()))
       layoutIndex[cast<StringAttr>(n).getValue()] = i;
   }
@@ -193,7 +194,7 @@ LogicalResult Lowering::collectParams() {
         if (layout.op && it == layoutIndex.end())
           return fn.emitOpError() << "parameter '" << p.name
                                   << "' is not in the sched.grad_buffer layout";
-        if (layout.distributed) {
+        if (layout.distributed()) {
           // A range of the contiguous parameter buffer (same layout as the grads).
           if (!layout.params)
             layout.params = addBuffer("params", MemRefType::get({int64_t(layout.op.getNumel())},
@@ -227,7 +228,7 @@ LogicalResult Lowering::collectParams() {
           p.grad = addBuffer(p.name + ".main_grad", p.gradType, "main_grad");
           p.grad->setAttr("grad_of", name);
         }
-        if (!layout.distributed) {
+        if (!layout.distributed()) {
           p.expAvg = addBuffer(p.name + ".exp_avg", p.gradType, "optimizer_state");
           p.expAvgSq = addBuffer(p.name + ".exp_avg_sq", p.gradType, "optimizer_state");
         }
@@ -247,8 +248,8 @@ LogicalResult Lowering::collectParams() {
     layout.params->setAttr("param_info", b.getArrayAttr(paramInfos));
   if (layout.mainGrad)
     layout.mainGrad->setAttr("grad_info", b.getArrayAttr(gradInfos));
-  if (layout.distributed) {
-    auto t = MemRefType::get({int64_t(layout.op.getNumel()) / layout.dp},
+  if (layout.distributed()) {
+    auto t = MemRefType::get({int64_t(layout.op.getNumel()) / layout.dp()},
                              layout.mainGrad.getType().getElementType());
     layout.expAvg = addBuffer("exp_avg", t, "optimizer_state");
     layout.expAvgSq = addBuffer("exp_avg_sq", t, "optimizer_state");
@@ -465,9 +466,9 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
           inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
           kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
         }
-        if (inv || layout.dp > 1) {
+        if (inv || layout.dp() > 1) {
           SmallVector<std::pair<int64_t, int64_t>> ranges;
-          if (layout.distributed)
+          if (layout.distributed())
             for (int64_t k = 0; k < layout.numBuckets(); ++k)
               ranges.push_back({layout.shardBegin(k), layout.shardEnd(k)});
           else
@@ -477,7 +478,7 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
             if (inv)
               kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
             else // legacy mode: Megatron averages the gradients over DP
-              kernel(ob, loc, "scale", {g}, {g}, {f64("alpha", 1.0 / double(layout.dp))}, {0});
+              kernel(ob, loc, "scale", {g}, {g}, {f64("alpha", 1.0 / double(layout.dp()))}, {0});
           }
         }
       } else if (fin.getNormalization() == "per_token") {
@@ -524,8 +525,8 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     FailureOr<int64_t> k = bucketOf(start.getBucket());
     if (failed(k))
       return failure();
-    Value bucket = range(ob, loc, layout.mainGrad, layout.bounds[*k], layout.bounds[*k + 1]);
-    if (layout.distributed)
+    Value bucket = range(ob, loc, layout.mainGrad, layout.bound(*k), layout.bound(*k + 1));
+    if (layout.distributed())
       collective(ob, loc, "reduce_scatter", bucket,
                  range(ob, loc, layout.mainGrad, layout.shardBegin(*k), layout.shardEnd(*k)), *k);
     else
@@ -540,7 +541,7 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     return success();
   }
   if (isa<sched::ParamGatherStartOp, sched::ParamGatherWaitOp>(op)) {
-    if (!layout.distributed)
+    if (!layout.distributed())
       return op.emitOpError() << "needs the distributed optimizer (sched.grad_buffer "
                                  "distributed_optimizer)";
     int64_t bucket = isa<sched::ParamGatherStartOp>(op)
@@ -556,7 +557,7 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     }
     collective(ob, loc, "all_gather",
                range(ob, loc, layout.params, layout.shardBegin(*k), layout.shardEnd(*k)),
-               range(ob, loc, layout.params, layout.bounds[*k], layout.bounds[*k + 1]), token);
+               range(ob, loc, layout.params, layout.bound(*k), layout.bound(*k + 1)), token);
     return success();
   }
   if (isa<sched::ReduceLossesOp>(op)) {
@@ -568,7 +569,7 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
 
 void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
   Value sumsq = ref(ob, loc, scalar("grad_sumsq", "workspace"));
-  if (!layout.distributed) {
+  if (!layout.distributed()) {
     // Every rank holds the whole reduced gradient: sum over every parameter.
     for (auto [i, p] : llvm::enumerate(params))
       kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {sumsq},
@@ -577,10 +578,10 @@ void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
     // The pieces of parameters inside this rank's shards (each element once over DP, padding
     // excluded), then the sum over DP.
     kernel(ob, loc, "fill", {}, {sumsq});
-    for (const auto &piece : layout.geo.shardPieces(layout.dpRank))
+    for (const auto &piece : layout.pieces)
       kernel(ob, loc, "sum_squares", {range(ob, loc, layout.mainGrad, piece.begin, piece.end)},
              {sumsq}, {f64("beta", 1.0)});
-    if (layout.dp > 1)
+    if (layout.dp() > 1)
       collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
   }
   kernel(ob, loc, "grad_norm_finalize", {sumsq},
@@ -611,7 +612,7 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
             ref(ob, loc, scalar("update_successful", "output"))},
            {w, m, v}, attrs, {0, 2, 3});
   };
-  if (!layout.distributed) {
+  if (!layout.distributed()) {
     // One statement per operand: the order of the refs in the IR is fixed.
     Value w = valueRef(ob, loc, p);
     Value m = ref(ob, loc, p.expAvg);
@@ -623,7 +624,7 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
   // ZeRO-1: only the part of the parameter inside this rank's shard; Adam states are indexed by
   // the position inside the concatenation of this rank's shards.
   size_t index = layoutIndex.lookup(p.name);
-  for (const auto &piece : layout.geo.shardPieces(layout.dpRank)) {
+  for (const auto &piece : layout.pieces) {
     if (piece.param != index)
       continue;
     int64_t begin = piece.begin, end = piece.end, state = piece.stateOffset;
@@ -668,7 +669,7 @@ LogicalResult Lowering::run() {
   if (layout.op) {
     // The layout stays readable in the rt IR (and `trainc inspect`) as module attributes.
     module->setAttr("trainc.grad_bucket_bounds", layout.op.getBucketBoundsAttr());
-    module->setAttr("trainc.data_parallel_size", b.getI64IntegerAttr(layout.dp));
+    module->setAttr("trainc.data_parallel_size", b.getI64IntegerAttr(layout.dp()));
     if (layout.op.getOverlapParamGather()) {
       // The parameter all-gathers stay in flight into the next iteration.
       SmallVector<int64_t> carried;

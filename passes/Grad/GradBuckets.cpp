@@ -115,18 +115,16 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     }
     ::trainc::grad::GradLayout geo = ::trainc::grad::GradLayout::compute(
         std::vector<int64_t>(sizes.begin(), sizes.end()), dp, bucketSize, distributedOptimizer);
-    SmallVector<int64_t> offsets(geo.offsets.begin(), geo.offsets.end()),
-        bounds(geo.bounds.begin(), geo.bounds.end());
-    SmallVector<size_t> lastParamOfBucket(geo.lastParam.begin(), geo.lastParam.end());
+    ArrayRef<size_t> lastParamOfBucket = geo.lastParam;
     OpBuilder b(module.getContext());
     b.setInsertionPointToStart(module.getBody());
     SmallVector<Attribute> names;
     for (StringRef n : order)
       names.push_back(b.getStringAttr(n));
     auto layout = b.create<sched::GradBufferOp>(
-        fn.getLoc(), b.getArrayAttr(names), b.getDenseI64ArrayAttr(offsets),
-        b.getDenseI64ArrayAttr(sizes), b.getI64IntegerAttr(bounds.back()),
-        b.getDenseI64ArrayAttr(bounds), b.getI64IntegerAttr(dp),
+        fn.getLoc(), b.getArrayAttr(names), b.getDenseI64ArrayAttr(geo.offsets),
+        b.getDenseI64ArrayAttr(sizes), b.getI64IntegerAttr(geo.numel()),
+        b.getDenseI64ArrayAttr(geo.bounds), b.getI64IntegerAttr(dp),
         distributedOptimizer ? b.getUnitAttr() : UnitAttr(), UnitAttr());
     if (failed(layout.verify()))
       return signalPassFailure();

@@ -486,6 +486,12 @@ absl::Status lost(const std::string &where) {
   return absl::UnavailableError(
       absl::StrCat("lost the connection to the store at ", where, " (did the launcher exit?)"));
 }
+
+/// Sends one request and reads the one-byte reply code before `deadline`; false if the
+/// connection failed.
+bool roundTrip(int fd, const std::string &req, Clock::time_point deadline, char &reply) {
+  return writeAll(fd, req.data(), req.size()) && readAll(fd, &reply, 1, deadline) == ReadResult::Ok;
+}
 } // namespace
 
 absl::Status TcpStore::trySet(const std::string &key, const std::vector<char> &value) {
@@ -497,8 +503,7 @@ absl::Status TcpStore::trySet(const std::string &key, const std::vector<char> &v
   putStr(req, value.data(), value.size());
   std::lock_guard<std::mutex> l(mu_);
   char reply;
-  if (!writeAll(fd_, req.data(), req.size()) ||
-      readAll(fd_, &reply, 1, Clock::now() + timeout_ + std::chrono::seconds(10)) != ReadResult::Ok ||
+  if (!roundTrip(fd_, req, Clock::now() + timeout_ + std::chrono::seconds(10), reply) ||
       reply != 'O')
     return lost(address_);
   return absl::OkStatus();
@@ -512,8 +517,7 @@ absl::StatusOr<std::vector<char>> TcpStore::tryGet(const std::string &key,
   std::lock_guard<std::mutex> l(mu_);
   auto deadline = Clock::now() + timeout + std::chrono::seconds(10);
   char reply;
-  if (!writeAll(fd_, req.data(), req.size()) ||
-      readAll(fd_, &reply, 1, deadline) != ReadResult::Ok)
+  if (!roundTrip(fd_, req, deadline, reply))
     return lost(address_);
   if (reply == 'T')
     return absl::DeadlineExceededError(absl::StrCat("timed out after ", secondsText(timeout),
@@ -535,8 +539,7 @@ absl::Status TcpStore::tryWait(const std::vector<std::string> &keys,
   std::lock_guard<std::mutex> l(mu_);
   auto deadline = Clock::now() + timeout + std::chrono::seconds(10);
   char reply;
-  if (!writeAll(fd_, req.data(), req.size()) ||
-      readAll(fd_, &reply, 1, deadline) != ReadResult::Ok)
+  if (!roundTrip(fd_, req, deadline, reply))
     return lost(address_);
   if (reply == 'O')
     return absl::OkStatus();

@@ -273,6 +273,10 @@ struct Trainer::Impl {
   std::ofstream batchesOut, lossesOut;
 
   int buffer(const std::string &name) const { return ex->findBuffer(name); }
+  /// --dump-dir file names: rank 0 keeps the single-rank names, rank r adds ".rank<r>".
+  std::string dumpSuffix() const {
+    return comm->rank() == 0 ? "" : absl::StrCat(".rank", comm->rank());
+  }
 
   absl::Status writeScalar(const std::string &name, double v) {
     int b = buffer(name);
@@ -602,7 +606,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     if (ec)
       return absl::PermissionDeniedError(
           absl::StrCat("cannot create --dump-dir '", options.dumpDir, "': ", ec.message()));
-    std::string sfx = comm->rank() == 0 ? "" : absl::StrCat(".rank", comm->rank());
+    std::string sfx = im->dumpSuffix();
     if (absl::Status s = writeSafetensors(
             options.dumpDir + "/initial_weights" + sfx + ".safetensors", im->parameters());
         !s.ok())
@@ -721,7 +725,7 @@ absl::Status Trainer::train() {
   if (absl::Status e = im.evaluate(iters); !e.ok())
     return fail(e);
   if (!o.dumpDir.empty()) {
-    std::string sfx = im.comm->rank() == 0 ? "" : absl::StrCat(".rank", im.comm->rank());
+    std::string sfx = im.dumpSuffix();
     if (absl::Status w =
             writeSafetensors(o.dumpDir + "/final_weights" + sfx + ".safetensors", im.parameters());
         !w.ok())

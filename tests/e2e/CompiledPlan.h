@@ -51,26 +51,14 @@ public:
     if (all.empty())
       return;
     program = all.front();
-    auto ex = rt::Executor::create(program, *backend, *comm);
-    if (!ex.ok()) {
-      ADD_FAILURE() << ex.status();
-      return;
-    }
-    executor = std::move(*ex);
-    f64 = dtype == "fp64";
+    start(dtype);
   }
 
   /// Runs an already compiled rank program (e.g. one rank of a data-parallel plan) over `comm`.
   CompiledPlan(config::PlanConfig plan_, schema::Program program_,
                std::unique_ptr<rt::Communicator> comm_, const std::string &dtype = "fp32")
       : plan(std::move(plan_)), program(std::move(program_)), comm(std::move(comm_)) {
-    auto ex = rt::Executor::create(program, *backend, *comm);
-    if (!ex.ok()) {
-      ADD_FAILURE() << ex.status();
-      return;
-    }
-    executor = std::move(*ex);
-    f64 = dtype == "fp64";
+    start(dtype);
   }
 
   /// Compiles a preset with Megatron flags into every rank's program. Empty on error (the test
@@ -199,6 +187,17 @@ public:
   bool f64 = false;
 
 private:
+  /// Creates the executor for `program` (fails the test on error).
+  void start(const std::string &dtype) {
+    f64 = dtype == "fp64";
+    auto ex = rt::Executor::create(program, *backend, *comm);
+    if (!ex.ok()) {
+      ADD_FAILURE() << ex.status();
+      return;
+    }
+    executor = std::move(*ex);
+  }
+
   std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
   std::unique_ptr<rt::Communicator> comm = rt::createLocalCommunicator();
   std::unique_ptr<rt::Executor> executor;
