@@ -24,6 +24,9 @@ struct CompileOptions {
   bool printIRAfterAll = false;
   /// Write the IR after each phase to <dir>/<NN>-<phase>.mlir (rank 0's for per-rank phases).
   std::string dumpIRDir;
+  /// Order of the forward/backward units; "all-forward-first" exists for tests (it holds every
+  /// microbatch's stash at once).
+  std::string unitSchedule = "no-pipelining";
   /// If set, receives every rank's program, in rank order (the functions return rank 0's).
   std::vector<::trainc::schema::Program> *allRanks = nullptr;
 };

@@ -4,7 +4,7 @@
 // and is registered on its own so that trainc-opt can run it alone:
 //   trainc-phase-autodiff   verify(model) -> autodiff -> verify(autodiff)
 //   trainc-phase-schedule   grad-accumulate -> schedule -> optimizer-expand -> grad-buckets
-//                           -> verify(sched)
+//                           -> schedule-units -> verify(sched)
 //   trainc-phase-lower      lower-to-rt -> verify(rt)
 //   trainc-phase-memory     memory-plan -> verify(memory)
 //   trainc-compile          all of them
@@ -29,6 +29,9 @@ struct PlanOptions {
   /// distributed optimizer (ZeRO-1), and the DP rank whose program the lower phase builds.
   int64_t dataParallelSize = 1, bucketSize = 0, dpRank = 0;
   bool distributedOptimizer = false, overlapParamGather = false;
+  /// Order of the forward/backward units (trainc-schedule-units): "no-pipelining" (Megatron's)
+  /// or "all-forward-first" (tests).
+  std::string unitSchedule = "no-pipelining";
 };
 
 void buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o);

@@ -20,8 +20,8 @@ namespace mlir::trainc {
 /// the group and its member ranks, the entry, the position in the group's sequence, the two ranks
 /// and their ops with the function/instruction path that issued them, e.g.
 ///   "group 'dp' [0,1], entry 'train_step', collective #3: rank 0 issues ALL_REDUCE sum of 2048
-///    f32 elements (train_step -> forward_backward_last#41), rank 1 issues ALL_REDUCE sum of 400
-///    f32 elements (train_step -> forward_backward_last#52)"
+///    f32 elements (train_step -> forward_backward_last.backward#41), rank 1 issues ALL_REDUCE sum of 400
+///    f32 elements (train_step -> forward_backward_last.backward#52)"
 std::string verifyPlan(const std::vector<::trainc::schema::Program> &programs);
 
 } // namespace mlir::trainc

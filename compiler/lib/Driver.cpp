@@ -161,6 +161,7 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
                                                        const CompileOptions &options) {
   MLIRContext &ctx = *module.getContext();
   PlanOptions plan = planOptions(cfg);
+  plan.unitSchedule = options.unitSchedule;
   if (!options.dumpIRDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.dumpIRDir))
       return emitError(module.getLoc())

@@ -116,7 +116,10 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
     auto t = cast<MemRefType>(a.getType());
     schema::Arg *arg = out.add_args();
     auto name = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), "rt.input");
-    arg->set_name(name ? name.str() : "arg" + std::to_string(a.getArgNumber()));
+    auto stash = fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(), "rt.stash");
+    arg->set_name(name    ? name.str()
+                  : stash ? "stash." + std::to_string(stash.getInt())
+                          : "arg" + std::to_string(a.getArgNumber()));
     arg->set_dtype(dtypeOf(t.getElementType()));
     for (int64_t d : t.getShape())
       arg->add_shape(d);
@@ -354,6 +357,10 @@ FailureOr<schema::Program> Exporter::run() {
   if (auto a = module->getAttrOfType<IntegerAttr>("rt.flowing_peak_bytes"))
     mem->set_flowing_peak_bytes(uint64_t(a.getInt()));
   mem->set_arena_bytes(p.arena_bytes());
+  if (auto a = module->getAttrOfType<IntegerAttr>("rt.stash_bytes"))
+    mem->set_stash_bytes_per_microbatch(uint64_t(a.getInt()));
+  if (auto a = module->getAttrOfType<IntegerAttr>("rt.stash_slots"))
+    mem->set_stash_slots(uint32_t(a.getInt()));
   auto kinds = rt::bufferKinds();
   for (auto &[kind, bytes] : kindBytes) {
     schema::KindBytes *kb = mem->add_by_kind();
@@ -371,8 +378,10 @@ FailureOr<schema::Program> Exporter::run() {
   if (auto m = module->getAttrOfType<IntegerAttr>("trainc.num_microbatches"))
     s->set_num_microbatches(m.getInt());
   for (Operation &op : fns[p.entry()].getBody().front())
-    if (auto call = dyn_cast<func::CallOp>(op))
-      s->add_steps(("F+B " + call.getCallee()).str());
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      auto unit = call->getAttrOfType<StringAttr>("rt.unit");
+      s->add_steps(((unit ? unit.getValue() : "call") + " " + call.getCallee()).str());
+    }
   return p;
 }
 

@@ -42,6 +42,9 @@ void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
   gb.distributedOptimizer = o.distributedOptimizer;
   gb.overlapParamGather = o.overlapParamGather;
   pm.addPass(createGradBucketsPass(gb));
+  ScheduleUnitsPassOptions su;
+  su.schedule = o.unitSchedule;
+  pm.addPass(createScheduleUnitsPass(su));
   pm.addPass(verify("sched"));
 }
 
@@ -82,6 +85,8 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
   Option<bool> overlapParamGather{*this, "overlap-param-gather", llvm::cl::init(false),
                                   llvm::cl::desc("Wait for parameter all-gathers in the next "
                                                  "iteration's forward")};
+  Option<std::string> schedule{*this, "schedule", llvm::cl::init("no-pipelining"),
+                               llvm::cl::desc("Unit order: no-pipelining or all-forward-first")};
   PlanOptions plan() const {
     PlanOptions p;
     p.numMicrobatches = numMicrobatches;
@@ -92,6 +97,7 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
     p.bucketSize = bucketSize;
     p.distributedOptimizer = distributedOptimizer;
     p.overlapParamGather = overlapParamGather;
+    p.unitSchedule = schedule;
     return p;
   }
 };
@@ -108,7 +114,7 @@ void mlir::trainc::registerPipelines() {
                                     "verify(model), autodiff, verify(autodiff)");
   registerPhase<buildSchedulePhase>(
       "trainc-phase-schedule",
-      "grad-accumulate, schedule, optimizer-expand, grad-buckets, verify(sched)");
+      "grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, verify(sched)");
   registerPhase<buildLowerPhase>("trainc-phase-lower", "lower-to-rt, verify(rt)");
   registerPhase<buildMemoryPhase>("trainc-phase-memory", "memory-plan, verify(memory)");
   registerPhase<buildCompilePipeline>("trainc-compile", "every phase, model IR to planned rt IR");

@@ -10,6 +10,9 @@
 
 #include "dialects/Sched/SchedDialect.h.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "dialects/Sched/SchedTypes.h.inc"
+
 #define GET_OP_CLASSES
 #include "dialects/Sched/SchedOps.h.inc"
 

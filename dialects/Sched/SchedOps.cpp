@@ -9,9 +9,19 @@
 using namespace mlir;
 using namespace mlir::trainc::sched;
 
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
 #include "dialects/Sched/SchedDialect.cpp.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "dialects/Sched/SchedTypes.cpp.inc"
+
 void SchedDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialects/Sched/SchedTypes.cpp.inc"
+      >();
   addOperations<
 #define GET_OP_LIST
 #include "dialects/Sched/SchedOps.cpp.inc"
@@ -36,6 +46,74 @@ LogicalResult MicrobatchOp::verifySymbolUses(SymbolTableCollection &symbolTable)
   if (int64_t(getIndex()) < 0)
     return emitOpError() << "microbatch index " << int64_t(getIndex()) << " is negative";
   return success();
+}
+
+/// The function `callee` names, or an error on `op` naming it.
+static FailureOr<func::FuncOp> unitCallee(Operation *op, FlatSymbolRefAttr callee,
+                                          SymbolTableCollection &symbolTable) {
+  auto fn = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(op, callee);
+  if (!fn)
+    return op->emitOpError() << "callee " << callee << " is not a function in this module";
+  return fn;
+}
+
+static LogicalResult verifyUnitIndices(Operation *op, int64_t microbatch, int64_t chunk) {
+  if (microbatch < 0)
+    return op->emitOpError() << "microbatch " << microbatch << " is negative";
+  if (chunk < 0)
+    return op->emitOpError() << "chunk " << chunk << " is negative";
+  return success();
+}
+
+LogicalResult ForwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<func::FuncOp> fn = unitCallee(*this, getCalleeAttr(), symbolTable);
+  if (failed(fn))
+    return failure();
+  for (Type t : fn->getResultTypes())
+    if (!isa<RankedTensorType>(t))
+      return emitOpError() << "callee @" << getCallee() << " returns " << t
+                           << "; a forward unit returns its stash as ranked tensors";
+  return verifyUnitIndices(*this, getMicrobatch(), getChunk());
+}
+
+LogicalResult BackwardOp::verify() {
+  auto fwd = getStash().getDefiningOp<ForwardOp>();
+  if (!fwd)
+    return emitOpError() << "stash operand is not the result of a sched.forward";
+  if (fwd.getMicrobatch() != getMicrobatch() || fwd.getChunk() != getChunk())
+    return emitOpError() << "consumes the stash of microbatch " << fwd.getMicrobatch()
+                         << " chunk " << fwd.getChunk() << " as microbatch " << getMicrobatch()
+                         << " chunk " << getChunk();
+  if (!getStash().hasOneUse())
+    return emitOpError() << "stash of microbatch " << getMicrobatch()
+                         << " is consumed more than once";
+  return success();
+}
+
+LogicalResult BackwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<func::FuncOp> fn = unitCallee(*this, getCalleeAttr(), symbolTable);
+  if (failed(fn))
+    return failure();
+  if (fn->getNumResults() != 0)
+    return emitOpError() << "callee @" << getCallee() << " returns " << fn->getNumResults()
+                         << " values; a backward unit accumulates its gradients and returns "
+                            "nothing";
+  auto fwd = getStash().getDefiningOp<ForwardOp>();
+  if (!fwd)
+    return success(); // reported by verify()
+  FailureOr<func::FuncOp> f = unitCallee(fwd, fwd.getCalleeAttr(), symbolTable);
+  if (failed(f))
+    return failure();
+  // The stash arguments are the trailing ones, tagged sched.stash, in the forward's result order.
+  SmallVector<Type> stashArgs;
+  for (unsigned i = 0; i < fn->getNumArguments(); ++i)
+    if (fn->getArgAttr(i, "sched.stash"))
+      stashArgs.push_back(fn->getArgument(i).getType());
+  if (TypeRange(stashArgs) != f->getResultTypes())
+    return emitOpError() << "callee @" << getCallee() << " takes " << stashArgs.size()
+                         << " stash arguments that do not match the " << f->getNumResults()
+                         << " results of the forward unit @" << fwd.getCallee();
+  return verifyUnitIndices(*this, getMicrobatch(), getChunk());
 }
 
 LogicalResult AccumulateLossOp::verify() {

@@ -11,15 +11,28 @@
 #define TRAINC_SCHED_OPS
 
 include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/SymbolInterfaces.td"
 
 def Sched_Dialect : Dialect {
   let name = "sched";
   let summary = "The training iteration: microbatch calls, gradient accumulation, optimizer step";
   let cppNamespace = "::mlir::trainc::sched";
+  let useDefaultTypePrinterParser = 1;
 }
 
 class Sched_Op<string mnemonic, list<Trait> traits = []> : Op<Sched_Dialect, mnemonic, traits>;
+
+def Sched_StashType : TypeDef<Sched_Dialect, "Stash"> {
+  let mnemonic = "stash";
+  let summary = "The activations one forward unit saved for its backward unit (a handle)";
+  let description = [{
+    The value produced by `sched.forward` and consumed by the matching `sched.backward`. The
+    tensors it stands for are the results of the forward unit's function (equal to the trailing
+    `sched.stash` arguments of the backward unit's function); lowering binds each live stash to
+    one set of activation buffers (a stash slot).
+  }];
+}
 
 def Sched_ZeroGradsOp : Sched_Op<"zero_grads"> {
   let summary = "Zero every main_grad buffer and the loss accumulators";
@@ -75,6 +88,38 @@ def Sched_MicrobatchOp : Sched_Op<"microbatch", [DeclareOpInterfaceMethods<Symbo
   }];
   let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$index);
   let assemblyFormat = "$callee attr-dict";
+}
+
+def Sched_ForwardOp : Sched_Op<"forward", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The forward unit of `chunk` on `microbatch`; its stash feeds the backward unit";
+  let description = [{
+    The callee (a stage function split by trainc-schedule-units) takes the stage's parameters
+    (model.param) and the microbatch's inputs (model.input) and returns the activations its
+    backward needs; it accumulates (loss_sum, num_tokens). The result is a handle to them.
+    ```mlir
+    %s0 = sched.forward @forward_backward.forward microbatch 0 chunk 0
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$microbatch, I64Attr:$chunk);
+  let results = (outs Sched_StashType:$stash);
+  let assemblyFormat = "$callee `microbatch` $microbatch `chunk` $chunk attr-dict";
+}
+
+def Sched_BackwardOp : Sched_Op<"backward", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The backward unit of `chunk` on `microbatch`: consumes its forward's stash";
+  let description = [{
+    The callee takes the parameters, the microbatch's inputs and the stash tensors of the
+    matching `sched.forward` (arguments tagged `sched.stash`), and accumulates the parameter
+    gradients into the main grads. Each stash is consumed exactly once, by the unit of the same
+    microbatch and chunk.
+    ```mlir
+    sched.backward @forward_backward.backward(%s0) microbatch 0 chunk 0
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee, Sched_StashType:$stash, I64Attr:$microbatch,
+                       I64Attr:$chunk);
+  let assemblyFormat = "$callee `(` $stash `)` `microbatch` $microbatch `chunk` $chunk attr-dict";
+  let hasVerifier = 1;
 }
 
 def Sched_AccumulateGradOp : Sched_Op<"accumulate_grad"> {

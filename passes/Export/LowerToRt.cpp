@@ -10,6 +10,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <map>
+
 #define DEBUG_TYPE "trainc-lower-to-rt"
 
 namespace mlir::trainc {
@@ -128,6 +130,10 @@ private:
   }
 
   LogicalResult collectParams();
+  /// The input buffers of microbatch `mb` for the stage function `callee`, in argument order.
+  SmallVector<Value> inputArgs(OpBuilder &ob, Location loc, StringRef callee, int64_t mb);
+  /// The buffers of stash slot `slot` for the results of the forward unit `fwd`.
+  SmallVector<rt::BufferOp> stashSlot(func::FuncOp fwd, int64_t slot);
   LogicalResult lowerStage(func::FuncOp fn);
   LogicalResult lowerIteration(func::FuncOp fn);
 
@@ -141,8 +147,12 @@ private:
   llvm::StringMap<rt::BufferOp> scalars;
   llvm::StringMap<func::FuncOp> stages;           // original stage functions by name
   llvm::StringMap<SmallVector<unsigned>> stageInputs; // arg numbers tagged model.input
+  llvm::StringMap<SmallVector<unsigned>> stageStash;  // arg numbers tagged sched.stash
   llvm::StringMap<double> stageFlops, stageBytes;
   llvm::StringMap<rt::BufferOp> inputBuffers;     // "<input>.<mb>"
+  /// Stash slots: buffers per (slot, forward result types), and the bytes of one slot.
+  std::map<std::pair<int64_t, std::string>, SmallVector<rt::BufferOp>> stashBuffers;
+  int64_t stashSlots = 0, stashBytes = 0;
   DpLayout layout;
   llvm::StringMap<size_t> layoutIndex;
   SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
@@ -236,9 +246,11 @@ LogicalResult Lowering::collectParams() {
         params.push_back(p);
       } else if (fn.getArgAttrOfType<StringAttr>(i, "model.input")) {
         stageInputs[fn.getSymName()].push_back(i);
+      } else if (fn.getArgAttrOfType<IntegerAttr>(i, "sched.stash")) {
+        stageStash[fn.getSymName()].push_back(i);
       } else {
         return fn.emitOpError() << "argument " << i
-                                << " is neither a model.param nor a model.input";
+                                << " is neither a model.param, a model.input nor a sched.stash";
       }
     }
   }
@@ -298,9 +310,16 @@ private:
 
 LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   StringRef fname = fn.getSymName();
+  // Arguments: the microbatch inputs, then the stash (read by a backward unit, written by a
+  // forward unit's results).
   SmallVector<Type> argTypes;
   for (unsigned i : stageInputs[fname])
     argTypes.push_back(memrefOf(fn.getArgument(i).getType()));
+  for (unsigned i : stageStash[fname])
+    argTypes.push_back(memrefOf(fn.getArgument(i).getType()));
+  const unsigned firstOut = unsigned(argTypes.size());
+  for (Type t : fn.getResultTypes())
+    argTypes.push_back(memrefOf(t));
   OpBuilder mb(module.getContext());
   mb.setInsertionPoint(fn);
   auto nf = mb.create<func::FuncOp>(fn.getLoc(), (fname + ".rt").str(),
@@ -313,6 +332,20 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   for (auto [k, i] : llvm::enumerate(stageInputs[fname])) {
     map.map(fn.getArgument(i), entry->getArgument(k));
     nf.setArgAttr(k, "rt.input", fn.getArgAttr(i, "model.input"));
+  }
+  for (auto [k, i] : llvm::enumerate(stageStash[fname])) {
+    unsigned a = unsigned(stageInputs[fname].size() + k);
+    map.map(fn.getArgument(i), entry->getArgument(a));
+    nf.setArgAttr(a, "rt.stash", fn.getArgAttr(i, "sched.stash"));
+  }
+  // A forward unit's stash results are written straight into the caller's slot buffers.
+  llvm::DenseMap<Value, unsigned> outArg;
+  if (fn.getNumResults() > 0) {
+    auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+    for (auto [k, v] : llvm::enumerate(ret.getOperands())) {
+      outArg.try_emplace(v, firstOut + unsigned(k));
+      nf.setArgAttr(firstOut + unsigned(k), "rt.stash", mb.getI64IntegerAttr(int64_t(k)));
+    }
   }
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)
     if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
@@ -331,7 +364,9 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     }
     if (auto k = dyn_cast<model::KernelOpInterface>(&op)) {
       std::string base = (fname + "." + op.getName().stripDialect() + "." + Twine(counter)).str();
-      Emitter e(ob, &op, map, [&](unsigned i) {
+      Emitter e(ob, &op, map, [&](unsigned i) -> Value {
+        if (auto it = outArg.find(op.getResult(i)); it != outArg.end())
+          return entry->getArgument(it->second);
         std::string n = op.getNumResults() == 1 ? base : base + "." + std::to_string(i);
         return ref(ob, loc, addBuffer(n, memrefOf(op.getResult(i).getType()), "activation"));
       });
@@ -386,6 +421,12 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       continue;
     }
     if (isa<func::ReturnOp>(op)) {
+      // Stash values that are views of other buffers (or returned twice) are copied out.
+      for (auto [k, v] : llvm::enumerate(op.getOperands())) {
+        Value out = entry->getArgument(firstOut + unsigned(k));
+        if (map.lookup(v) != out)
+          kernel(ob, loc, "copy", {map.lookup(v)}, {out});
+      }
       ob.create<func::ReturnOp>(op.getLoc());
       continue;
     }
@@ -415,6 +456,8 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
   ob.setInsertionPointToStart(nf.addEntryBlock());
   double flops = 0, bytes = 0;
   int64_t calls = 0;
+  SmallVector<int64_t> busySlots;
+  llvm::DenseMap<Value, std::pair<int64_t, SmallVector<rt::BufferOp>>> stashOf;
   for (Operation &op : fn.getBody().front()) {
     Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
                                 op.getLoc());
@@ -444,20 +487,48 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       auto it = stages.find(call.getCallee());
       if (it == stages.end())
         return call.emitOpError() << "calls @" << call.getCallee() << ", not a stage function";
-      func::FuncOp stage = it->second;
-      SmallVector<Value> args;
-      for (unsigned i : stageInputs[call.getCallee()]) {
-        std::string name = stage.getArgAttrOfType<StringAttr>(i, "model.input").str() + "." +
-                           std::to_string(call.getIndex());
-        rt::BufferOp &buf = inputBuffers[name];
-        if (!buf)
-          buf = addBuffer(name, memrefOf(stage.getArgument(i).getType()), "input");
-        args.push_back(ref(ob, loc, buf));
-      }
-      ob.create<func::CallOp>(loc, (call.getCallee() + ".rt").str(), TypeRange{}, args);
+      SmallVector<Value> args = inputArgs(ob, loc, call.getCallee(), int64_t(call.getIndex()));
+      auto c = ob.create<func::CallOp>(loc, (call.getCallee() + ".rt").str(), TypeRange{}, args);
+      c->setAttr("rt.unit", ob.getStringAttr("F+B microbatch " + Twine(call.getIndex())));
       flops += stageFlops[call.getCallee()];
       bytes += stageBytes[call.getCallee()];
       ++calls;
+    } else if (auto fwd = dyn_cast<sched::ForwardOp>(op)) {
+      auto it = stages.find(fwd.getCallee());
+      if (it == stages.end())
+        return fwd.emitOpError() << "calls @" << fwd.getCallee() << ", not a stage function";
+      // The lowest free stash slot holds this microbatch's activations until its backward.
+      int64_t slot = 0;
+      while (llvm::is_contained(busySlots, slot))
+        ++slot;
+      busySlots.push_back(slot);
+      stashSlots = std::max(stashSlots, slot + 1);
+      SmallVector<Value> args = inputArgs(ob, loc, fwd.getCallee(), int64_t(fwd.getMicrobatch()));
+      SmallVector<rt::BufferOp> stash = stashSlot(it->second, slot);
+      for (rt::BufferOp buf : stash)
+        args.push_back(ref(ob, loc, buf));
+      stashOf[fwd.getStash()] = {slot, stash};
+      auto c = ob.create<func::CallOp>(loc, (fwd.getCallee() + ".rt").str(), TypeRange{}, args);
+      c->setAttr("rt.unit", ob.getStringAttr("F microbatch " + Twine(fwd.getMicrobatch()) +
+                                             " chunk " + Twine(fwd.getChunk())));
+      flops += stageFlops[fwd.getCallee()];
+      bytes += stageBytes[fwd.getCallee()];
+      ++calls;
+    } else if (auto bwd = dyn_cast<sched::BackwardOp>(op)) {
+      if (!stages.count(bwd.getCallee()))
+        return bwd.emitOpError() << "calls @" << bwd.getCallee() << ", not a stage function";
+      auto st = stashOf.find(bwd.getStash());
+      if (st == stashOf.end())
+        return bwd.emitOpError() << "consumes a stash no earlier sched.forward produced";
+      SmallVector<Value> args = inputArgs(ob, loc, bwd.getCallee(), int64_t(bwd.getMicrobatch()));
+      for (rt::BufferOp buf : st->second.second)
+        args.push_back(ref(ob, loc, buf));
+      auto c = ob.create<func::CallOp>(loc, (bwd.getCallee() + ".rt").str(), TypeRange{}, args);
+      c->setAttr("rt.unit", ob.getStringAttr("B microbatch " + Twine(bwd.getMicrobatch()) +
+                                             " chunk " + Twine(bwd.getChunk())));
+      llvm::erase(busySlots, st->second.first);
+      flops += stageFlops[bwd.getCallee()];
+      bytes += stageBytes[bwd.getCallee()];
     } else if (auto fin = dyn_cast<sched::FinalizeGradsOp>(op)) {
       if (layout.mainGrad) {
         // Only this rank's shards hold reduced gradients under the distributed optimizer.
@@ -504,12 +575,56 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       return op.emitOpError() << "cannot be lowered to rt in an iteration function";
     }
   }
+  if (!busySlots.empty())
+    return fn.emitOpError() << "ends with " << busySlots.size()
+                            << " stash(es) that no sched.backward consumed";
   if (!isEval) {
+    if (stashSlots > 0) {
+      module->setAttr("rt.stash_slots", b.getI64IntegerAttr(stashSlots));
+      module->setAttr("rt.stash_bytes", b.getI64IntegerAttr(stashBytes));
+    }
     module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(flops));
     module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(bytes));
     module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(calls));
   }
   return success();
+}
+
+SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef callee,
+                                       int64_t mb) {
+  func::FuncOp stage = stages[callee];
+  SmallVector<Value> args;
+  for (unsigned i : stageInputs[callee]) {
+    std::string name =
+        stage.getArgAttrOfType<StringAttr>(i, "model.input").str() + "." + std::to_string(mb);
+    rt::BufferOp &buf = inputBuffers[name];
+    if (!buf)
+      buf = addBuffer(name, memrefOf(stage.getArgument(i).getType()), "input");
+    args.push_back(ref(ob, loc, buf));
+  }
+  return args;
+}
+
+SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot) {
+  // Forward units with the same result types share a slot's buffers.
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  llvm::interleaveComma(fwd.getResultTypes(), os);
+  SmallVector<rt::BufferOp> &bufs = stashBuffers[{slot, os.str()}];
+  if (bufs.empty()) {
+    int64_t total = 0;
+    for (auto [k, t] : llvm::enumerate(fwd.getResultTypes())) {
+      MemRefType m = memrefOf(t);
+      rt::BufferOp buf =
+          addBuffer(("stash" + Twine(slot) + "." + Twine(k)).str(), m, "activation");
+      buf->setAttr("group", b.getStringAttr("stash." + Twine(slot)));
+      bufs.push_back(buf);
+      int64_t n = m.getNumElements() * int64_t((m.getElementTypeBitWidth() + 7) / 8);
+      total += (n + 63) / 64 * 64; // the memory planner's alignment
+    }
+    stashBytes = std::max(stashBytes, total);
+  }
+  return bufs;
 }
 
 LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operation &op) {

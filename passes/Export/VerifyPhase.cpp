@@ -73,10 +73,17 @@ LogicalResult verifySched(ModuleOp m) {
       op->emitOpError() << "phase sched: model op in the iteration function";
       return WalkResult::interrupt();
     }
-    if (auto mb = dyn_cast<sched::MicrobatchOp>(op)) {
-      auto fn = m.lookupSymbol<func::FuncOp>(mb.getCallee());
+    std::optional<StringRef> callee;
+    if (auto mb = dyn_cast<sched::MicrobatchOp>(op))
+      callee = mb.getCallee();
+    else if (auto f = dyn_cast<sched::ForwardOp>(op))
+      callee = f.getCallee();
+    else if (auto bw = dyn_cast<sched::BackwardOp>(op))
+      callee = bw.getCallee();
+    if (callee) {
+      auto fn = m.lookupSymbol<func::FuncOp>(*callee);
       if (!fn || !fn->hasAttr("sched.stage")) {
-        op->emitOpError() << "phase sched: calls @" << mb.getCallee() << ", not a stage function";
+        op->emitOpError() << "phase sched: calls @" << *callee << ", not a stage function";
         return WalkResult::interrupt();
       }
     }

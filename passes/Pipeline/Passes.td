@@ -47,4 +47,40 @@ def ScheduleNoPipeliningPass : Pass<"trainc-schedule", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }
 
+def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
+  let summary = "Split stage functions into forward and backward units and order them";
+  let description = [{
+    Runs last in the schedule phase (after trainc-grad-buckets). Every stage function called by
+    `sched.microbatch` in the training iteration is split at its loss seed into a forward unit
+    (`<stage>.forward`: the ops before the seed plus the loss accumulation; returns the
+    activations the backward reads, its *stash*) and a backward unit (`<stage>.backward`: the
+    seed and everything after it; takes the stage's arguments plus the stash, tagged
+    `sched.stash`). Reshapes of forward values are re-materialised in the backward instead of
+    stashed. Forward units with identical bodies (the `_last` clone's forward is the stage's) are
+    shared. The microbatch calls are then replaced by one `sched.forward` / `sched.backward` per
+    microbatch, in the order of `schedule`:
+
+    - `no-pipelining` (default): Megatron's forward_backward_no_pipelining, F0 B0 F1 B1 ...,
+      one microbatch in flight;
+    - `all-forward-first` (for tests): F0 .. Fm-1 then B0 .. Bm-1, m stashes in flight.
+
+    Both give bitwise the same gradients (the same kernels on the same data; accumulation into
+    the main grads stays in microbatch order).
+
+    Before: `sched.microbatch @forward_backward {index = 0 : i64}` ...
+    After:
+    ```mlir
+    %0 = sched.forward @forward_backward.forward microbatch 0 chunk 0
+    sched.backward @forward_backward.backward(%0) microbatch 0 chunk 0
+    %1 = sched.forward @forward_backward.forward microbatch 1 chunk 0
+    sched.backward @forward_backward.backward_last(%1) microbatch 1 chunk 0
+    ```
+  }];
+  let options = [
+    Option<"schedule", "schedule", "std::string", "\"no-pipelining\"",
+           "Unit order: no-pipelining (Megatron's) or all-forward-first (tests)">,
+  ];
+  let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
+}
+
 #endif

@@ -46,8 +46,10 @@ class CompiledPlan {
 public:
   /// Compiles a preset with Megatron flags (dtype fp32 or fp64). Fails the test on error.
   CompiledPlan(const std::string &preset, std::vector<std::string> flags,
-               const std::string &dtype = "fp32") {
-    std::vector<schema::Program> all = compileAllRanks(preset, std::move(flags), &plan, dtype);
+               const std::string &dtype = "fp32",
+               const std::string &unitSchedule = "no-pipelining") {
+    std::vector<schema::Program> all =
+        compileAllRanks(preset, std::move(flags), &plan, dtype, unitSchedule);
     if (all.empty())
       return;
     program = all.front();
@@ -66,7 +68,9 @@ public:
   static std::vector<schema::Program> compileAllRanks(const std::string &preset,
                                                       std::vector<std::string> flags,
                                                       config::PlanConfig *planOut,
-                                                      const std::string &dtype = "fp32") {
+                                                      const std::string &dtype = "fp32",
+                                                      const std::string &unitSchedule =
+                                                          "no-pipelining") {
     std::optional<config::ModelConfig> base = config::findPreset(preset);
     EXPECT_TRUE(base.has_value()) << preset;
     config::FlagParseOptions po;
@@ -80,6 +84,7 @@ public:
     mlir::MLIRContext ctx;
     mlir::trainc::CompileOptions o;
     o.dtype = dtype;
+    o.unitSchedule = unitSchedule;
     std::vector<schema::Program> all;
     o.allRanks = &all;
     if (mlir::failed(mlir::trainc::compilePlan(ctx, *cfg, o))) {
@@ -168,6 +173,10 @@ public:
           for (size_t j = 0; j < n; ++j)
             pos[j] = int32_t(j % size_t(s.seq));
           writeInts("position_ids" + sfx, pos.data(), n);
+          if (int b = executor->findBuffer("rng" + sfx); b >= 0 && rngSeed >= 0) {
+            int64_t rng[3] = {rngSeed, int64_t(step), i}; // as the Trainer: seed, iteration, mb
+            EXPECT_TRUE(executor->writeBuffer(b, rng, sizeof(rng)).ok());
+          }
         }
         write("lr", {lr});
         write("weight_decay", {wd});
@@ -185,6 +194,8 @@ public:
   config::PlanConfig plan;
   schema::Program program;
   bool f64 = false;
+  /// When >= 0, step() writes dropout's rng inputs as the Trainer does (else they stay zero).
+  int64_t rngSeed = -1;
 
 private:
   /// Creates the executor for `program` (fails the test on error).

@@ -119,6 +119,56 @@ TEST(GradientAccumulation, SplitsOfOneGlobalBatchGiveTheSameStep) {
   }
 }
 
+// The same microbatches in Megatron's order (F0 B0 F1 B1 ...) and all forwards first (F0..F3
+// B0..B3): the same kernels on the same data, so the step is bitwise equal; the second holds every
+// microbatch's stash at once, so its arena is larger by exactly 3 stash sets, and the runtime
+// touches exactly the planned arena in both.
+TEST(UnitSchedule, AllForwardFirstIsBitwiseEqualAndHoldsMMinusOneMoreStashes) {
+  struct Variant {
+    const char *preset;
+    std::vector<std::string> flags;
+  };
+  const Variant variants[] = {
+      {"tiny-llama", {"--lr", "1e-3"}},
+      {"tiny-gpt",
+       {"--lr", "1e-3", "--hidden-dropout", "0.1", "--attention-dropout", "0",
+        "--no-calculate-per-token-loss"}},
+  };
+  const int64_t m = 4;
+  Samples s = randomSamples(8, 9, 37, 11);
+  for (const Variant &v : variants) {
+    SCOPED_TRACE(v.preset);
+    CompiledPlan a(v.preset, tinyFlags(2, 8, v.flags), "fp32", "no-pipelining");
+    CompiledPlan b(v.preset, tinyFlags(2, 8, v.flags), "fp32", "all-forward-first");
+    ASSERT_TRUE(a.ok() && b.ok());
+    a.rngSeed = b.rngSeed = 1234;
+    for (CompiledPlan *p : {&a, &b})
+      ASSERT_TRUE(rt::initializeParameters(p->ex(), 7).ok());
+    double la = 0, lb = 0;
+    for (int it = 1; it <= 2; ++it) {
+      la = a.step(s, 1e-3, it);
+      lb = b.step(s, 1e-3, it);
+      EXPECT_EQ(la, lb) << "loss, iteration " << it;
+    }
+    auto ga = grads(a), gb = grads(b), wa = params(a), wb = params(b);
+    for (auto &[name, g] : ga) {
+      EXPECT_EQ(g, gb[name]) << "grad " << name;
+      EXPECT_EQ(wa[name], wb[name]) << "param " << name;
+    }
+    const schema::MemoryReport &ma = a.program.reports().memory(), &mb = b.program.reports().memory();
+    EXPECT_EQ(ma.stash_slots(), 1u);
+    EXPECT_EQ(mb.stash_slots(), uint32_t(m));
+    ASSERT_GT(ma.stash_bytes_per_microbatch(), 0u);
+    EXPECT_EQ(ma.stash_bytes_per_microbatch(), mb.stash_bytes_per_microbatch());
+    EXPECT_EQ(b.program.arena_bytes() - a.program.arena_bytes(),
+              uint64_t(m - 1) * ma.stash_bytes_per_microbatch());
+    // The arena is the touched high-water mark rounded up to the planner's 64-byte alignment.
+    auto aligned = [](uint64_t x) { return (x + 63) / 64 * 64; };
+    EXPECT_EQ(aligned(a.ex().highWaterMark()), a.program.arena_bytes());
+    EXPECT_EQ(aligned(b.ex().highWaterMark()), b.program.arena_bytes());
+  }
+}
+
 TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
   // 4 microbatches of 2 samples; microbatch 1 holds a single valid token.
   Samples s = randomSamples(8, 9, 37, 9);
@@ -190,8 +240,8 @@ TEST(ProgramSize, GrowsAdditivelyInLayersAndMicrobatches) {
   auto at = [&](int64_t l, int64_t m) { return count[std::make_pair(l, m)]; };
   EXPECT_EQ(at(4, 8) - at(2, 8), at(4, 2) - at(2, 2));
   EXPECT_EQ(at(4, 8) - at(4, 2), at(2, 8) - at(2, 2));
-  // One call per extra microbatch in train_step and one in eval_step.
-  EXPECT_EQ(at(2, 8) - at(2, 2), 12u);
+  // Per extra microbatch: a forward and a backward unit in train_step and a call in eval_step.
+  EXPECT_EQ(at(2, 8) - at(2, 2), 18u);
 }
 
 } // namespace

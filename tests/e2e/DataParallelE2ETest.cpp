@@ -315,16 +315,25 @@ TEST(DataParallelCollectives, ExactlyOnePerBucketPlusGathersAndReductions) {
       // no collective.
       const schema::Program &p = programs[0];
       int numBuckets = countCollectives(p, int(p.entry()))[zero ? "REDUCE_SCATTER" : "ALL_REDUCE"];
+      int seen = 0;
       for (const schema::Function &f : p.functions()) {
         int c = 0;
         for (const schema::Instruction &ins : f.body())
           c += ins.has_collective();
-        // With one microbatch the stage function is the last microbatch's.
-        if (f.name() == "forward_backward")
+        // With one microbatch the stage function is the last microbatch's; forward units
+        // never communicate.
+        if (f.name() == "forward_backward.backward") {
           EXPECT_EQ(c, m == 1 ? numBuckets : 0);
-        if (f.name() == "forward_backward_last")
+          ++seen;
+        }
+        if (f.name() == "forward_backward_last.backward") {
           EXPECT_EQ(c, numBuckets);
+          ++seen;
+        }
+        if (f.name() == "forward_backward.forward")
+          EXPECT_EQ(c, 0);
       }
+      EXPECT_EQ(seen, m == 1 ? 1 : 2) << "backward unit functions found";
     }
 }
 
@@ -393,7 +402,7 @@ TEST(DataParallelTrace, ABucketReductionOverlapsBackwardCompute) {
     const llvm::json::Object &args = *e.getObject("args");
     Event ev{e.getString("name")->str(), args.getString("function")->str(), *e.getInteger("tid"),
              *args.getInteger("index"), *e.getNumber("ts"), *e.getNumber("dur")};
-    if (ev.function != "forward_backward_last")
+    if (ev.function != "forward_backward_last.backward")
       continue;
     (ev.tid == 1 ? comm : compute).push_back(ev);
   }

@@ -39,13 +39,22 @@ func.func @forward(
 
 // Tests that trainc-phase-schedule passes its options on: per_microbatch normalization (legacy
 // seed), two microbatches, the clip; the optimizer step is expanded (no decay for the norm weight).
-// SCHED-LABEL: func.func @forward_backward(
-// SCHED-SAME: attributes {sched.stage}
-// SCHED: sched.loss_seed %{{.+}} {num_microbatches = 2 : i64}
+// The stage is split into a forward unit (the loss accumulation, the legacy seed's num_tokens in
+// its stash) and a backward unit (the seed), ordered as Megatron's F0 B0 F1 B1.
+// SCHED-LABEL: func.func @forward_backward.forward(
+// SCHED-SAME: attributes {sched.stage, sched.unit = "forward"}
 // SCHED: sched.accumulate_loss %{{.+}}, %{{.+}} {normalization = "per_microbatch"}
+// SCHED-LABEL: func.func @forward_backward.backward(
+// SCHED-SAME: sched.stash = 0 : i64
+// SCHED-SAME: attributes {sched.stage, sched.unit = "backward"}
+// SCHED: sched.loss_seed %{{.+}} {num_microbatches = 2 : i64}
+// SCHED-NOT: sched.accumulate_loss
 // SCHED-LABEL: func.func @train_step()
 // SCHED-SAME: sched.num_microbatches = 2 : i64
-// SCHED: sched.microbatch @forward_backward {index = 1 : i64}
+// SCHED: %[[S0:.+]] = sched.forward @forward_backward.forward microbatch 0 chunk 0
+// SCHED-NEXT: sched.backward @forward_backward.backward(%[[S0]]) microbatch 0 chunk 0
+// SCHED-NEXT: %[[S1:.+]] = sched.forward @forward_backward.forward microbatch 1 chunk 0
+// SCHED-NEXT: sched.backward @forward_backward.backward(%[[S1]]) microbatch 1 chunk 0
 // SCHED-NEXT: sched.finalize_grads {normalization = "per_microbatch"}
 // SCHED-NEXT: sched.clip_grad_norm {max_norm = 5.000000e-01 : f64}
 // SCHED-NEXT: sched.adamw {{.*}}decay = true, {{.*}}param = "wte"}
@@ -56,8 +65,9 @@ func.func @forward(
 
 // Tests that trainc-phase-lower leaves only rt-level IR (no model or sched op, no tensor): the stage
 // functions on memrefs, the training entry and the evaluation entry point.
-// LOWER: module attributes {trainc.bytes_per_iteration = {{.+}}, trainc.data_parallel_size = 1 : i64, trainc.flops_per_iteration = 5.280000e+03 : f64, trainc.grad_bucket_bounds = array<i64: 0, {{[0-9]+}}>, trainc.num_microbatches = 1 : i64}
-// LOWER-DAG: func.func @forward_backward({{.*}}) attributes {rt.stage}
+// LOWER: module attributes {rt.stash_bytes = 1216 : i64, rt.stash_slots = 1 : i64, trainc.bytes_per_iteration = {{.+}}, trainc.data_parallel_size = 1 : i64, trainc.flops_per_iteration = 5.280000e+03 : f64, trainc.grad_bucket_bounds = array<i64: 0, {{[0-9]+}}>, trainc.num_microbatches = 1 : i64}
+// LOWER-DAG: func.func @forward_backward.forward({{.*}}) attributes {rt.stage}
+// LOWER-DAG: func.func @forward_backward.backward({{.*}}) attributes {rt.stage}
 // LOWER-DAG: func.func @forward_only({{.*}}) attributes {rt.stage}
 // LOWER-DAG: func.func @train_step() attributes {rt.entry}
 // LOWER-DAG: func.func @eval_step() attributes {rt.entry_point = "eval_step"}

@@ -248,7 +248,7 @@ module {
 // -----
 
 // Tests that every stage function argument is a parameter or an input.
-// expected-error@+1 {{'func.func' op argument 1 is neither a model.param nor a model.input}}
+// expected-error@+1 {{'func.func' op argument 1 is neither a model.param, a model.input nor a sched.stash}}
 func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %x: tensor<4xf32>) attributes {sched.stage} {
   return
 }

@@ -1,0 +1,294 @@
+//===- ScheduleUnits.cpp - Forward and backward units and their order -----===//
+//
+// Splits each training stage function at its loss seed into a forward unit that returns its
+// stash and a backward unit that takes it, and replaces the iteration's microbatch calls by
+// sched.forward / sched.backward units in the order of a schedule description. See Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Pipeline/Passes.h"
+
+#include "dialects/Model/ModelDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/OperationSupport.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+
+#define DEBUG_TYPE "trainc-schedule-units"
+
+namespace mlir::trainc {
+#define GEN_PASS_DEF_SCHEDULEUNITSPASS
+#include "passes/Pipeline/Passes.h.inc"
+} // namespace mlir::trainc
+
+using namespace mlir;
+using namespace mlir::trainc;
+
+namespace {
+
+/// The forward and backward unit functions of one stage function.
+struct Units {
+  func::FuncOp forward, backward;
+};
+
+/// True for the op that starts the backward: autodiff's seed (model.fill {model.loss_seed}) or
+/// the legacy-mode seed (sched.loss_seed).
+bool isLossSeed(Operation &op) {
+  return isa<sched::LossSeedOp>(op) || (isa<model::FillOp>(op) && op.hasAttr("model.loss_seed"));
+}
+
+/// Ops cheaper to recompute in the backward than to stash: views and constants.
+bool isRematerialisable(Operation *op) {
+  return isa<model::ReshapeOp>(op) ||
+         (op->getNumOperands() == 0 && isa<model::ModelDialect>(op->getDialect()));
+}
+
+/// Copies the discardable attributes of `from` (sched.stage, ...) onto `to`.
+void copyFunctionAttrs(func::FuncOp from, func::FuncOp to) {
+  for (NamedAttribute a : from->getDiscardableAttrs())
+    to->setAttr(a.getName(), a.getValue());
+}
+
+class Splitter {
+public:
+  explicit Splitter(ModuleOp module) : module(module) {}
+
+  /// Splits `fn` into its units (created once per stage function). Errors name the function.
+  FailureOr<Units> split(func::FuncOp fn);
+
+private:
+  func::FuncOp buildForward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash);
+  func::FuncOp buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash);
+  /// An earlier forward unit with the same signature and body as `fwd`, or null.
+  func::FuncOp findEquivalent(func::FuncOp fwd);
+
+  ModuleOp module;
+  llvm::StringMap<Units> done;
+  SmallVector<func::FuncOp> forwards;
+};
+
+FailureOr<Units> Splitter::split(func::FuncOp fn) {
+  auto it = done.find(fn.getSymName());
+  if (it != done.end())
+    return it->second;
+  if (fn.isDeclaration() || !fn->hasAttr("sched.stage"))
+    return fn.emitOpError() << "@" << fn.getSymName()
+                            << " is not a stage function with a body (sched.stage)";
+  if (fn.getNumResults() != 0)
+    return fn.emitOpError() << "@" << fn.getSymName() << " returns " << fn.getNumResults()
+                            << " values; a stage function returns nothing";
+  Block &body = fn.getBody().front();
+  auto seed = llvm::find_if(body, isLossSeed);
+  if (seed == body.end())
+    return fn.emitOpError() << "@" << fn.getSymName()
+                            << " has no loss seed (model.fill {model.loss_seed} or "
+                               "sched.loss_seed): nothing marks where its backward starts";
+
+  // Forward: the ops before the seed plus the loss accumulation; backward: the rest.
+  SmallVector<Operation *> fwdOps, bwdOps;
+  llvm::DenseSet<Operation *> inForward;
+  bool before = true;
+  for (Operation &op : body.without_terminator()) {
+    before &= &op != &*seed;
+    if (before || isa<sched::AccumulateLossOp>(op)) {
+      fwdOps.push_back(&op);
+      inForward.insert(&op);
+    } else {
+      bwdOps.push_back(&op);
+    }
+  }
+  for (Operation *op : fwdOps)
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp(); def && !inForward.contains(def))
+        return op->emitOpError() << "is in the forward of @" << fn.getSymName()
+                                 << " but reads a value of its backward";
+
+  // The stash: forward values the backward reads, except what is cheaper to recompute.
+  llvm::SetVector<Value> stash;
+  llvm::SetVector<Operation *> remat;
+  SmallVector<Value> work;
+  for (Operation *op : bwdOps)
+    llvm::append_range(work, op->getOperands());
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    Operation *def = v.getDefiningOp();
+    if (!def || !inForward.contains(def))
+      continue; // an argument (parameter or input: the backward has it) or a backward value
+    if (isRematerialisable(def)) {
+      if (remat.insert(def))
+        llvm::append_range(work, def->getOperands());
+      continue;
+    }
+    stash.insert(v);
+  }
+  SmallVector<Operation *> bwdWithRemat(remat.begin(), remat.end());
+  llvm::sort(bwdWithRemat, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  llvm::append_range(bwdWithRemat, bwdOps);
+  // Stash order: the order the forward computes them (stable, readable dumps).
+  SmallVector<Value> stashValues(stash.begin(), stash.end());
+  llvm::sort(stashValues, [](Value a, Value b) {
+    Operation *x = a.getDefiningOp(), *y = b.getDefiningOp();
+    if (x != y)
+      return x->isBeforeInBlock(y);
+    return cast<OpResult>(a).getResultNumber() < cast<OpResult>(b).getResultNumber();
+  });
+
+  Units units;
+  units.forward = buildForward(fn, fwdOps, stashValues);
+  if (func::FuncOp same = findEquivalent(units.forward)) {
+    units.forward.erase();
+    units.forward = same;
+  } else {
+    forwards.push_back(units.forward);
+  }
+  units.backward = buildBackward(fn, bwdWithRemat, stashValues);
+  done[fn.getSymName()] = units;
+  return units;
+}
+
+func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
+                                    ArrayRef<Value> stash) {
+  OpBuilder b(fn);
+  SmallVector<Type> results;
+  for (Value v : stash)
+    results.push_back(v.getType());
+  auto f = b.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".forward").str(),
+                                  b.getFunctionType(fn.getArgumentTypes(), results));
+  copyFunctionAttrs(fn, f);
+  f->removeAttr("sched.last_microbatch");
+  f->setAttr("sched.unit", b.getStringAttr("forward"));
+  f.setAllArgAttrs(fn.getAllArgAttrs());
+  Block *entry = f.addEntryBlock();
+  IRMapping map;
+  map.map(fn.getArguments(), entry->getArguments());
+  b.setInsertionPointToStart(entry);
+  for (Operation *op : ops)
+    b.clone(*op, map);
+  SmallVector<Value> ret;
+  for (Value v : stash)
+    ret.push_back(map.lookup(v));
+  b.create<func::ReturnOp>(fn.getLoc(), ret);
+  return f;
+}
+
+func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
+                                     ArrayRef<Value> stash) {
+  OpBuilder b(fn);
+  SmallVector<Type> args(fn.getArgumentTypes());
+  for (Value v : stash)
+    args.push_back(v.getType());
+  auto f = b.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".backward").str(),
+                                  b.getFunctionType(args, {}));
+  copyFunctionAttrs(fn, f);
+  f->removeAttr("sched.first_microbatch");
+  f->setAttr("sched.unit", b.getStringAttr("backward"));
+  SmallVector<DictionaryAttr> argAttrs;
+  fn.getAllArgAttrs(argAttrs);
+  for (size_t k = 0; k < stash.size(); ++k)
+    argAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("sched.stash", b.getI64IntegerAttr(int64_t(k)))}));
+  f.setAllArgAttrs(argAttrs);
+  Block *entry = f.addEntryBlock();
+  IRMapping map;
+  map.map(fn.getArguments(), entry->getArguments().take_front(fn.getNumArguments()));
+  for (auto [k, v] : llvm::enumerate(stash))
+    map.map(v, entry->getArgument(unsigned(fn.getNumArguments() + k)));
+  b.setInsertionPointToStart(entry);
+  for (Operation *op : ops)
+    b.clone(*op, map);
+  b.create<func::ReturnOp>(fn.getLoc());
+  return f;
+}
+
+func::FuncOp Splitter::findEquivalent(func::FuncOp fwd) {
+  for (func::FuncOp other : forwards) {
+    if (other.getFunctionType() != fwd.getFunctionType() ||
+        other.getAllArgAttrs() != fwd.getAllArgAttrs())
+      continue;
+    if (OperationEquivalence::isRegionEquivalentTo(&other.getBody(), &fwd.getBody(),
+                                                   OperationEquivalence::IgnoreLocations))
+      return other;
+  }
+  return {};
+}
+
+struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUnitsPass> {
+  using ScheduleUnitsPassBase::ScheduleUnitsPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (schedule != "no-pipelining" && schedule != "all-forward-first") {
+      module.emitError() << "trainc-schedule-units: schedule '" << schedule
+                         << "' is not one of 'no-pipelining', 'all-forward-first'";
+      return signalPassFailure();
+    }
+    func::FuncOp step;
+    for (func::FuncOp f : module.getOps<func::FuncOp>())
+      if (f->hasAttr("sched.iteration") && !f->hasAttr("sched.eval"))
+        step = f;
+    if (!step) {
+      module.emitError() << "trainc-schedule-units: no training iteration function (run "
+                            "trainc-schedule first)";
+      return signalPassFailure();
+    }
+    SmallVector<sched::MicrobatchOp> calls(step.getOps<sched::MicrobatchOp>());
+    if (calls.empty())
+      return;
+    for (size_t i = 1; i < calls.size(); ++i)
+      if (calls[i - 1]->getNextNode() != calls[i].getOperation()) {
+        calls[i].emitOpError() << "is not next to the previous sched.microbatch; the units of "
+                                  "an iteration are ordered as one block";
+        return signalPassFailure();
+      }
+    Splitter splitter(module);
+    SmallVector<std::pair<Units, int64_t>> units;
+    for (sched::MicrobatchOp mb : calls) {
+      auto fn = module.lookupSymbol<func::FuncOp>(mb.getCalleeAttr());
+      if (!fn) {
+        mb.emitOpError() << "calls @" << mb.getCallee() << ", not a function in this module";
+        return signalPassFailure();
+      }
+      FailureOr<Units> u = splitter.split(fn);
+      if (failed(u))
+        return signalPassFailure();
+      units.push_back({*u, int64_t(mb.getIndex())});
+    }
+    OpBuilder b(calls.front());
+    auto forward = [&](Units u, int64_t mb) {
+      return b.create<sched::ForwardOp>(calls.front().getLoc(),
+                                        sched::StashType::get(b.getContext()),
+                                        u.forward.getSymName(), mb, 0);
+    };
+    auto backward = [&](Units u, sched::ForwardOp f) {
+      b.create<sched::BackwardOp>(f.getLoc(), u.backward.getSymName(), f.getStash(),
+                                  f.getMicrobatch(), 0);
+    };
+    if (schedule == "no-pipelining") {
+      for (auto &[u, mb] : units)
+        backward(u, forward(u, mb));
+    } else {
+      SmallVector<sched::ForwardOp> fs;
+      for (auto &[u, mb] : units)
+        fs.push_back(forward(u, mb));
+      for (auto [k, f] : llvm::enumerate(fs))
+        backward(units[k].first, f);
+    }
+    llvm::StringSet<> stages;
+    for (sched::MicrobatchOp mb : calls) {
+      stages.insert(mb.getCallee());
+      mb.erase();
+    }
+    for (const auto &s : stages) {
+      auto fn = module.lookupSymbol<func::FuncOp>(s.getKey());
+      if (fn && SymbolTable::symbolKnownUseEmpty(fn, module))
+        fn.erase();
+    }
+  }
+};
+
+} // namespace
