@@ -173,6 +173,13 @@ func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
   for (Value v : stash)
     ret.push_back(map.lookup(v));
   b.create<func::ReturnOp>(fn.getLoc(), ret);
+  // Model ops only the backward needed (views it now recomputes) are dead here.
+  SmallVector<Operation *> body;
+  for (Operation &op : entry->without_terminator())
+    body.push_back(&op);
+  for (Operation *op : llvm::reverse(body))
+    if (isa<model::ModelDialect>(op->getDialect()) && op->getNumResults() > 0 && op->use_empty())
+      op->erase();
   return f;
 }
 

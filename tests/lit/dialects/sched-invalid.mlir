@@ -173,3 +173,59 @@ sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 6
 // Tests that parameters end inside the buffer.
 // expected-error@+1 {{'sched.grad_buffer' op param 'a' [0, 10) crosses a bucket boundary}}
 sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 10>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
+
+// -----
+
+// Tests that a backward unit consumes the stash of its own microbatch.
+func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
+func.func @step() {
+  %s = sched.forward @fwd microbatch 0 chunk 0
+  // expected-error@+1 {{'sched.backward' op consumes the stash of microbatch 0 chunk 0 as microbatch 1 chunk 0}}
+  sched.backward @bwd(%s) microbatch 1 chunk 0
+  return
+}
+
+// -----
+
+// Tests that a stash is consumed once.
+func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
+func.func @step() {
+  %s = sched.forward @fwd microbatch 0 chunk 0
+  // expected-error@+1 {{'sched.backward' op stash of microbatch 0 is consumed more than once}}
+  sched.backward @bwd(%s) microbatch 0 chunk 0
+  sched.backward @bwd(%s) microbatch 0 chunk 0
+  return
+}
+
+// -----
+
+// Tests that the backward's stash arguments match the forward's results.
+func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<8xf32> {sched.stash = 0 : i64}) { return }
+func.func @step() {
+  %s = sched.forward @fwd microbatch 0 chunk 0
+  // expected-error@+1 {{'sched.backward' op callee @bwd takes 1 stash arguments that do not match the 1 results of the forward unit @fwd}}
+  sched.backward @bwd(%s) microbatch 0 chunk 0
+  return
+}
+
+// -----
+
+// Tests that a forward unit names a function.
+func.func @step() {
+  // expected-error@+1 {{'sched.forward' op callee @nope is not a function in this module}}
+  %s = sched.forward @nope microbatch 0 chunk 0
+  return
+}
+
+// -----
+
+// Tests that a forward unit's microbatch is not negative.
+func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @step() {
+  // expected-error@+1 {{'sched.forward' op microbatch -1 is negative}}
+  %s = sched.forward @fwd microbatch -1 chunk 0
+  return
+}

@@ -70,3 +70,19 @@ func.func @dp_ops() {
   sched.param_gather_wait {bucket = 1 : i64}
   return
 }
+
+// Tests that forward and backward units round-trip with their stash handle, microbatch and chunk.
+// CHECK-LABEL: func.func @unit_step()
+// CHECK: %[[S:.+]] = sched.forward @fwd microbatch 3 chunk 1
+// CHECK-NEXT: sched.backward @bwd(%[[S]]) microbatch 3 chunk 1
+func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> attributes {sched.stage} {
+  return %w : tensor<4xf32>
+}
+func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<4xf32> {sched.stash = 0 : i64}) attributes {sched.stage} {
+  return
+}
+func.func @unit_step() {
+  %s = sched.forward @fwd microbatch 3 chunk 1
+  sched.backward @bwd(%s) microbatch 3 chunk 1
+  return
+}
