@@ -285,6 +285,10 @@ int cmdInspect(std::vector<std::string> args) {
     for (const auto &kb : r.memory().by_kind())
       llvm::outs() << "  " << llvm::StringRef(::trainc::schema::BufferKind_Name(kb.kind())).lower()
                    << ": " << kb.bytes() << "\n";
+    if (r.memory().stash_slots() > 0)
+      llvm::outs() << "  stash: " << r.memory().stash_bytes_per_microbatch()
+                   << " per microbatch x " << r.memory().stash_slots()
+                   << " in flight (activations saved from forward for backward)\n";
   }
   if (want("--flops"))
     llvm::outs() << "flops per iteration: " << llvm::formatv("{0:e4}", r.flops().flops_per_iteration())
@@ -292,8 +296,21 @@ int cmdInspect(std::vector<std::string> args) {
   if (want("--schedule")) {
     llvm::outs() << "schedule: " << r.schedule().schedule() << ", "
                  << r.schedule().num_microbatches() << " microbatches\n";
-    for (const std::string &s : r.schedule().steps())
-      llvm::outs() << "  " << s << "\n";
+    // Each rank's ordered units (F/B, microbatch, chunk, function).
+    for (int64_t rank = 0; rank < p->mesh().world_size(); ++rank) {
+      absl::StatusOr<::trainc::schema::Program> rp =
+          rank == 0 ? p
+                    : ::trainc::rt::readProgramFile(dir + "/rank" + std::to_string(rank) + ".pb");
+      if (!rp.ok())
+        return fail(std::string(rp.status().message()));
+      std::string indent = "  ";
+      if (p->mesh().world_size() > 1) {
+        llvm::outs() << "  rank " << rank << ":\n";
+        indent = "    ";
+      }
+      for (const std::string &s : rp->reports().schedule().steps())
+        llvm::outs() << indent << s << "\n";
+    }
   }
   return 0;
 }
