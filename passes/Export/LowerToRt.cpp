@@ -29,6 +29,48 @@ MemRefType memrefOf(Type t) {
   return MemRefType::get(s.getShape(), s.getElementType());
 }
 
+/// Where the stash tensors of a forward/backward unit pair live inside one stash slot: one 1-D
+/// buffer per element type (in order of first appearance), each tensor at a 64-byte-aligned
+/// element offset. A call then passes one argument per element type, not one per tensor, so
+/// programs stay O(layers + microbatches).
+struct StashLayout {
+  SmallVector<Type> dtypes;
+  SmallVector<int64_t> numel; // elements of each slot buffer
+  SmallVector<std::pair<unsigned, int64_t>> place; // per tensor: (slot buffer, element offset)
+
+  static StashLayout of(TypeRange tensors) {
+    StashLayout l;
+    for (Type t : tensors) {
+      auto s = cast<ShapedType>(t);
+      Type e = s.getElementType();
+      unsigned d = unsigned(llvm::find(l.dtypes, e) - l.dtypes.begin());
+      if (d == l.dtypes.size()) {
+        l.dtypes.push_back(e);
+        l.numel.push_back(0);
+      }
+      int64_t align = std::max<int64_t>(1, 64 / int64_t((e.getIntOrFloatBitWidth() + 7) / 8));
+      int64_t at = (l.numel[d] + align - 1) / align * align;
+      l.place.push_back({d, at});
+      l.numel[d] = at + s.getNumElements();
+    }
+    return l;
+  }
+  MemRefType bufferType(unsigned d) const { return MemRefType::get({numel[d]}, dtypes[d]); }
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (unsigned d = 0; d < dtypes.size(); ++d)
+      n += (numel[d] * int64_t((dtypes[d].getIntOrFloatBitWidth() + 7) / 8) + 63) / 64 * 64;
+    return n;
+  }
+  std::string key() const {
+    std::string k;
+    llvm::raw_string_ostream os(k);
+    for (unsigned d = 0; d < dtypes.size(); ++d)
+      os << dtypes[d] << "x" << numel[d] << ";";
+    return os.str();
+  }
+};
+
 struct ParamInfo {
   std::string name;
   MemRefType type, gradType;
@@ -315,11 +357,13 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   SmallVector<Type> argTypes;
   for (unsigned i : stageInputs[fname])
     argTypes.push_back(memrefOf(fn.getArgument(i).getType()));
+  SmallVector<Type> stashTypes(fn.getResultTypes());
   for (unsigned i : stageStash[fname])
-    argTypes.push_back(memrefOf(fn.getArgument(i).getType()));
-  const unsigned firstOut = unsigned(argTypes.size());
-  for (Type t : fn.getResultTypes())
-    argTypes.push_back(memrefOf(t));
+    stashTypes.push_back(fn.getArgument(i).getType());
+  StashLayout layout = StashLayout::of(stashTypes);
+  const unsigned firstStash = unsigned(argTypes.size());
+  for (unsigned d = 0; d < layout.dtypes.size(); ++d)
+    argTypes.push_back(layout.bufferType(d));
   OpBuilder mb(module.getContext());
   mb.setInsertionPoint(fn);
   auto nf = mb.create<func::FuncOp>(fn.getLoc(), (fname + ".rt").str(),
@@ -333,20 +377,25 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     map.map(fn.getArgument(i), entry->getArgument(k));
     nf.setArgAttr(k, "rt.input", fn.getArgAttr(i, "model.input"));
   }
-  for (auto [k, i] : llvm::enumerate(stageStash[fname])) {
-    unsigned a = unsigned(stageInputs[fname].size() + k);
-    map.map(fn.getArgument(i), entry->getArgument(a));
-    nf.setArgAttr(a, "rt.stash", fn.getArgAttr(i, "sched.stash"));
-  }
+  for (unsigned d = 0; d < layout.dtypes.size(); ++d)
+    nf.setArgAttr(firstStash + d, "rt.stash", mb.getI64IntegerAttr(int64_t(d)));
+  // Stash tensor k as a view of its slot buffer.
+  auto stashView = [&](size_t k) -> Value {
+    auto [d, offset] = layout.place[k];
+    return ob.create<rt::ViewOp>(fn.getLoc(), memrefOf(stashTypes[k]),
+                                 entry->getArgument(firstStash + d),
+                                 ob.getI64IntegerAttr(offset));
+  };
+  for (auto [k, i] : llvm::enumerate(stageStash[fname]))
+    map.map(fn.getArgument(i), stashView(fn.getNumResults() + k));
   // A forward unit's stash results are written straight into the caller's slot buffers.
-  llvm::DenseMap<Value, unsigned> outArg;
+  llvm::DenseMap<Value, size_t> outIndex;
   if (fn.getNumResults() > 0) {
     auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
-    for (auto [k, v] : llvm::enumerate(ret.getOperands())) {
-      outArg.try_emplace(v, firstOut + unsigned(k));
-      nf.setArgAttr(firstOut + unsigned(k), "rt.stash", mb.getI64IntegerAttr(int64_t(k)));
-    }
+    for (auto [k, v] : llvm::enumerate(ret.getOperands()))
+      outIndex.try_emplace(v, k);
   }
+  SmallVector<Value> outView(fn.getNumResults());
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)
     if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
       map.map(fn.getArgument(i), valueRef(ob, fn.getLoc(), params[paramIndex[name.getValue()]]));
@@ -365,8 +414,8 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     if (auto k = dyn_cast<model::KernelOpInterface>(&op)) {
       std::string base = (fname + "." + op.getName().stripDialect() + "." + Twine(counter)).str();
       Emitter e(ob, &op, map, [&](unsigned i) -> Value {
-        if (auto it = outArg.find(op.getResult(i)); it != outArg.end())
-          return entry->getArgument(it->second);
+        if (auto it = outIndex.find(op.getResult(i)); it != outIndex.end())
+          return outView[it->second] = stashView(it->second);
         std::string n = op.getNumResults() == 1 ? base : base + "." + std::to_string(i);
         return ref(ob, loc, addBuffer(n, memrefOf(op.getResult(i).getType()), "activation"));
       });
@@ -422,11 +471,9 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     }
     if (isa<func::ReturnOp>(op)) {
       // Stash values that are views of other buffers (or returned twice) are copied out.
-      for (auto [k, v] : llvm::enumerate(op.getOperands())) {
-        Value out = entry->getArgument(firstOut + unsigned(k));
-        if (map.lookup(v) != out)
-          kernel(ob, loc, "copy", {map.lookup(v)}, {out});
-      }
+      for (auto [k, v] : llvm::enumerate(op.getOperands()))
+        if (!outView[k] || map.lookup(v) != outView[k])
+          kernel(ob, loc, "copy", {map.lookup(v)}, {stashView(k)});
       ob.create<func::ReturnOp>(op.getLoc());
       continue;
     }
@@ -606,23 +653,19 @@ SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef ca
 }
 
 SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot) {
-  // Forward units with the same result types share a slot's buffers.
-  std::string key;
-  llvm::raw_string_ostream os(key);
-  llvm::interleaveComma(fwd.getResultTypes(), os);
-  SmallVector<rt::BufferOp> &bufs = stashBuffers[{slot, os.str()}];
+  // Units with the same layout share a slot's buffers.
+  StashLayout layout = StashLayout::of(fwd.getResultTypes());
+  SmallVector<rt::BufferOp> &bufs = stashBuffers[{slot, layout.key()}];
   if (bufs.empty()) {
-    int64_t total = 0;
-    for (auto [k, t] : llvm::enumerate(fwd.getResultTypes())) {
-      MemRefType m = memrefOf(t);
-      rt::BufferOp buf =
-          addBuffer(("stash" + Twine(slot) + "." + Twine(k)).str(), m, "activation");
+    for (unsigned d = 0; d < layout.dtypes.size(); ++d) {
+      std::string name = ("stash" + Twine(slot)).str();
+      if (layout.dtypes.size() > 1)
+        name += "." + std::to_string(d);
+      rt::BufferOp buf = addBuffer(name, layout.bufferType(d), "activation");
       buf->setAttr("group", b.getStringAttr("stash." + Twine(slot)));
       bufs.push_back(buf);
-      int64_t n = m.getNumElements() * int64_t((m.getElementTypeBitWidth() + 7) / 8);
-      total += (n + 63) / 64 * 64; // the memory planner's alignment
     }
-    stashBytes = std::max(stashBytes, total);
+    stashBytes = std::max(stashBytes, layout.bytes());
   }
   return bufs;
 }
