@@ -69,7 +69,8 @@ private:
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(insertBefore);
     auto buf = b.create<rt::BufferOp>(module.getLoc(), b.getStringAttr(unique), TypeAttr::get(type),
-                                      b.getStringAttr(kind), b.getI64IntegerAttr(-1));
+                                      b.getStringAttr(kind), b.getI64IntegerAttr(-1),
+                                      /*group=*/StringAttr());
     created.insert(unique);
     return buf;
   }
