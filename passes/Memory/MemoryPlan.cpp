@@ -394,18 +394,78 @@ bool conflicts(const Item &a, const Item &b) {
   return intersects(a.spans, b.spans);
 }
 
+/// The items of one home function, by local range: a max-end segment tree over the items sorted
+/// by local begin, so that finding those whose range meets [a, b] costs O((hits + 1) log n).
+class LocalIndex {
+public:
+  void add(Item *it) { byBegin.push_back(it); }
+  void build() {
+    llvm::stable_sort(byBegin, [](Item *x, Item *y) { return x->home.begin < y->home.begin; });
+    maxEnd.assign(4 * std::max<size_t>(byBegin.size(), 1), 0);
+    if (!byBegin.empty())
+      fill(1, 0, byBegin.size());
+  }
+  /// Calls f on every item whose local range meets [a, b].
+  template <typename F> void forEachMeeting(int64_t a, int64_t b, F f) const {
+    size_t limit = std::upper_bound(byBegin.begin(), byBegin.end(), b,
+                                    [](int64_t t, Item *x) { return t < x->home.begin; }) -
+                   byBegin.begin();
+    if (limit)
+      visit(1, 0, byBegin.size(), limit, a, f);
+  }
+
+private:
+  int64_t fill(size_t node, size_t lo, size_t hi) {
+    if (hi - lo == 1)
+      return maxEnd[node] = byBegin[lo]->home.end;
+    size_t mid = (lo + hi) / 2;
+    return maxEnd[node] = std::max(fill(2 * node, lo, mid), fill(2 * node + 1, mid, hi));
+  }
+  template <typename F>
+  void visit(size_t node, size_t lo, size_t hi, size_t limit, int64_t a, F &f) const {
+    if (lo >= limit || maxEnd[node] < a)
+      return;
+    if (hi - lo == 1)
+      return f(byBegin[lo]);
+    size_t mid = (lo + hi) / 2;
+    visit(2 * node, lo, mid, limit, a, f);
+    visit(2 * node + 1, mid, hi, limit, a, f);
+  }
+
+  std::vector<Item *> byBegin;
+  std::vector<int64_t> maxEnd;
+};
+
 /// Greedy first-fit in the given order: each item goes to the lowest aligned offset (0 or the end
 /// of a placed item) clear of every placed item it conflicts with. Returns the top in bytes.
+/// Placed items with the candidate's home are found by local range (LocalIndex); the others are
+/// tested span list against span list.
 int64_t place(ArrayRef<Item *> order) {
-  std::vector<Item *> placed;
+  llvm::MapVector<FunctionInfo *, LocalIndex> local;           // all items with a home
+  llvm::MapVector<FunctionInfo *, std::vector<Item *>> placed; // nullptr: items without a home
+  for (Item *it : order)
+    if (it->home.valid())
+      local[it->home.fn].add(it);
+  for (auto &[fn, index] : local)
+    index.build();
   std::vector<std::pair<int64_t, int64_t>> busy; // [begin, end) of the conflicting placed items
+  auto block = [&](Item *p) {
+    if (p->offset >= 0 && p->size > 0)
+      busy.push_back({p->offset, p->offset + p->size});
+  };
   int64_t top = 0;
   for (Item *it : order) {
     busy.clear();
-    if (it->size > 0)
-      for (Item *p : placed)
-        if (p->size > 0 && conflicts(*it, *p))
-          busy.push_back({p->offset, p->offset + p->size});
+    FunctionInfo *home = it->home.valid() ? it->home.fn : nullptr;
+    if (it->size > 0) {
+      if (home)
+        local[home].forEachMeeting(it->home.begin, it->home.end, block);
+      for (auto &[fn, items] : placed)
+        if (!home || fn != home)
+          for (Item *p : items)
+            if (conflicts(*it, *p))
+              block(p);
+    }
     llvm::sort(busy);
     int64_t at = 0;
     for (auto [begin, end] : busy) {
@@ -414,7 +474,7 @@ int64_t place(ArrayRef<Item *> order) {
       at = std::max(at, alignUp(end));
     }
     it->offset = at;
-    placed.push_back(it);
+    placed[home].push_back(it);
     top = std::max(top, alignUp(at + it->size));
   }
   return top;
