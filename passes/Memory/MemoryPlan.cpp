@@ -157,7 +157,8 @@ struct Liveness {
 Source sourceOf(Value v, const Liveness &live) {
   while (true) {
     if (auto arg = dyn_cast<BlockArgument>(v))
-      return Source{-1, int(arg.getArgNumber())};
+      return isa<func::FuncOp>(arg.getOwner()->getParentOp()) ? Source{-1, int(arg.getArgNumber())}
+                                                              : Source{};
     Operation *def = v.getDefiningOp();
     if (auto view = dyn_cast_or_null<rt::ViewOp>(def)) {
       v = view.getSource();
@@ -228,7 +229,8 @@ LogicalResult buildFunctionInfo(func::FuncOp fn, llvm::StringMap<FunctionInfo> &
     if (auto call = dyn_cast<func::CallOp>(op)) {
       auto it = functions.find(call.getCallee());
       if (it == functions.end())
-        return call.emitOpError() << "calls @" << call.getCallee() << ", not a function of the module";
+        return call.emitOpError() << "calls @" << call.getCallee()
+                                  << ", not a function of the module";
       step.callee = &it->second;
       sources(call.getOperands());
     } else if (auto c = dyn_cast<rt::CollectiveOp>(op); c && int64_t(c.getToken()) >= 0) {
@@ -272,6 +274,20 @@ private:
       out.push_back(s.arg < 0 ? s.buffer : s.arg < int(args.size()) ? args[s.arg] : -1);
     return out;
   }
+  /// An async collective on `buffers` at the current step, holding `token`.
+  void issue(int64_t token, SmallVector<int, 2> buffers) {
+    complete(token); // reissued before its wait: the old operands end here
+    pending[token] = Pending{live.steps, std::move(buffers)};
+  }
+  /// The wait on `token` at the current step: the collective's operands are live until here.
+  void complete(int64_t token) {
+    auto it = pending.find(token);
+    if (it == pending.end())
+      return;
+    for (int b : it->second.buffers)
+      addAsync(b, Span{it->second.step, live.steps});
+    pending.erase(it);
+  }
   void addAsync(int b, Span s) {
     if (b < 0 || !live.flowing(b))
       return;
@@ -312,20 +328,10 @@ LogicalResult Tracer::run(FunctionInfo &f, ArrayRef<int> args) {
         return failure();
       live.segments.push_back({live.steps, f.fn});
     } else {
-      if (step.asyncToken >= 0) {
-        Pending &p = pending[step.asyncToken];
-        for (int b : p.buffers) // reissued before its wait: the old operands end here
-          addAsync(b, Span{p.step, live.steps});
-        p = Pending{live.steps, resolve(step.sources, args)};
-      }
-      if (step.waitToken >= 0) {
-        auto it = pending.find(step.waitToken);
-        if (it != pending.end()) {
-          for (int b : it->second.buffers)
-            addAsync(b, Span{it->second.step, live.steps});
-          pending.erase(it);
-        }
-      }
+      if (step.asyncToken >= 0)
+        issue(step.asyncToken, resolve(step.sources, args));
+      if (step.waitToken >= 0)
+        complete(step.waitToken);
       ++live.steps;
     }
     at[i] = Span{begin, live.steps - 1};
