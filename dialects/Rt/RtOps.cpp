@@ -36,6 +36,9 @@ LogicalResult BufferOp::verify() {
                             "optimizer_state, activation, input, output, scalar, workspace)";
   if (int64_t(getOffset()) < -1)
     return emitOpError() << "offset " << int64_t(getOffset()) << " is negative";
+  if (getGroup() && isPersistentKind(getKind()))
+    return emitOpError() << "group '" << *getGroup() << "' on a " << getKind()
+                         << " buffer (only activation and workspace buffers are grouped)";
   return success();
 }
 

@@ -27,12 +27,17 @@ def Rt_BufferOp : Rt_Op<"buffer", [Symbol]> {
   let description = [{
     kind is one of parameter, main_grad, master_param, optimizer_state, activation, input, output,
     scalar, workspace. offset is the byte offset in the arena, -1 until trainc-memory-plan runs.
+    group (optional, flowing buffers) names a buffer group: trainc-memory-plan places the members
+    of a group as one contiguous block, in declaration order (an activation stash between a forward
+    and a backward call; one group per microbatch in flight).
     ```mlir
     rt.buffer @h1 {kind = "activation", offset = 0 : i64} : memref<2x9x16xf32>
+    rt.buffer @h2 {group = "stash.0", kind = "activation"} : memref<2x9x16xf32>
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeMemRef>:$type,
-                   StrAttr:$kind, DefaultValuedAttr<I64Attr, "-1">:$offset);
+                   StrAttr:$kind, DefaultValuedAttr<I64Attr, "-1">:$offset,
+                   OptionalAttr<StrAttr>:$group);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
 }

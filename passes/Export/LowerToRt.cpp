@@ -113,7 +113,8 @@ private:
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(insertBefore);
     auto buf = b.create<rt::BufferOp>(module.getLoc(), b.getStringAttr(unique), TypeAttr::get(type),
-                                      b.getStringAttr(kind), b.getI64IntegerAttr(-1));
+                                      b.getStringAttr(kind), b.getI64IntegerAttr(-1),
+                                      /*group=*/StringAttr());
     created.insert(unique);
     return buf;
   }
@@ -662,7 +663,7 @@ SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot) {
       if (layout.dtypes.size() > 1)
         name += "." + std::to_string(d);
       rt::BufferOp buf = addBuffer(name, layout.bufferType(d), "activation");
-      buf->setAttr("group", b.getStringAttr("stash." + Twine(slot)));
+      buf.setGroupAttr(b.getStringAttr("stash." + Twine(slot)));
       bufs.push_back(buf);
     }
     stashBytes = std::max(stashBytes, layout.bytes());

@@ -1,14 +1,29 @@
-//===- MemoryPlan.cpp - Static arena offsets from liveness ----------------===//
+//===- MemoryPlan.cpp - Static arena offsets from liveness over the call trace ------------===//
+//
+// Liveness is computed over the unrolled trace: each root (the rt.entry function, then every
+// rt.entry_point function, in module order) is executed symbolically on one timeline, one step per
+// executed op that is not a func.call; a func.call expands its callee in place. A buffer is live
+// from the first to the last step at which an instance of a function touches it (through an
+// rt.buffer_ref, its rt.view chains, or a call taking it as an operand), once per instance, so a
+// buffer of a function called twice has two spans. An async rt.collective keeps its operands live
+// until the rt.wait on its token.
+//
+// Layout: persistent buffers first, in module order; above them the flowing (activation,
+// workspace) buffers by greedy first-fit: buffer groups first (each one contiguous block, in order
+// of first appearance), then single buffers, largest first. Two blocks may share memory iff their
+// spans never intersect. Offsets are 64-byte aligned.
+//
+//===----------------------------------------------------------------------===//
 
 #include "passes/Memory/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <algorithm>
+#include <map>
 
 #define DEBUG_TYPE "trainc-memory-plan"
 
@@ -29,289 +44,618 @@ int64_t bytesOf(rt::BufferOp b) {
   return t.getNumElements() * int64_t((t.getElementTypeBitWidth() + 7) / 8);
 }
 
-/// A block of memory live over [begin, end] (instruction indices of one function, inclusive).
-struct Item {
-  std::string name; // buffer symbol, or "frame:<function>"
-  int64_t size = 0;
-  int64_t begin = 0, end = 0;
-  int64_t offset = -1; // relative to the function's frame
-  int order = 0;
+//===----------------------------------------------------------------------===//
+// Interval lists
+//===----------------------------------------------------------------------===//
+
+/// Trace steps [begin, end], inclusive.
+struct Span {
+  int64_t begin, end;
+};
+/// Sorted, pairwise disjoint and non-adjacent spans (after `normalize`).
+using SpanList = SmallVector<Span, 1>;
+
+/// Sorts `spans` and merges the overlapping or adjacent ones.
+void normalize(SpanList &spans) {
+  llvm::sort(spans, [](Span a, Span b) { return a.begin < b.begin; });
+  size_t n = 0;
+  for (Span s : spans) {
+    if (n && s.begin <= spans[n - 1].end + 1)
+      spans[n - 1].end = std::max(spans[n - 1].end, s.end);
+    else
+      spans[n++] = s;
+  }
+  spans.truncate(n);
+}
+
+/// Whether two normalized lists share a step. O(|a| log |b|) for |a| <= |b|: each span of the
+/// shorter list binary-searches the rest of the longer one.
+bool intersects(ArrayRef<Span> a, ArrayRef<Span> b) {
+  if (a.empty() || b.empty() || a.back().end < b.front().begin || b.back().end < a.front().begin)
+    return false;
+  if (a.size() > b.size())
+    std::swap(a, b);
+  const Span *lo = b.begin();
+  for (Span s : a) {
+    lo = std::lower_bound(lo, b.end(), s.begin, [](Span x, int64_t t) { return x.end < t; });
+    if (lo == b.end())
+      return false;
+    if (lo->begin <= s.end)
+      return true;
+  }
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Trace unrolling
+//===----------------------------------------------------------------------===//
+
+struct FunctionInfo;
+
+/// Where an operand's memory comes from: buffer `buffer` (an index into Liveness::buffers), or
+/// argument `arg` of the enclosing function; neither for anything else.
+struct Source {
+  int buffer = -1;
+  int arg = -1;
 };
 
-bool intersects(const Item &a, const Item &b) { return a.begin <= b.end && b.begin <= a.end; }
+/// One op of a function body, as far as the trace needs it.
+struct Step {
+  FunctionInfo *callee = nullptr; // func.call
+  int64_t asyncToken = -1;        // rt.collective with a token
+  int64_t waitToken = -1;         // rt.wait
+  SmallVector<Source, 2> sources; // the call's or the async collective's operands
+};
 
-/// Greedy first-fit, largest first; returns the frame size.
-int64_t place(std::vector<Item> &items) {
-  std::vector<Item *> order;
-  for (Item &i : items)
-    order.push_back(&i);
-  std::stable_sort(order.begin(), order.end(), [](Item *a, Item *b) {
-    return a->size != b->size ? a->size > b->size : a->order < b->order;
-  });
-  std::vector<Item *> placed;
-  int64_t top = 0;
-  for (Item *it : order) {
-    // Candidate offsets: 0 and the end of every placed, intersecting item.
-    std::vector<int64_t> cands = {0};
-    for (Item *p : placed)
-      if (intersects(*it, *p))
-        cands.push_back(alignUp(p->offset + p->size));
-    std::sort(cands.begin(), cands.end());
-    for (int64_t c : cands) {
-      bool ok = true;
-      for (Item *p : placed)
-        if (intersects(*it, *p) && c < p->offset + p->size && p->offset < c + it->size) {
-          ok = false;
-          break;
-        }
-      if (ok) {
-        it->offset = c;
-        break;
+/// A buffer touched by a function body: from op `first` to op `last` (indices in the body).
+struct Touch {
+  unsigned buffer, first, last;
+};
+
+/// A function body: its steps and the buffers it touches directly.
+struct FunctionInfo {
+  func::FuncOp fn;
+  std::vector<Step> steps;
+  std::vector<Touch> touched;
+  bool onStack = false;
+};
+
+/// Where a buffer is live when that is one function's business: the same local steps
+/// [begin, end] (relative to the instance's first step) of every instance of `fn`, and nothing
+/// else. Instances of one function never overlap, so two buffers with the same home conflict iff
+/// their local ranges intersect.
+struct Home {
+  FunctionInfo *fn = nullptr;
+  int64_t begin = 0, end = 0;
+  bool mixed = false; // touched by several functions, or at different local steps, or async
+  bool valid() const { return fn && !mixed; }
+};
+
+/// Liveness of the flowing buffers over the unrolled trace of every root.
+struct Liveness {
+  std::vector<rt::BufferOp> buffers; // module order
+  llvm::StringMap<unsigned> index;   // buffer name -> position in `buffers`
+  std::vector<SpanList> spans;       // per buffer, normalized; empty for persistent buffers
+  std::vector<Home> homes;           // per buffer
+  std::vector<bool> referenced;      // per buffer: some function has an rt.buffer_ref of it
+  /// (first step, function) of every stretch of the trace that one function body runs.
+  std::vector<std::pair<int64_t, func::FuncOp>> segments;
+  int64_t steps = 0; // trace length
+
+  /// Buffer `b` (op handles are not const-correct).
+  rt::BufferOp buffer(unsigned b) const { return rt::BufferOp(buffers[b]); }
+  bool flowing(unsigned b) const { return !rt::isPersistentKind(buffer(b).getKind()); }
+  /// The innermost function running trace step `step`.
+  func::FuncOp functionAt(int64_t step) const {
+    auto it = std::upper_bound(segments.begin(), segments.end(), step,
+                               [](int64_t s, const auto &seg) { return s < seg.first; });
+    return std::prev(it)->second;
+  }
+};
+
+/// The buffer or function argument `v` is (a part of), through rt.view chains.
+Source sourceOf(Value v, const Liveness &live) {
+  while (true) {
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return isa<func::FuncOp>(arg.getOwner()->getParentOp()) ? Source{-1, int(arg.getArgNumber())}
+                                                              : Source{};
+    Operation *def = v.getDefiningOp();
+    if (auto view = dyn_cast_or_null<rt::ViewOp>(def)) {
+      v = view.getSource();
+      continue;
+    }
+    if (auto ref = dyn_cast_or_null<rt::BufferRefOp>(def)) {
+      auto it = live.index.find(ref.getBuffer());
+      return Source{it == live.index.end() ? -1 : int(it->second), -1};
+    }
+    return Source{};
+  }
+}
+
+/// The buffers `fn` touches: each rt.buffer_ref result and its views are live at every op (of the
+/// body's block) that uses them, the ref itself included.
+void collectTouches(func::FuncOp fn, const llvm::DenseMap<Operation *, unsigned> &index,
+                    Liveness &live, FunctionInfo &info) {
+  Block &body = fn.getBody().front();
+  llvm::MapVector<unsigned, std::pair<unsigned, unsigned>> range;
+  auto touch = [&](unsigned buffer, Operation *op) {
+    Operation *top = body.findAncestorOpInBlock(*op);
+    if (!top)
+      return;
+    unsigned i = index.lookup(top);
+    auto [it, fresh] = range.try_emplace(buffer, i, i);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, i);
+      it->second.second = std::max(it->second.second, i);
+    }
+  };
+  fn.walk([&](rt::BufferRefOp ref) {
+    auto found = live.index.find(ref.getBuffer());
+    if (found == live.index.end())
+      return;
+    unsigned buffer = found->second;
+    live.referenced[buffer] = true;
+    touch(buffer, ref);
+    SmallVector<Value> work = {ref.getResult()};
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      for (Operation *u : v.getUsers()) {
+        touch(buffer, u);
+        if (auto view = dyn_cast<rt::ViewOp>(u))
+          work.push_back(view.getResult());
       }
     }
-    placed.push_back(it);
-    top = std::max(top, alignUp(it->offset + it->size));
+  });
+  for (auto &[buffer, r] : range)
+    info.touched.push_back(Touch{buffer, r.first, r.second});
+}
+
+/// Fills `info` from the body of `fn`; fails on a declaration or a call of an unknown function.
+LogicalResult buildFunctionInfo(func::FuncOp fn, llvm::StringMap<FunctionInfo> &functions,
+                                Liveness &live, FunctionInfo &info) {
+  if (fn.isDeclaration())
+    return fn.emitOpError() << "@" << fn.getSymName()
+                            << " is a declaration; every function of a planned program needs a "
+                               "body";
+  info.fn = fn;
+  llvm::DenseMap<Operation *, unsigned> index;
+  for (Operation &op : fn.getBody().front()) {
+    index[&op] = unsigned(info.steps.size());
+    Step &step = info.steps.emplace_back();
+    auto sources = [&](ValueRange operands) {
+      for (Value v : operands)
+        step.sources.push_back(sourceOf(v, live));
+    };
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      auto it = functions.find(call.getCallee());
+      if (it == functions.end())
+        return call.emitOpError() << "calls @" << call.getCallee()
+                                  << ", not a function of the module";
+      step.callee = &it->second;
+      sources(call.getOperands());
+    } else if (auto c = dyn_cast<rt::CollectiveOp>(op); c && int64_t(c.getToken()) >= 0) {
+      step.asyncToken = int64_t(c.getToken());
+      sources(c->getOperands());
+    } else if (auto w = dyn_cast<rt::WaitOp>(op)) {
+      step.waitToken = int64_t(w.getToken());
+    }
+  }
+  collectTouches(fn, index, live, info);
+  return success();
+}
+
+/// Unrolls roots onto the trace of `live`, recording every flowing buffer's spans.
+class Tracer {
+public:
+  explicit Tracer(Liveness &live) : live(live) {}
+
+  /// Appends the execution of `root` to the trace; fails on recursion.
+  LogicalResult runRoot(FunctionInfo &root) {
+    if (failed(run(root, {})))
+      return failure();
+    // A token never waited on keeps its operands live to the end of the root.
+    for (auto &[token, p] : pending)
+      for (int b : p.buffers)
+        addAsync(b, Span{p.step, live.steps - 1});
+    pending.clear();
+    return success();
+  }
+
+private:
+  struct Pending {
+    int64_t step;
+    SmallVector<int, 2> buffers;
+  };
+
+  LogicalResult run(FunctionInfo &f, ArrayRef<int> args);
+  SmallVector<int, 2> resolve(ArrayRef<Source> sources, ArrayRef<int> args) const {
+    SmallVector<int, 2> out;
+    for (Source s : sources)
+      out.push_back(s.arg < 0 ? s.buffer : s.arg < int(args.size()) ? args[s.arg] : -1);
+    return out;
+  }
+  /// An async collective on `buffers` at the current step, holding `token`.
+  void issue(int64_t token, SmallVector<int, 2> buffers) {
+    complete(token); // reissued before its wait: the old operands end here
+    pending[token] = Pending{live.steps, std::move(buffers)};
+  }
+  /// The wait on `token` at the current step: the collective's operands are live until here.
+  void complete(int64_t token) {
+    auto it = pending.find(token);
+    if (it == pending.end())
+      return;
+    for (int b : it->second.buffers)
+      addAsync(b, Span{it->second.step, live.steps});
+    pending.erase(it);
+  }
+  void addAsync(int b, Span s) {
+    if (b < 0 || !live.flowing(b))
+      return;
+    live.spans[b].push_back(s);
+    live.homes[b].mixed = true;
+  }
+  void addTouch(unsigned b, Span s, FunctionInfo *f, int64_t base) {
+    if (!live.flowing(b))
+      return;
+    live.spans[b].push_back(s);
+    Home &h = live.homes[b];
+    if (!h.fn) {
+      h.fn = f;
+      h.begin = s.begin - base;
+      h.end = s.end - base;
+    } else if (h.fn != f || h.begin != s.begin - base || h.end != s.end - base) {
+      h.mixed = true;
+    }
+  }
+
+  Liveness &live;
+  llvm::DenseMap<int64_t, Pending> pending; // async token -> its collective's step and buffers
+};
+
+/// Runs one instance of `f` whose arguments are the buffers `args` (-1: not a buffer).
+LogicalResult Tracer::run(FunctionInfo &f, ArrayRef<int> args) {
+  if (f.onStack)
+    return f.fn.emitOpError() << "@" << f.fn.getSymName()
+                              << " calls itself; the memory planner needs an acyclic call graph";
+  f.onStack = true;
+  int64_t base = live.steps;
+  live.segments.push_back({base, f.fn});
+  SmallVector<Span> at(f.steps.size()); // the steps each op ran
+  for (auto [i, step] : llvm::enumerate(f.steps)) {
+    int64_t begin = live.steps;
+    if (step.callee) {
+      if (failed(run(*step.callee, resolve(step.sources, args))))
+        return failure();
+      live.segments.push_back({live.steps, f.fn});
+    } else {
+      if (step.asyncToken >= 0)
+        issue(step.asyncToken, resolve(step.sources, args));
+      if (step.waitToken >= 0)
+        complete(step.waitToken);
+      ++live.steps;
+    }
+    at[i] = Span{begin, live.steps - 1};
+  }
+  for (const Touch &t : f.touched)
+    addTouch(t.buffer, Span{at[t.first].begin, at[t.last].end}, &f, base);
+  f.onStack = false;
+  return success();
+}
+
+/// Unrolls every root of `module` (rt.entry first, then each rt.entry_point in module order) and
+/// fills `live`. Fails (with an error) on a function declaration, a missing entry or recursion.
+LogicalResult computeLiveness(ModuleOp module, Liveness &live) {
+  for (rt::BufferOp b : module.getOps<rt::BufferOp>()) {
+    live.index[b.getSymName()] = unsigned(live.buffers.size());
+    live.buffers.push_back(b);
+  }
+  live.spans.resize(live.buffers.size());
+  live.homes.resize(live.buffers.size());
+  live.referenced.assign(live.buffers.size(), false);
+  llvm::StringMap<FunctionInfo> functions;
+  for (func::FuncOp fn : module.getOps<func::FuncOp>())
+    functions[fn.getSymName()];
+  FunctionInfo *entry = nullptr;
+  SmallVector<FunctionInfo *> points;
+  for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
+    FunctionInfo &info = functions[fn.getSymName()];
+    if (failed(buildFunctionInfo(fn, functions, live, info)))
+      return failure();
+    if (fn->hasAttr("rt.entry"))
+      entry = entry ? entry : &info;
+    else if (fn->hasAttr("rt.entry_point"))
+      points.push_back(&info);
+  }
+  if (!entry)
+    return module.emitError() << "trainc-memory-plan: no entry function (rt.entry)";
+  Tracer tracer(live);
+  if (failed(tracer.runRoot(*entry)))
+    return failure();
+  for (FunctionInfo *p : points)
+    if (failed(tracer.runRoot(*p)))
+      return failure();
+  for (SpanList &s : live.spans)
+    normalize(s);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Placement
+//===----------------------------------------------------------------------===//
+
+/// Flowing buffers placed as one contiguous block: a buffer group, or a single buffer.
+struct Item {
+  StringRef group;                   // empty for a single buffer
+  SmallVector<unsigned, 1> members;  // buffer indices, module order
+  SmallVector<int64_t, 1> memberAt;  // each member's offset in the block (bytes, aligned)
+  int64_t size = 0;                  // bytes (aligned for a group)
+  SpanList spans;                    // union of the members' spans
+  Home home;                         // valid only for a single buffer with a home
+  int64_t offset = -1;               // bytes above the persistent buffers
+};
+
+bool conflicts(const Item &a, const Item &b) {
+  if (a.home.valid() && b.home.valid() && a.home.fn == b.home.fn)
+    return a.home.begin <= b.home.end && b.home.begin <= a.home.end;
+  return intersects(a.spans, b.spans);
+}
+
+/// The items of one home function, by local range: a max-end segment tree over the items sorted
+/// by local begin, so that finding those whose range meets [a, b] costs O((hits + 1) log n).
+class LocalIndex {
+public:
+  void add(Item *it) { byBegin.push_back(it); }
+  void build() {
+    llvm::stable_sort(byBegin, [](Item *x, Item *y) { return x->home.begin < y->home.begin; });
+    maxEnd.assign(4 * std::max<size_t>(byBegin.size(), 1), 0);
+    if (!byBegin.empty())
+      fill(1, 0, byBegin.size());
+  }
+  /// Calls f on every item whose local range meets [a, b].
+  template <typename F> void forEachMeeting(int64_t a, int64_t b, F f) const {
+    size_t limit = std::upper_bound(byBegin.begin(), byBegin.end(), b,
+                                    [](int64_t t, Item *x) { return t < x->home.begin; }) -
+                   byBegin.begin();
+    if (limit)
+      visit(1, 0, byBegin.size(), limit, a, f);
+  }
+
+private:
+  int64_t fill(size_t node, size_t lo, size_t hi) {
+    if (hi - lo == 1)
+      return maxEnd[node] = byBegin[lo]->home.end;
+    size_t mid = (lo + hi) / 2;
+    return maxEnd[node] = std::max(fill(2 * node, lo, mid), fill(2 * node + 1, mid, hi));
+  }
+  template <typename F>
+  void visit(size_t node, size_t lo, size_t hi, size_t limit, int64_t a, F &f) const {
+    if (lo >= limit || maxEnd[node] < a)
+      return;
+    if (hi - lo == 1)
+      return f(byBegin[lo]);
+    size_t mid = (lo + hi) / 2;
+    visit(2 * node, lo, mid, limit, a, f);
+    visit(2 * node + 1, mid, hi, limit, a, f);
+  }
+
+  std::vector<Item *> byBegin;
+  std::vector<int64_t> maxEnd;
+};
+
+/// Greedy first-fit in the given order: each item goes to the lowest aligned offset (0 or the end
+/// of a placed item) clear of every placed item it conflicts with. Returns the top in bytes.
+/// Placed items with the candidate's home are found by local range (LocalIndex); the others are
+/// tested span list against span list.
+int64_t place(ArrayRef<Item *> order) {
+  llvm::MapVector<FunctionInfo *, LocalIndex> local;           // all items with a home
+  llvm::MapVector<FunctionInfo *, std::vector<Item *>> placed; // nullptr: items without a home
+  for (Item *it : order)
+    if (it->home.valid())
+      local[it->home.fn].add(it);
+  for (auto &[fn, index] : local)
+    index.build();
+  std::vector<std::pair<int64_t, int64_t>> busy; // [begin, end) of the conflicting placed items
+  auto block = [&](Item *p) {
+    if (p->offset >= 0 && p->size > 0)
+      busy.push_back({p->offset, p->offset + p->size});
+  };
+  int64_t top = 0;
+  for (Item *it : order) {
+    busy.clear();
+    FunctionInfo *home = it->home.valid() ? it->home.fn : nullptr;
+    if (it->size > 0) {
+      if (home)
+        local[home].forEachMeeting(it->home.begin, it->home.end, block);
+      for (auto &[fn, items] : placed)
+        if (!home || fn != home)
+          for (Item *p : items)
+            if (conflicts(*it, *p))
+              block(p);
+    }
+    llvm::sort(busy);
+    int64_t at = 0;
+    for (auto [begin, end] : busy) {
+      if (begin >= at + it->size)
+        break;
+      at = std::max(at, alignUp(end));
+    }
+    it->offset = at;
+    placed[home].push_back(it);
+    top = std::max(top, alignUp(at + it->size));
   }
   return top;
 }
 
-/// Liveness of the flowing buffers: for each function, the items (buffers used only there, and the
-/// frames of its callees) with their intervals; buffers used in several functions are global.
-struct Liveness {
-  llvm::MapVector<func::FuncOp, std::vector<Item>> perFunction;
-  llvm::StringMap<SmallVector<func::FuncOp>> callers; // callee name -> caller functions
-  std::vector<std::string> global;                    // flowing buffers used in several functions
-  func::FuncOp entry;
-  SmallVector<func::FuncOp> roots; // entry and entry points; never active at the same time
-};
-
-LogicalResult computeLiveness(ModuleOp module, llvm::StringMap<rt::BufferOp> &buffers,
-                              Liveness &live) {
-  for (rt::BufferOp b : module.getOps<rt::BufferOp>())
-    buffers[b.getSymName()] = b;
-  llvm::StringMap<llvm::SmallPtrSet<Operation *, 2>> users; // buffer -> functions using it
-  llvm::StringMap<std::pair<int64_t, int64_t>> interval;    // buffer -> [first, last] in its fn
-  for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
-    if (fn.isDeclaration())
-      return fn.emitOpError() << "@" << fn.getSymName() << " is a declaration; every function of a planned program needs a "
-                                 "body";
-    if (fn->hasAttr("rt.entry"))
-      live.entry = fn;
-    if (fn->hasAttr("rt.entry") || fn->hasAttr("rt.entry_point"))
-      live.roots.push_back(fn);
-    llvm::DenseMap<Operation *, int64_t> index;
-    int64_t n = 0;
-    for (Operation &op : fn.getBody().front())
-      index[&op] = n++;
-    auto touch = [&](StringRef name, int64_t i) {
-      auto [it, fresh] = interval.try_emplace(name, std::make_pair(i, i));
-      if (!fresh) {
-        it->second.first = std::min(it->second.first, i);
-        it->second.second = std::max(it->second.second, i);
-      }
-    };
-    fn.walk([&](rt::BufferRefOp ref) {
-      StringRef name = ref.getBuffer();
-      users[name].insert(fn);
-      touch(name, index[ref]);
-      SmallVector<Value> work = {ref.getResult()};
-      while (!work.empty()) {
-        Value v = work.pop_back_val();
-        for (Operation *u : v.getUsers()) {
-          touch(name, index.lookup(u));
-          if (auto view = dyn_cast<rt::ViewOp>(u))
-            work.push_back(view.getResult());
-        }
-      }
-    });
-    std::vector<Item> &items = live.perFunction[fn];
-    llvm::StringMap<std::pair<int64_t, int64_t>> calls;
-    fn.walk([&](func::CallOp call) {
-      auto [it, fresh] = calls.try_emplace(call.getCallee(), index[call], index[call]);
-      if (!fresh)
-        it->second.second = index[call];
-    });
-    for (auto &[callee, range] : calls) {
-      live.callers[callee].push_back(fn);
-      Item frame;
-      frame.name = ("frame:" + callee).str();
-      frame.begin = range.first;
-      frame.end = range.second;
-      frame.order = int(items.size());
-      items.push_back(frame);
-    }
-    (void)n;
-  }
-  if (!live.entry)
-    return module.emitError() << "trainc-memory-plan: no entry function (rt.entry)";
-  int order = 0;
-  for (rt::BufferOp b : module.getOps<rt::BufferOp>()) {
-    ++order;
-    if (rt::isPersistentKind(b.getKind()))
+/// The flowing buffers as items, in placement order: groups (in order of first appearance), then
+/// single buffers, largest first. Fails on a buffer a function touches but no root executes.
+FailureOr<std::vector<Item>> flowingItems(const Liveness &live) {
+  llvm::MapVector<StringRef, Item> groups;
+  std::vector<Item> singles;
+  for (unsigned b = 0; b < live.buffers.size(); ++b) {
+    rt::BufferOp buf = live.buffer(b);
+    if (!live.flowing(b))
       continue;
-    auto &fns = users[b.getSymName()];
-    if (fns.size() != 1) {
-      live.global.push_back(b.getSymName().str());
-      continue;
-    }
-    auto fn = cast<func::FuncOp>(*fns.begin());
-    Item it;
-    it.name = b.getSymName().str();
-    it.size = bytesOf(b);
-    it.begin = interval[it.name].first;
-    it.end = interval[it.name].second;
-    it.order = order;
-    live.perFunction[fn].push_back(it);
+    if (live.referenced[b] && live.spans[b].empty())
+      return buf.emitOpError() << "is not reachable from an entry function";
+    std::optional<StringRef> group = buf.getGroup();
+    Item &it = group ? groups[*group] : singles.emplace_back();
+    it.group = group.value_or(StringRef());
+    it.members.push_back(b);
+    it.memberAt.push_back(it.size);
+    it.size = group ? alignUp(it.size + bytesOf(buf)) : bytesOf(buf);
+    it.spans.append(live.spans[b].begin(), live.spans[b].end());
+    if (!group)
+      it.home = live.homes[b];
   }
-  for (auto &[callee, fns] : live.callers)
-    if (fns.size() > 1)
-      return module.emitError() << "trainc-memory-plan: function @" << callee
-                                << " is called from " << fns.size()
-                                << " functions; the planner supports one caller per function";
-  return success();
+  std::stable_sort(singles.begin(), singles.end(),
+                   [](const Item &a, const Item &b) { return a.size > b.size; });
+  std::vector<Item> items;
+  for (auto &[name, it] : groups) {
+    normalize(it.spans);
+    items.push_back(std::move(it));
+  }
+  for (Item &it : singles)
+    items.push_back(std::move(it));
+  return items;
 }
 
 struct MemoryPlanPass : mlir::trainc::impl::MemoryPlanPassBase<MemoryPlanPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    llvm::StringMap<rt::BufferOp> buffers;
     Liveness live;
-    if (failed(computeLiveness(module, buffers, live)))
+    if (failed(computeLiveness(module, live)))
       return signalPassFailure();
-    Builder b(module.getContext());
-    // Persistent buffers, then global flowing buffers, then the entry's frame.
-    int64_t offset = 0;
-    for (rt::BufferOp buf : module.getOps<rt::BufferOp>())
+    FailureOr<std::vector<Item>> items = flowingItems(live);
+    if (failed(items))
+      return signalPassFailure();
+    int64_t persistent = 0;
+    for (rt::BufferOp buf : live.buffers)
       if (rt::isPersistentKind(buf.getKind())) {
-        buf.setOffset(offset);
-        offset = alignUp(offset + bytesOf(buf));
+        buf.setOffset(persistent);
+        persistent = alignUp(persistent + bytesOf(buf));
       }
-    int64_t persistent = offset;
-    for (const std::string &name : live.global) {
-      buffers[name].setOffset(offset);
-      offset = alignUp(offset + bytesOf(buffers[name]));
+    std::vector<Item *> order;
+    for (Item &it : *items)
+      order.push_back(&it);
+    int64_t arena = persistent + place(order);
+    Builder b(module.getContext());
+    SmallVector<NamedAttribute> groupBytes;
+    for (Item &it : *items) {
+      for (auto [m, at] : llvm::zip(it.members, it.memberAt))
+        live.buffers[m].setOffset(persistent + it.offset + at);
+      if (!it.group.empty())
+        groupBytes.push_back(b.getNamedAttr(it.group, b.getI64IntegerAttr(it.size)));
     }
-    // Frame sizes bottom-up (callees first), then absolute offsets top-down from the entry.
-    llvm::DenseMap<Operation *, int64_t> frameSize;
-    std::function<int64_t(func::FuncOp)> size = [&](func::FuncOp fn) -> int64_t {
-      auto it = frameSize.find(fn);
-      if (it != frameSize.end())
-        return it->second;
-      std::vector<Item> &items = live.perFunction[fn];
-      for (Item &i : items)
-        if (StringRef(i.name).starts_with("frame:"))
-          i.size = size(module.lookupSymbol<func::FuncOp>(StringRef(i.name).drop_front(6)));
-      return frameSize[fn] = place(items);
-    };
-    std::function<void(func::FuncOp, int64_t)> assign = [&](func::FuncOp fn, int64_t base) {
-      for (Item &i : live.perFunction[fn]) {
-        if (StringRef(i.name).starts_with("frame:"))
-          assign(module.lookupSymbol<func::FuncOp>(StringRef(i.name).drop_front(6)), base + i.offset);
-        else
-          buffers[i.name].setOffset(base + i.offset);
-      }
-    };
-    // Entries never run at the same time: each one's frame starts at the same base.
-    int64_t frames = 0;
-    for (func::FuncOp root : live.roots) {
-      frames = std::max(frames, size(root));
-      assign(root, offset);
-    }
-    int64_t arena = alignUp(offset + frames);
-    // Functions never called from an entry keep no storage.
-    for (rt::BufferOp buf : module.getOps<rt::BufferOp>())
-      if (int64_t(buf.getOffset()) < 0) {
-        buf.emitOpError() << "is not reachable from an entry function";
-        return signalPassFailure();
-      }
     module->setAttr("rt.arena_bytes", b.getI64IntegerAttr(arena));
     module->setAttr("rt.persistent_bytes", b.getI64IntegerAttr(persistent));
     module->setAttr("rt.flowing_peak_bytes", b.getI64IntegerAttr(arena - persistent));
+    if (groupBytes.empty())
+      module->removeAttr("rt.group_bytes");
+    else
+      module->setAttr("rt.group_bytes", b.getDictionaryAttr(groupBytes));
   }
 };
+
+//===----------------------------------------------------------------------===//
+// Verification
+//===----------------------------------------------------------------------===//
+
+/// A buffer's bytes [begin, end) in the arena.
+struct Bytes {
+  unsigned buffer;
+  int64_t begin, end;
+};
+
+/// Reports `x` and `y` (the earlier declared one carries the error) overlapping while both live.
+LogicalResult overlapError(const Liveness &live, unsigned x, unsigned y, int64_t step) {
+  if (y < x)
+    std::swap(x, y);
+  return live.buffer(x).emitOpError()
+         << "overlaps @" << live.buffer(y).getSymName() << " while both are live (trace step "
+         << step << " in @" << live.functionAt(step).getSymName() << ")";
+}
+
+/// Persistent buffers are live always: none may share a byte with any other buffer.
+LogicalResult verifyPersistent(const Liveness &live, ArrayRef<Bytes> all) {
+  std::vector<Bytes> persistent;
+  for (const Bytes &r : all)
+    if (!live.flowing(r.buffer))
+      persistent.push_back(r);
+  llvm::sort(persistent, [](const Bytes &a, const Bytes &b) { return a.begin < b.begin; });
+  auto error = [&](unsigned p, unsigned o) {
+    if (!live.flowing(o) && o < p)
+      std::swap(p, o);
+    return live.buffer(p).emitOpError() << "overlaps buffer @" << live.buffer(o).getSymName()
+                                        << " though it is live for the whole iteration";
+  };
+  // Pairwise disjoint first, so that their ends are sorted too.
+  for (size_t i = 1; i < persistent.size(); ++i)
+    if (persistent[i].begin < persistent[i - 1].end)
+      return error(persistent[i - 1].buffer, persistent[i].buffer);
+  for (const Bytes &q : all) {
+    // The first persistent range ending after q begins; the one before it ends at or before.
+    auto it = std::upper_bound(persistent.begin(), persistent.end(), q.begin,
+                               [](int64_t x, const Bytes &p) { return x < p.end; });
+    for (; it != persistent.end() && it->begin < q.end; ++it)
+      if (it->buffer != q.buffer)
+        return error(it->buffer, q.buffer);
+  }
+  return success();
+}
+
+/// Flowing buffers: a sweep over the trace holding the byte ranges of the live ones.
+LogicalResult verifyFlowing(const Liveness &live, ArrayRef<Bytes> all) {
+  struct Event {
+    int64_t step;
+    bool insert; // removals (at end + 1) come before insertions of the same step
+    const Bytes *bytes;
+  };
+  std::vector<Event> events;
+  for (const Bytes &r : all)
+    if (live.flowing(r.buffer))
+      for (Span s : live.spans[r.buffer]) {
+        events.push_back(Event{s.begin, true, &r});
+        events.push_back(Event{s.end + 1, false, &r});
+      }
+  llvm::sort(events, [](const Event &a, const Event &b) {
+    return a.step != b.step ? a.step < b.step : a.insert < b.insert;
+  });
+  std::map<int64_t, const Bytes *> liveBytes; // begin -> the live buffer there
+  for (const Event &e : events) {
+    if (!e.insert) {
+      liveBytes.erase(e.bytes->begin);
+      continue;
+    }
+    auto next = liveBytes.lower_bound(e.bytes->begin);
+    if (next != liveBytes.end() && next->first < e.bytes->end)
+      return overlapError(live, e.bytes->buffer, next->second->buffer, e.step);
+    if (next != liveBytes.begin() && std::prev(next)->second->end > e.bytes->begin)
+      return overlapError(live, e.bytes->buffer, std::prev(next)->second->buffer, e.step);
+    liveBytes.emplace(e.bytes->begin, e.bytes);
+  }
+  return success();
+}
 
 } // namespace
 
 LogicalResult mlir::trainc::verifyMemoryPlan(ModuleOp module) {
-  llvm::StringMap<rt::BufferOp> buffers;
   Liveness live;
-  if (failed(computeLiveness(module, buffers, live)))
+  if (failed(computeLiveness(module, live)))
     return failure();
   auto arenaAttr = module->getAttrOfType<IntegerAttr>("rt.arena_bytes");
   if (!arenaAttr)
     return module.emitError() << "no rt.arena_bytes (run trainc-memory-plan)";
   int64_t arena = arenaAttr.getInt();
-  struct Placed {
-    rt::BufferOp buf;
-    int64_t begin, end;
-  };
-  std::vector<Placed> persistent, all;
-  for (rt::BufferOp b : module.getOps<rt::BufferOp>()) {
-    if (int64_t(b.getOffset()) < 0 || int64_t(b.getOffset()) + bytesOf(b) > arena)
-      return b.emitOpError() << "offset " << int64_t(b.getOffset()) << " + " << bytesOf(b)
+  std::vector<Bytes> all; // the buffers with at least one byte
+  for (auto [i, b] : llvm::enumerate(live.buffers)) {
+    int64_t offset = int64_t(b.getOffset());
+    if (offset < 0 || offset + bytesOf(b) > arena)
+      return b.emitOpError() << "offset " << offset << " + " << bytesOf(b)
                              << " bytes is outside the arena of " << arena << " bytes";
-    Placed p{b, int64_t(b.getOffset()), int64_t(b.getOffset()) + bytesOf(b)};
-    all.push_back(p);
-    if (rt::isPersistentKind(b.getKind()) ||
-        llvm::is_contained(live.global, b.getSymName().str()))
-      persistent.push_back(p);
+    if (bytesOf(b) > 0)
+      all.push_back(Bytes{unsigned(i), offset, offset + bytesOf(b)});
   }
-  for (Placed &p : persistent)
-    for (Placed &q : all)
-      if (p.buf != q.buf && p.begin < q.end && q.begin < p.end && p.end > p.begin &&
-          q.end > q.begin)
-        return p.buf.emitOpError() << "overlaps buffer @" << q.buf.getSymName()
-                                   << " though it is live for the whole iteration";
-  // The buffers each function uses, itself or through its callees (for a caller's buffer that is
-  // live across a call: it must not share memory with anything the callee touches).
-  llvm::StringMap<llvm::StringSet<>> uses;
-  std::function<const llvm::StringSet<> &(func::FuncOp)> usesOf =
-      [&](func::FuncOp f) -> const llvm::StringSet<> & {
-    auto it = uses.find(f.getSymName());
-    if (it != uses.end())
-      return it->second;
-    llvm::StringSet<> set;
-    uses[f.getSymName()] = {}; // no recursion (the call graph is checked elsewhere)
-    f.walk([&](Operation *op) {
-      if (auto r = dyn_cast<rt::BufferRefOp>(op))
-        set.insert(r.getBuffer());
-      else if (auto call = dyn_cast<func::CallOp>(op))
-        if (auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee()))
-          for (const auto &e : usesOf(callee))
-            set.insert(e.getKey());
-    });
-    return uses[f.getSymName()] = std::move(set);
-  };
-  auto overlapping = [&](rt::BufferOp x, rt::BufferOp y) {
-    return int64_t(x.getOffset()) < int64_t(y.getOffset()) + bytesOf(y) &&
-           int64_t(y.getOffset()) < int64_t(x.getOffset()) + bytesOf(x) && bytesOf(x) > 0 &&
-           bytesOf(y) > 0;
-  };
-  for (auto &[fn, items] : live.perFunction)
-    for (const Item &a : items)
-      for (const Item &c : items) {
-        bool aFrame = StringRef(a.name).starts_with("frame:");
-        bool cFrame = StringRef(c.name).starts_with("frame:");
-        if (&a == &c || aFrame || !intersects(a, c))
-          continue;
-        rt::BufferOp x = buffers[a.name];
-        if (!cFrame) {
-          rt::BufferOp y = buffers[c.name];
-          if (&a < &c && overlapping(x, y))
-            return x.emitOpError() << "overlaps @" << y.getSymName()
-                                   << " while both are live in @" << fn.getSymName();
-          continue;
-        }
-        auto callee = module.lookupSymbol<func::FuncOp>(StringRef(c.name).drop_front(6));
-        if (!callee)
-          continue;
-        for (const auto &e : usesOf(callee)) {
-          rt::BufferOp y = buffers.lookup(e.getKey());
-          if (y && y != x && !rt::isPersistentKind(y.getKind()) && overlapping(x, y))
-            return x.emitOpError() << "overlaps @" << y.getSymName() << " of the frame of @"
-                                   << callee.getSymName() << ", called while it is live in @"
-                                   << fn.getSymName();
-        }
-      }
-  return success();
+  if (failed(verifyPersistent(live, all)))
+    return failure();
+  return verifyFlowing(live, all);
 }

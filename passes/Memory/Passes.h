@@ -12,9 +12,10 @@ namespace mlir::trainc {
 #define GEN_PASS_REGISTRATION
 #include "passes/Memory/Passes.h.inc"
 
-/// Checks a planned module: every buffer has an offset, lies inside rt.arena_bytes, persistent
-/// buffers overlap nothing, and flowing buffers that are live at the same time do not overlap.
-/// Emits an error naming the two buffers.
+/// Checks a planned module on the unrolled call trace (the liveness trainc-memory-plan uses): every
+/// buffer has an offset and lies inside rt.arena_bytes (bytes), persistent buffers overlap
+/// nothing, and no two buffers sharing a byte are live at the same trace step. Emits an error
+/// naming the two buffers (and the first common step with its function) and fails.
 LogicalResult verifyMemoryPlan(ModuleOp module);
 } // namespace mlir::trainc
 

@@ -16,6 +16,12 @@ rt.buffer @b {kind = "activation", offset = -5 : i64} : memref<8xf32>
 
 // -----
 
+// Tests that only flowing buffers (activation, workspace) belong to a buffer group.
+// expected-error@+1 {{'rt.buffer' op group 'stash.0' on a parameter buffer (only activation and workspace buffers are grouped)}}
+rt.buffer @b {group = "stash.0", kind = "parameter"} : memref<8xf32>
+
+// -----
+
 // Tests that rt.buffer_ref names an existing buffer.
 func.func @f() {
   // expected-error@+1 {{'rt.buffer_ref' op @missing is not an rt.buffer}}

@@ -73,7 +73,7 @@ func.func @forward(
 // LOWER-DAG: func.func @eval_step() attributes {rt.entry_point = "eval_step"}
 
 // Tests that trainc-phase-memory gives every buffer an offset and the module its arena.
-// MEMORY: module attributes {rt.arena_bytes = {{[0-9]+}} : i64, rt.flowing_peak_bytes = {{[0-9]+}} : i64, rt.persistent_bytes = {{[0-9]+}} : i64,
+// MEMORY: module attributes {rt.arena_bytes = {{[0-9]+}} : i64, rt.flowing_peak_bytes = {{[0-9]+}} : i64, rt.group_bytes = {stash.0 = 1216 : i64}, rt.persistent_bytes = {{[0-9]+}} : i64,
 // MEMORY: rt.buffer @wte {{.*}}kind = "parameter", offset = 0 : i64
 // MEMORY-NOT: rt.buffer @{{[^ ]+}} {kind = "{{[a-z_]+}}"} :
 

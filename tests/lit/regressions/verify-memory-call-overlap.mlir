@@ -3,7 +3,7 @@
 // Regression: trainc-verify phase=memory used to check overlaps only among the buffers of one
 // function (and against persistent buffers), so a caller's buffer live across a call could overlap
 // a buffer of the callee's frame and the plan was accepted. (trainc-memory-plan itself places them
-// apart: @x at 64, @y at 0.)
+// apart: @x at 0, @y at 64.)
 
 // Tests that @x, live in @train_step across the call, may not share memory with @stage's @y.
 module attributes {rt.arena_bytes = 128 : i64} {

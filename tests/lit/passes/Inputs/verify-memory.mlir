@@ -49,7 +49,7 @@ module attributes {rt.arena_bytes = 128 : i64} {
 
 // Tests that two flowing buffers live at the same time may not overlap.
 module attributes {rt.arena_bytes = 128 : i64} {
-  // expected-error@+1 {{'rt.buffer' op overlaps @b while both are live in @train_step}}
+  // expected-error@+1 {{'rt.buffer' op overlaps @b while both are live (trace step 1 in @train_step)}}
   rt.buffer @a {kind = "activation", offset = 0 : i64} : memref<16xf32>
   rt.buffer @b {kind = "activation", offset = 32 : i64} : memref<16xf32>
   func.func @train_step() attributes {rt.entry} {
@@ -63,18 +63,92 @@ module attributes {rt.arena_bytes = 128 : i64} {
 // -----
 
 // Tests that the liveness errors of the planner are reported by the verifier too.
-// expected-error@+1 {{trainc-memory-plan: function @leaf is called from 2 functions; the planner supports one caller per function}}
 module attributes {rt.arena_bytes = 0 : i64} {
-  func.func @leaf() {
+  // expected-error@+1 {{'func.func' op @train_step calls itself; the memory planner needs an acyclic call graph}}
+  func.func @train_step() attributes {rt.entry} {
+    call @train_step() : () -> ()
     return
   }
-  func.func @mid() {
-    call @leaf() : () -> ()
+}
+
+// -----
+
+// Tests that liveness is per call on the trace: @x of @f (called at steps 0-2 and 7-9) may share
+// memory with @y, used between the calls (3-4), but not with @z, live across the second call
+// (5-10).
+module attributes {rt.arena_bytes = 64 : i64} {
+  // expected-error@+1 {{'rt.buffer' op overlaps @z while both are live (trace step 7 in @f)}}
+  rt.buffer @x {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @y {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @z {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  func.func @f() {
+    %x = rt.buffer_ref @x : memref<16xf32>
+    rt.kernel "fill" outs(%x : memref<16xf32>)
     return
   }
   func.func @train_step() attributes {rt.entry} {
-    call @leaf() : () -> ()
-    call @mid() : () -> ()
+    call @f() : () -> ()
+    %y = rt.buffer_ref @y : memref<16xf32>
+    rt.kernel "fill" outs(%y : memref<16xf32>)
+    %z = rt.buffer_ref @z : memref<16xf32>
+    rt.kernel "fill" outs(%z : memref<16xf32>)
+    call @f() : () -> ()
+    rt.kernel "scale" ins(%z : memref<16xf32>) outs(%z : memref<16xf32>)
+    return
+  }
+}
+
+// -----
+
+// Tests that the same program with @z elsewhere passes (@x and @y still share memory).
+module attributes {rt.arena_bytes = 128 : i64} {
+  rt.buffer @x {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @y {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @z {kind = "activation", offset = 64 : i64} : memref<16xf32>
+  func.func @f() {
+    %x = rt.buffer_ref @x : memref<16xf32>
+    rt.kernel "fill" outs(%x : memref<16xf32>)
+    return
+  }
+  func.func @train_step() attributes {rt.entry} {
+    call @f() : () -> ()
+    %y = rt.buffer_ref @y : memref<16xf32>
+    rt.kernel "fill" outs(%y : memref<16xf32>)
+    %z = rt.buffer_ref @z : memref<16xf32>
+    rt.kernel "fill" outs(%z : memref<16xf32>)
+    call @f() : () -> ()
+    rt.kernel "scale" ins(%z : memref<16xf32>) outs(%z : memref<16xf32>)
+    return
+  }
+}
+
+// -----
+
+// Tests that an async collective's operand stays live until the wait: @t, written before the
+// wait, may not share @g's memory.
+module attributes {rt.arena_bytes = 128 : i64} {
+  // expected-error@+1 {{'rt.buffer' op overlaps @t while both are live (trace step 3 in @train_step)}}
+  rt.buffer @g {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @t {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  func.func @train_step() attributes {rt.entry} {
+    %g = rt.buffer_ref @g : memref<16xf32>
+    rt.kernel "fill" outs(%g : memref<16xf32>)
+    rt.collective "all_reduce" "dp" ins(%g : memref<16xf32>) outs(%g : memref<16xf32>) {token = 0 : i64}
+    %t = rt.buffer_ref @t : memref<16xf32>
+    rt.kernel "fill" outs(%t : memref<16xf32>)
+    rt.wait 0
+    return
+  }
+}
+
+// -----
+
+// Tests that two persistent buffers may not share memory either.
+module attributes {rt.arena_bytes = 128 : i64} {
+  // expected-error@+1 {{'rt.buffer' op overlaps buffer @q though it is live for the whole iteration}}
+  rt.buffer @p {kind = "parameter", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @q {kind = "optimizer_state", offset = 0 : i64} : memref<4xf32>
+  func.func @train_step() attributes {rt.entry} {
     return
   }
 }
