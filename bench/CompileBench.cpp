@@ -5,14 +5,23 @@
 // instructions, the serialized program size and the planned arena. No target; the figure to watch
 // is that program size stays O(layers + microbatches).
 //
+//   bench_compile [PRESET [GLOBAL_BATCH]]          the above for another preset / batch
+//   bench_compile --preset P [MEGATRON FLAGS...]   any plan; every rank is compiled, nothing
+//                                                  written; also prints the peak RSS
+// bench/compile_scaling.sh runs the structured-IR issue's matrix with the second form.
+//
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Driver.h"
 #include "frontends/MegatronFlags.h"
 #include "runtime/core/Program.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 using namespace mlir;
 namespace cfgns = ::trainc::config;
@@ -20,6 +29,15 @@ namespace cfgns = ::trainc::config;
 int main(int argc, char **argv) {
   std::string preset = argc > 1 ? argv[1] : "llama3-8b";
   std::string gbs = argc > 2 ? argv[2] : "64";
+  std::vector<std::string> flags = {"--micro-batch-size", "1", "--global-batch-size", gbs};
+  if (preset == "--preset") {
+    if (argc < 3) {
+      std::fprintf(stderr, "usage: bench_compile --preset P [flags...]\n");
+      return 2;
+    }
+    preset = argv[2];
+    flags.assign(argv + 3, argv + argc);
+  }
   std::optional<cfgns::ModelConfig> base = cfgns::findPreset(preset);
   if (!base) {
     std::fprintf(stderr, "unknown preset %s\n", preset.c_str());
@@ -27,8 +45,7 @@ int main(int argc, char **argv) {
   }
   cfgns::FlagParseOptions po;
   po.base_model = &*base;
-  llvm::Expected<cfgns::PlanConfig> cfg = cfgns::parseMegatronFlags(
-      {"--micro-batch-size", "1", "--global-batch-size", gbs}, po);
+  llvm::Expected<cfgns::PlanConfig> cfg = cfgns::parseMegatronFlags(flags, po);
   if (!cfg) {
     std::fprintf(stderr, "%s\n", llvm::toString(cfg.takeError()).c_str());
     return 1;
@@ -36,6 +53,8 @@ int main(int argc, char **argv) {
   auto t0 = std::chrono::steady_clock::now();
   MLIRContext ctx;
   mlir::trainc::CompileOptions opts;
+  std::vector<::trainc::schema::Program> ranks;
+  opts.allRanks = &ranks;
   OwningOpRef<ModuleOp> module = mlir::trainc::buildModelModule(ctx, *cfg, opts);
   auto t1 = std::chrono::steady_clock::now();
   FailureOr<::trainc::schema::Program> p = mlir::trainc::compileModule(*module, *cfg, opts);
@@ -48,10 +67,15 @@ int main(int argc, char **argv) {
   for (const auto &f : p->functions())
     instructions += size_t(f.body_size());
   auto s = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  std::printf("compile %s, 1 rank, %lld microbatches (seq %lld): build model IR %.2f s, passes + "
-              "export + validation %.2f s, serialize %.3f s, total %.2f s\n",
-              preset.c_str(), (long long)cfg->training.num_microbatches,
-              (long long)cfg->model.seq_length, s(t0, t1), s(t1, t2), s(t2, t3), s(t0, t3));
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("compile %s, %zu rank(s), %lld layers, %lld microbatches (seq %lld): build model IR "
+              "%.2f s, passes + export + validation %.2f s, serialize %.3f s, total %.2f s, peak "
+              "RSS %.0f MiB\n",
+              preset.c_str(), ranks.size(), (long long)cfg->model.num_layers,
+              (long long)cfg->training.num_microbatches,
+              (long long)cfg->model.seq_length, s(t0, t1), s(t1, t2), s(t2, t3), s(t0, t3),
+              double(ru.ru_maxrss) / 1024.0);
   std::printf("program: %d functions, %zu instructions, %d buffers, %zu bytes serialized; arena "
               "%.2f GiB (persistent %.2f GiB, flowing peak %.2f GiB)\n",
               p->functions_size(), instructions, p->buffers_size(), bytes.size(),

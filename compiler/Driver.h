@@ -2,6 +2,7 @@
 #ifndef TRAINC_COMPILER_DRIVER_H
 #define TRAINC_COMPILER_DRIVER_H
 
+#include "dialects/Sched/SchedDialect.h"
 #include "frontends/ModelConfig.h"
 #include "runtime/schema/program.pb.h"
 
@@ -30,6 +31,11 @@ struct CompileOptions {
   /// If set, receives every rank's program, in rank order (the functions return rank 0's).
   std::vector<::trainc::schema::Program> *allRanks = nullptr;
 };
+
+/// The plan attribute (`#sched.plan`) of a finalized config: model shape, parallel sizes,
+/// batch, optimizer, loss mode, buckets, schedule. Set on the module by compileModule.
+sched::PlanAttr makePlanAttr(MLIRContext &ctx, const ::trainc::config::PlanConfig &cfg,
+                             const CompileOptions &options);
 
 /// Registers the dialects trainc uses in `ctx`.
 void loadTraincDialects(MLIRContext &ctx);

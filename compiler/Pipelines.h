@@ -16,22 +16,28 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir::trainc {
 
-/// Compile-time decisions of a plan.
+/// Overrides of the module's plan (`sched.plan`, set by the frontends) for the passes that read
+/// it; an unset field leaves the plan's value (or, without a plan, the pass's default). The
+/// driver sets none of them: `trainc compile` runs on the plan alone. trainc-opt's phase
+/// pipelines set the ones given on their command line.
 struct PlanOptions {
-  int64_t numMicrobatches = 1;
-  std::string normalization = "per_token"; // or "per_microbatch"
-  double adamBeta1 = 0.9, adamBeta2 = 0.999, adamEps = 1e-8, clipGrad = 1.0;
+  std::optional<int64_t> numMicrobatches;
+  std::optional<std::string> normalization; // "per_token" or "per_microbatch"
+  std::optional<double> adamBeta1, adamBeta2, adamEps, clipGrad;
   /// Data parallelism: size, gradient bucket size in elements (0 = Megatron's default),
-  /// distributed optimizer (ZeRO-1), and the DP rank whose program the lower phase builds.
-  int64_t dataParallelSize = 1, bucketSize = 0, dpRank = 0;
-  bool distributedOptimizer = false, overlapParamGather = false;
+  /// distributed optimizer (ZeRO-1), overlap of the parameter all-gather.
+  std::optional<int64_t> dataParallelSize, bucketSize;
+  std::optional<bool> distributedOptimizer, overlapParamGather;
   /// Order of the forward/backward units (trainc-schedule-units): "no-pipelining" (Megatron's)
   /// or "all-forward-first" (tests).
-  std::string unitSchedule = "no-pipelining";
+  std::optional<std::string> unitSchedule;
+  /// The DP rank whose program the lower phase builds (not part of the plan).
+  int64_t dpRank = 0;
 };
 
 void buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o);

@@ -45,22 +45,32 @@ OwningOpRef<ModuleOp> mlir::trainc::buildModelModule(MLIRContext &ctx,
 
 namespace {
 
-PlanOptions planOptions(const cfgns::PlanConfig &cfg) {
-  PlanOptions o;
-  o.numMicrobatches = cfg.training.num_microbatches;
-  o.normalization = cfg.training.calculate_per_token_loss ? "per_token" : "per_microbatch";
-  o.adamBeta1 = cfg.training.adam_beta1;
-  o.adamBeta2 = cfg.training.adam_beta2;
-  o.adamEps = cfg.training.adam_eps;
-  o.clipGrad = cfg.training.clip_grad;
-  o.dataParallelSize = cfg.parallel.data_parallel_size;
-  o.bucketSize = cfg.parallel.ddp_bucket_size;
-  o.distributedOptimizer = cfg.parallel.use_distributed_optimizer;
-  // With one rank there is nothing to gather (Megatron's flag is then a no-op too).
-  o.overlapParamGather =
-      cfg.parallel.overlap_param_gather && cfg.parallel.data_parallel_size > 1;
-  return o;
+} // namespace
+
+sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanConfig &cfg,
+                                           const CompileOptions &options) {
+  loadTraincDialects(ctx);
+  Builder b(&ctx);
+  const cfgns::ModelConfig &m = cfg.model;
+  const cfgns::ParallelConfig &par = cfg.parallel;
+  const cfgns::TrainingConfig &t = cfg.training;
+  auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
+  return sched::PlanAttr::get(
+      &ctx, m.num_layers, m.hidden_size, m.num_attention_heads,
+      m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads, m.ffn_hidden_size,
+      m.seq_length, m.padded_vocab_size, par.tensor_model_parallel_size, /*cp=*/1, /*ep=*/1,
+      par.data_parallel_size, par.pipeline_model_parallel_size,
+      std::max<int64_t>(1, par.virtual_pipeline_model_parallel_size), t.micro_batch_size,
+      t.global_batch_size, t.num_microbatches, options.dtype, t.optimizer, f64(t.adam_beta1),
+      f64(t.adam_beta2), f64(t.adam_eps), f64(t.clip_grad), f64(t.weight_decay),
+      t.calculate_per_token_loss ? "per_token" : "per_microbatch", par.ddp_bucket_size,
+      b.getBoolAttr(par.use_distributed_optimizer),
+      // With one rank there is nothing to gather (Megatron's flag is then a no-op too).
+      b.getBoolAttr(par.overlap_param_gather && par.data_parallel_size > 1),
+      options.unitSchedule, t.recompute_granularity.empty() ? "none" : t.recompute_granularity);
 }
+
+namespace {
 
 llvm::json::Object keyValues(const cfgns::KeyValues &kv) {
   llvm::json::Object o;
@@ -160,8 +170,18 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
                                                        const cfgns::PlanConfig &cfg,
                                                        const CompileOptions &options) {
   MLIRContext &ctx = *module.getContext();
-  PlanOptions plan = planOptions(cfg);
-  plan.unitSchedule = options.unitSchedule;
+  // The plan: the passes read it. A .mlir input may carry its own; it must then be the one the
+  // command line describes (the runtime reads the command line's values).
+  sched::PlanAttr fromFlags = makePlanAttr(ctx, cfg, options);
+  if (auto existing = module->getAttrOfType<sched::PlanAttr>(sched::kPlanAttrName)) {
+    if (existing != fromFlags)
+      return emitError(module.getLoc())
+             << "the module's " << sched::kPlanAttrName << " " << existing
+             << " differs from the plan of the command line " << fromFlags;
+  } else {
+    module->setAttr(sched::kPlanAttrName, fromFlags);
+  }
+  PlanOptions plan; // no overrides: every pass reads the plan
   if (!options.dumpIRDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.dumpIRDir))
       return emitError(module.getLoc())

@@ -5,6 +5,9 @@
 #include "passes/InitAllPasses.h"
 
 #include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/ErrorHandling.h"
+
+#include <cstdio>
 
 using namespace mlir;
 using namespace mlir::trainc;
@@ -23,28 +26,47 @@ void mlir::trainc::buildAutodiffPhase(OpPassManager &pm, const PlanOptions &) {
   pm.addPass(verify("autodiff"));
 }
 
+namespace {
+/// " name=value" for a set override (doubles with round-trip precision).
+std::string opt(const char *name, const std::optional<int64_t> &v) {
+  return v ? " " + std::string(name) + "=" + std::to_string(*v) : "";
+}
+std::string opt(const char *name, const std::optional<double> &v) {
+  if (!v)
+    return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", *v);
+  return " " + std::string(name) + "=" + buf;
+}
+std::string opt(const char *name, const std::optional<bool> &v) {
+  return v ? " " + std::string(name) + "=" + (*v ? "true" : "false") : "";
+}
+std::string opt(const char *name, const std::optional<std::string> &v) {
+  return v ? " " + std::string(name) + "=" + *v : "";
+}
+/// `pass` with only the options in `text` set, so that the others are read from the plan.
+std::unique_ptr<Pass> withOptions(std::unique_ptr<Pass> pass, const std::string &text) {
+  if (!text.empty() &&
+      failed(pass->initializeOptions(text, [](const Twine &) { return failure(); })))
+    llvm::report_fatal_error(llvm::Twine("internal error: bad pass options '") + text + "'");
+  return pass;
+}
+} // namespace
+
 void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
-  GradAccumulatePassOptions g;
-  g.normalization = o.normalization;
-  g.numMicrobatches = o.numMicrobatches;
-  pm.addPass(createGradAccumulatePass(g));
-  ScheduleNoPipeliningPassOptions s;
-  s.numMicrobatches = o.numMicrobatches;
-  s.beta1 = o.adamBeta1;
-  s.beta2 = o.adamBeta2;
-  s.eps = o.adamEps;
-  s.clipGrad = o.clipGrad;
-  pm.addPass(createScheduleNoPipeliningPass(s));
+  pm.addPass(withOptions(createGradAccumulatePass(), opt("normalization", o.normalization) +
+                                                         opt("num-microbatches",
+                                                             o.numMicrobatches)));
+  pm.addPass(withOptions(createScheduleNoPipeliningPass(),
+                         opt("num-microbatches", o.numMicrobatches) +
+                             opt("adam-beta1", o.adamBeta1) + opt("adam-beta2", o.adamBeta2) +
+                             opt("adam-eps", o.adamEps) + opt("clip-grad", o.clipGrad)));
   pm.addPass(createOptimizerExpandPass());
-  GradBucketsPassOptions gb;
-  gb.dp = o.dataParallelSize;
-  gb.bucketSize = o.bucketSize;
-  gb.distributedOptimizer = o.distributedOptimizer;
-  gb.overlapParamGather = o.overlapParamGather;
-  pm.addPass(createGradBucketsPass(gb));
-  ScheduleUnitsPassOptions su;
-  su.schedule = o.unitSchedule;
-  pm.addPass(createScheduleUnitsPass(su));
+  pm.addPass(withOptions(createGradBucketsPass(),
+                         opt("dp", o.dataParallelSize) + opt("bucket-size", o.bucketSize) +
+                             opt("distributed-optimizer", o.distributedOptimizer) +
+                             opt("overlap-param-gather", o.overlapParamGather)));
+  pm.addPass(withOptions(createScheduleUnitsPass(), opt("schedule", o.unitSchedule)));
   pm.addPass(verify("sched"));
 }
 
@@ -89,15 +111,19 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
                                llvm::cl::desc("Unit order: no-pipelining or all-forward-first")};
   PlanOptions plan() const {
     PlanOptions p;
-    p.numMicrobatches = numMicrobatches;
-    p.normalization = normalization;
-    p.clipGrad = clipGrad;
-    p.dataParallelSize = dp;
+    auto set = [](auto &field, const auto &option) {
+      if (option.hasValue())
+        field = option.getValue();
+    };
+    set(p.numMicrobatches, numMicrobatches);
+    set(p.normalization, normalization);
+    set(p.clipGrad, clipGrad);
+    set(p.dataParallelSize, dp);
+    set(p.bucketSize, bucketSize);
+    set(p.distributedOptimizer, distributedOptimizer);
+    set(p.overlapParamGather, overlapParamGather);
+    set(p.unitSchedule, schedule);
     p.dpRank = dpRank;
-    p.bucketSize = bucketSize;
-    p.distributedOptimizer = distributedOptimizer;
-    p.overlapParamGather = overlapParamGather;
-    p.unitSchedule = schedule;
     return p;
   }
 };

@@ -13,6 +13,16 @@
 #define GET_TYPEDEF_CLASSES
 #include "dialects/Sched/SchedTypes.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "dialects/Sched/SchedAttrs.h.inc"
+
+namespace mlir::trainc::sched {
+/// The module attribute that holds the plan.
+inline constexpr llvm::StringLiteral kPlanAttrName = "sched.plan";
+/// The plan of the module that holds `op` (null if it has none).
+PlanAttr getPlan(Operation *op);
+} // namespace mlir::trainc::sched
+
 #define GET_OP_CLASSES
 #include "dialects/Sched/SchedOps.h.inc"
 

@@ -4,12 +4,14 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpImplementation.h"
 
 using namespace mlir;
 using namespace mlir::trainc::sched;
 
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include "dialects/Sched/SchedDialect.cpp.inc"
@@ -17,7 +19,14 @@ using namespace mlir::trainc::sched;
 #define GET_TYPEDEF_CLASSES
 #include "dialects/Sched/SchedTypes.cpp.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "dialects/Sched/SchedAttrs.cpp.inc"
+
 void SchedDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/Sched/SchedAttrs.cpp.inc"
+      >();
   addTypes<
 #define GET_TYPEDEF_LIST
 #include "dialects/Sched/SchedTypes.cpp.inc"
@@ -45,6 +54,210 @@ LogicalResult MicrobatchOp::verifySymbolUses(SymbolTableCollection &symbolTable)
                             "returns nothing (run trainc-grad-accumulate first)";
   if (int64_t(getIndex()) < 0)
     return emitOpError() << "microbatch index " << int64_t(getIndex()) << " is negative";
+  return success();
+}
+
+PlanAttr mlir::trainc::sched::getPlan(Operation *op) {
+  ModuleOp m = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  return m ? m->getAttrOfType<PlanAttr>(kPlanAttrName) : PlanAttr();
+}
+
+namespace {
+enum class FieldKind { Int, Float, Bool, String };
+/// The plan's fields in print order (the order of the AttrDef's parameters).
+constexpr std::pair<const char *, FieldKind> kPlanFields[] = {
+    {"num_layers", FieldKind::Int}, {"hidden_size", FieldKind::Int},
+    {"num_attention_heads", FieldKind::Int}, {"num_query_groups", FieldKind::Int},
+    {"ffn_hidden_size", FieldKind::Int}, {"seq_length", FieldKind::Int},
+    {"padded_vocab_size", FieldKind::Int}, {"tp", FieldKind::Int}, {"cp", FieldKind::Int},
+    {"ep", FieldKind::Int}, {"dp", FieldKind::Int}, {"pp", FieldKind::Int},
+    {"virtual_stages", FieldKind::Int}, {"micro_batch_size", FieldKind::Int},
+    {"global_batch_size", FieldKind::Int}, {"num_microbatches", FieldKind::Int},
+    {"params_dtype", FieldKind::String}, {"optimizer", FieldKind::String},
+    {"adam_beta1", FieldKind::Float}, {"adam_beta2", FieldKind::Float},
+    {"adam_eps", FieldKind::Float}, {"clip_grad", FieldKind::Float},
+    {"weight_decay", FieldKind::Float}, {"loss_mode", FieldKind::String},
+    {"bucket_size", FieldKind::Int}, {"distributed_optimizer", FieldKind::Bool},
+    {"overlap_param_gather", FieldKind::Bool}, {"schedule", FieldKind::String},
+    {"recompute", FieldKind::String}};
+
+const char *kindName(FieldKind k) {
+  switch (k) {
+  case FieldKind::Int:
+    return "an integer";
+  case FieldKind::Float:
+    return "a float";
+  case FieldKind::Bool:
+    return "true or false";
+  case FieldKind::String:
+    return "a string";
+  }
+  return "";
+}
+} // namespace
+
+Attribute PlanAttr::parse(AsmParser &parser, Type) {
+  llvm::StringMap<Attribute> values;
+  SMLoc start = parser.getCurrentLocation();
+  if (parser.parseLess())
+    return {};
+  if (failed(parser.parseOptionalGreater())) {
+    do {
+      SMLoc at = parser.getCurrentLocation();
+      std::string key;
+      if (parser.parseKeywordOrString(&key) || parser.parseEqual())
+        return {};
+      const auto *field = llvm::find_if(kPlanFields, [&](auto &f) { return key == f.first; });
+      if (field == std::end(kPlanFields)) {
+        parser.emitError(at) << "#sched.plan has no field '" << key << "'";
+        return {};
+      }
+      if (values.count(key)) {
+        parser.emitError(at) << "#sched.plan field '" << key << "' is given twice";
+        return {};
+      }
+      Attribute v;
+      SMLoc vat = parser.getCurrentLocation();
+      if (parser.parseAttribute(v))
+        return {};
+      bool ok = field->second == FieldKind::Int      ? llvm::isa<IntegerAttr>(v) && !llvm::isa<BoolAttr>(v)
+                : field->second == FieldKind::Float  ? llvm::isa<FloatAttr>(v) || llvm::isa<IntegerAttr>(v)
+                : field->second == FieldKind::Bool   ? llvm::isa<BoolAttr>(v)
+                                                     : llvm::isa<StringAttr>(v);
+      if (!ok) {
+        parser.emitError(vat) << "#sched.plan field '" << key << "' = " << v << " is not "
+                              << kindName(field->second);
+        return {};
+      }
+      values[key] = v;
+    } while (succeeded(parser.parseOptionalComma()));
+    if (parser.parseGreater())
+      return {};
+  }
+  for (const auto &[name, kind] : kPlanFields)
+    if (!values.count(name)) {
+      parser.emitError(start) << "#sched.plan is missing field '" << name << "'";
+      return {};
+    }
+  Builder b(parser.getContext());
+  auto i = [&](const char *n) { return llvm::cast<IntegerAttr>(values[n]).getInt(); };
+  auto f = [&](const char *n) {
+    if (auto x = llvm::dyn_cast<IntegerAttr>(values[n]))
+      return b.getF64FloatAttr(double(x.getInt()));
+    return b.getF64FloatAttr(llvm::cast<FloatAttr>(values[n]).getValueAsDouble());
+  };
+  auto str = [&](const char *n) { return llvm::cast<StringAttr>(values[n]).getValue(); };
+  auto bl = [&](const char *n) { return llvm::cast<BoolAttr>(values[n]); };
+  return parser.getChecked<PlanAttr>(
+      start, parser.getContext(), i("num_layers"), i("hidden_size"), i("num_attention_heads"),
+      i("num_query_groups"), i("ffn_hidden_size"), i("seq_length"), i("padded_vocab_size"),
+      i("tp"), i("cp"), i("ep"), i("dp"), i("pp"), i("virtual_stages"), i("micro_batch_size"),
+      i("global_batch_size"), i("num_microbatches"), str("params_dtype"), str("optimizer"),
+      f("adam_beta1"), f("adam_beta2"), f("adam_eps"), f("clip_grad"), f("weight_decay"),
+      str("loss_mode"), i("bucket_size"), bl("distributed_optimizer"),
+      bl("overlap_param_gather"), str("schedule"), str("recompute"));
+}
+
+void PlanAttr::print(AsmPrinter &p) const {
+  const int64_t ints[] = {getNumLayers(),      getHiddenSize(),      getNumAttentionHeads(),
+                          getNumQueryGroups(), getFfnHiddenSize(),   getSeqLength(),
+                          getPaddedVocabSize(), getTp(),             getCp(),
+                          getEp(),             getDp(),              getPp(),
+                          getVirtualStages(),  getMicroBatchSize(),  getGlobalBatchSize(),
+                          getNumMicrobatches()};
+  p << "<";
+  size_t k = 0;
+  for (int64_t v : ints)
+    p << kPlanFields[k++].first << " = " << v << ", ";
+  auto s = [&](StringRef v) {
+    p << kPlanFields[k++].first << " = ";
+    p.printString(v);
+    p << ", ";
+  };
+  auto fl = [&](FloatAttr v) {
+    p << kPlanFields[k++].first << " = ";
+    p.printAttributeWithoutType(v);
+    p << ", ";
+  };
+  s(getParamsDtype());
+  s(getOptimizer());
+  fl(getAdamBeta1());
+  fl(getAdamBeta2());
+  fl(getAdamEps());
+  fl(getClipGrad());
+  fl(getWeightDecay());
+  s(getLossMode());
+  p << kPlanFields[k++].first << " = " << getBucketSize() << ", ";
+  p << kPlanFields[k++].first << " = " << (getDistributedOptimizer().getValue() ? "true" : "false")
+    << ", ";
+  p << kPlanFields[k++].first << " = " << (getOverlapParamGather().getValue() ? "true" : "false")
+    << ", ";
+  s(getSchedule());
+  p << kPlanFields[k++].first << " = ";
+  p.printString(getRecompute());
+  p << ">";
+}
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t numLayers,
+                               int64_t hidden, int64_t heads, int64_t groups, int64_t ffn,
+                               int64_t seq, int64_t vocab, int64_t tp, int64_t cp, int64_t ep,
+                               int64_t dp, int64_t pp, int64_t vp, int64_t mbs, int64_t gbs,
+                               int64_t m, StringRef paramsDtype, StringRef optimizer,
+                               FloatAttr beta1, FloatAttr beta2, FloatAttr eps, FloatAttr clip,
+                               FloatAttr wd, StringRef lossMode, int64_t bucketSize,
+                               BoolAttr distributed, BoolAttr overlapGather, StringRef schedule,
+                               StringRef recompute) {
+  auto positive = [&](const char *name, int64_t v) -> LogicalResult {
+    if (v > 0)
+      return success();
+    return emitError() << "#sched.plan: " << name << " = " << v << ", expected a positive value";
+  };
+  const std::pair<const char *, int64_t> sizes[] = {
+      {"num_layers", numLayers}, {"hidden_size", hidden}, {"num_attention_heads", heads},
+      {"num_query_groups", groups}, {"ffn_hidden_size", ffn}, {"seq_length", seq},
+      {"padded_vocab_size", vocab}, {"tp", tp}, {"cp", cp}, {"ep", ep}, {"dp", dp}, {"pp", pp},
+      {"virtual_stages", vp}, {"micro_batch_size", mbs}, {"global_batch_size", gbs},
+      {"num_microbatches", m}};
+  for (auto [name, v] : sizes)
+    if (failed(positive(name, v)))
+      return failure();
+  if (gbs != mbs * dp * m)
+    return emitError() << "#sched.plan: global_batch_size = " << gbs
+                       << " is not micro_batch_size x dp x num_microbatches = " << mbs << " x "
+                       << dp << " x " << m;
+  if (heads % groups != 0)
+    return emitError() << "#sched.plan: num_attention_heads = " << heads
+                       << " is not a multiple of num_query_groups = " << groups;
+  if (!llvm::is_contained({"fp32", "fp64", "bf16", "fp16"}, paramsDtype))
+    return emitError() << "#sched.plan: params_dtype = \"" << paramsDtype
+                       << "\", expected one of fp32, fp64, bf16, fp16";
+  if (optimizer != "adam")
+    return emitError() << "#sched.plan: optimizer = \"" << optimizer << "\", expected \"adam\"";
+  if (lossMode != "per_token" && lossMode != "per_microbatch")
+    return emitError() << "#sched.plan: loss_mode = \"" << lossMode
+                       << "\", expected per_token or per_microbatch";
+  if (schedule != "no-pipelining" && schedule != "all-forward-first")
+    return emitError() << "#sched.plan: schedule = \"" << schedule
+                       << "\", expected no-pipelining or all-forward-first";
+  if (recompute != "none")
+    return emitError() << "#sched.plan: recompute = \"" << recompute << "\", expected none";
+  double b1 = beta1.getValueAsDouble(), b2 = beta2.getValueAsDouble();
+  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+    return emitError() << "#sched.plan: adam_beta1 = " << b1 << ", adam_beta2 = " << b2
+                       << ", expected 0 <= beta < 1";
+  if (!(eps.getValueAsDouble() > 0))
+    return emitError() << "#sched.plan: adam_eps = " << eps.getValueAsDouble()
+                       << ", expected > 0";
+  if (!(clip.getValueAsDouble() >= 0))
+    return emitError() << "#sched.plan: clip_grad = " << clip.getValueAsDouble()
+                       << ", expected >= 0 (0 disables clipping)";
+  if (bucketSize < 0)
+    return emitError() << "#sched.plan: bucket_size = " << bucketSize
+                       << ", expected >= 0 (0 = Megatron's default)";
+  if (overlapGather.getValue() && !(distributed.getValue() && dp > 1))
+    return emitError() << "#sched.plan: overlap_param_gather needs distributed_optimizer and "
+                          "dp > 1 (dp = "
+                       << dp << ")";
   return success();
 }
 

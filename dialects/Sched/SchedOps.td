@@ -19,9 +19,47 @@ def Sched_Dialect : Dialect {
   let summary = "The training iteration: microbatch calls, gradient accumulation, optimizer step";
   let cppNamespace = "::mlir::trainc::sched";
   let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
 }
 
 class Sched_Op<string mnemonic, list<Trait> traits = []> : Op<Sched_Dialect, mnemonic, traits>;
+
+def Sched_PlanAttr : AttrDef<Sched_Dialect, "Plan"> {
+  let mnemonic = "plan";
+  let summary = "The one plan of a compile: model shape, parallel layout, batch, optimizer";
+  let description = [{
+    Set once by the frontends (Megatron flags, a Hugging Face config.json, a preset, or written in
+    a `.mlir` input) as the module attribute `sched.plan`; passes read it, and a pass option given
+    explicitly (trainc-opt) overrides the field it names. Names follow Megatron's flags. The
+    verifier checks the fields against each other (e.g. global_batch_size = micro_batch_size x dp
+    x num_microbatches) and names the fields in its message; the parser names a missing field.
+    ```mlir
+    module attributes {sched.plan = #sched.plan<num_layers = 2, hidden_size = 16, ...>} { ... }
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$num_layers, "int64_t":$hidden_size, "int64_t":$num_attention_heads,
+    "int64_t":$num_query_groups, "int64_t":$ffn_hidden_size, "int64_t":$seq_length,
+    "int64_t":$padded_vocab_size,
+    "int64_t":$tp, "int64_t":$cp, "int64_t":$ep, "int64_t":$dp, "int64_t":$pp,
+    "int64_t":$virtual_stages,
+    "int64_t":$micro_batch_size, "int64_t":$global_batch_size, "int64_t":$num_microbatches,
+    StringRefParameter<"fp32, fp64 (gradient checks), bf16 or fp16">:$params_dtype,
+    StringRefParameter<"adam">:$optimizer,
+    "::mlir::FloatAttr":$adam_beta1, "::mlir::FloatAttr":$adam_beta2,
+    "::mlir::FloatAttr":$adam_eps, "::mlir::FloatAttr":$clip_grad,
+    "::mlir::FloatAttr":$weight_decay,
+    StringRefParameter<"per_token or per_microbatch">:$loss_mode,
+    "int64_t":$bucket_size, "::mlir::BoolAttr":$distributed_optimizer,
+    "::mlir::BoolAttr":$overlap_param_gather,
+    StringRefParameter<"no-pipelining (all-forward-first for tests)">:$schedule,
+    StringRefParameter<"none">:$recompute
+  );
+  // Fields as `name = value` in any order; the parser names a missing, unknown, repeated or
+  // mistyped field.
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
 
 def Sched_StashType : TypeDef<Sched_Dialect, "Stash"> {
   let mnemonic = "stash";

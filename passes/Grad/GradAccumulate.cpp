@@ -22,6 +22,13 @@ struct GradAccumulatePass : mlir::trainc::impl::GradAccumulatePassBase<GradAccum
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // The plan's values, unless an option was given explicitly.
+    if (sched::PlanAttr plan = sched::getPlan(module)) {
+      if (!normalization.hasValue())
+        normalization = plan.getLossMode().str();
+      if (!numMicrobatches.hasValue())
+        numMicrobatches = plan.getNumMicrobatches();
+    }
     auto fn = module.lookupSymbol<func::FuncOp>(function);
     if (!fn) {
       module.emitError() << "trainc-grad-accumulate: no function @" << function

@@ -32,6 +32,17 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // The plan's values, unless an option was given explicitly.
+    if (sched::PlanAttr plan = sched::getPlan(module)) {
+      if (!dp.hasValue())
+        dp = plan.getDp();
+      if (!bucketSize.hasValue())
+        bucketSize = plan.getBucketSize();
+      if (!distributedOptimizer.hasValue())
+        distributedOptimizer = plan.getDistributedOptimizer().getValue();
+      if (!overlapParamGather.hasValue())
+        overlapParamGather = plan.getOverlapParamGather().getValue();
+    }
     if (dp <= 0) {
       module.emitError() << "trainc-grad-buckets: dp " << int64_t(dp) << " must be positive";
       return signalPassFailure();

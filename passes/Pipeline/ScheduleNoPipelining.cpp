@@ -23,6 +23,19 @@ struct ScheduleNoPipeliningPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // The plan's values, unless an option was given explicitly.
+    if (sched::PlanAttr plan = sched::getPlan(module)) {
+      if (!numMicrobatches.hasValue())
+        numMicrobatches = plan.getNumMicrobatches();
+      if (!beta1.hasValue())
+        beta1 = plan.getAdamBeta1().getValueAsDouble();
+      if (!beta2.hasValue())
+        beta2 = plan.getAdamBeta2().getValueAsDouble();
+      if (!eps.hasValue())
+        eps = plan.getAdamEps().getValueAsDouble();
+      if (!clipGrad.hasValue())
+        clipGrad = plan.getClipGrad().getValueAsDouble();
+    }
     auto fn = module.lookupSymbol<func::FuncOp>(stage);
     if (!fn || !fn->hasAttr("sched.stage")) {
       module.emitError() << "trainc-schedule: no stage function @" << stage

@@ -229,6 +229,8 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (sched::PlanAttr plan = sched::getPlan(module); plan && !schedule.hasValue())
+      schedule = plan.getSchedule().str();
     if (schedule != "no-pipelining" && schedule != "all-forward-first") {
       module.emitError() << "trainc-schedule-units: schedule '" << schedule
                          << "' is not one of 'no-pipelining', 'all-forward-first'";
