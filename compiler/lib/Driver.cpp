@@ -16,6 +16,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
@@ -174,10 +175,26 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   // command line describes (the runtime reads the command line's values).
   sched::PlanAttr fromFlags = makePlanAttr(ctx, cfg, options);
   if (auto existing = module->getAttrOfType<sched::PlanAttr>(sched::kPlanAttrName)) {
-    if (existing != fromFlags)
+    // The model-shape fields describe the module's own model (the command line's model config
+    // does not, for a .mlir input); every other field must agree.
+    static const llvm::StringSet<> shape = {"num_layers",      "hidden_size", "num_attention_heads",
+                                            "num_query_groups", "ffn_hidden_size", "seq_length",
+                                            "padded_vocab_size"};
+    std::string diff;
+    for (auto [a, c] : llvm::zip(existing.getFields(), fromFlags.getFields())) {
+      if (shape.contains(a.first) || a.second == c.second)
+        continue;
+      std::string x, y;
+      llvm::raw_string_ostream xs(x), ys(y);
+      xs << a.second;
+      ys << c.second;
+      diff += (diff.empty() ? "" : "; ") + a.first.str() + " = " + x + " in the module, " + y +
+              " on the command line";
+    }
+    if (!diff.empty())
       return emitError(module.getLoc())
-             << "the module's " << sched::kPlanAttrName << " " << existing
-             << " differs from the plan of the command line " << fromFlags;
+             << "the module's " << sched::kPlanAttrName
+             << " disagrees with the command line: " << diff;
   } else {
     module->setAttr(sched::kPlanAttrName, fromFlags);
   }

@@ -374,7 +374,8 @@ FailureOr<schema::Program> Exporter::run() {
   if (auto f = module->getAttrOfType<FloatAttr>("trainc.bytes_per_iteration"))
     r->mutable_flops()->set_bytes_per_iteration(f.getValueAsDouble());
   schema::ScheduleReport *s = r->mutable_schedule();
-  s->set_schedule("no-pipelining");
+  auto schedule = module->getAttrOfType<StringAttr>("rt.schedule");
+  s->set_schedule(schedule ? schedule.str() : "no-pipelining");
   if (auto m = module->getAttrOfType<IntegerAttr>("trainc.num_microbatches"))
     s->set_num_microbatches(m.getInt());
   for (Operation &op : fns[p.entry()].getBody().front())

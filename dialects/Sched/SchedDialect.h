@@ -21,6 +21,10 @@ namespace mlir::trainc::sched {
 inline constexpr llvm::StringLiteral kPlanAttrName = "sched.plan";
 /// The plan of the module that holds `op` (null if it has none).
 PlanAttr getPlan(Operation *op);
+/// Records an explicit pass option in the plan of `op`'s module (no-op without a plan), so that
+/// the dumps and later passes see the value that was used. Errors (an inconsistent result) are
+/// emitted on the module.
+LogicalResult overridePlanField(Operation *op, llvm::StringRef name, Attribute value);
 } // namespace mlir::trainc::sched
 
 #define GET_OP_CLASSES

@@ -81,6 +81,7 @@ constexpr std::pair<const char *, FieldKind> kPlanFields[] = {
     {"overlap_param_gather", FieldKind::Bool}, {"schedule", FieldKind::String},
     {"recompute", FieldKind::String}};
 
+
 const char *kindName(FieldKind k) {
   switch (k) {
   case FieldKind::Int:
@@ -95,6 +96,96 @@ const char *kindName(FieldKind k) {
   return "";
 }
 } // namespace
+
+static bool fieldHasKind(Attribute v, FieldKind k) {
+  switch (k) {
+  case FieldKind::Int:
+    return llvm::isa<IntegerAttr>(v) && !llvm::isa<BoolAttr>(v);
+  case FieldKind::Float:
+    return llvm::isa<FloatAttr>(v) || (llvm::isa<IntegerAttr>(v) && !llvm::isa<BoolAttr>(v));
+  case FieldKind::Bool:
+    return llvm::isa<BoolAttr>(v);
+  case FieldKind::String:
+    return llvm::isa<StringAttr>(v);
+  }
+  return false;
+}
+
+SmallVector<std::pair<StringRef, Attribute>> PlanAttr::getFields() const {
+  Builder b(getContext());
+  const int64_t ints[] = {getNumLayers(),       getHiddenSize(),     getNumAttentionHeads(),
+                          getNumQueryGroups(),  getFfnHiddenSize(),  getSeqLength(),
+                          getPaddedVocabSize(), getTp(),             getCp(),
+                          getEp(),              getDp(),             getPp(),
+                          getVirtualStages(),   getMicroBatchSize(), getGlobalBatchSize(),
+                          getNumMicrobatches()};
+  SmallVector<Attribute> v;
+  for (int64_t x : ints)
+    v.push_back(b.getI64IntegerAttr(x));
+  v.append({b.getStringAttr(getParamsDtype()), b.getStringAttr(getOptimizer()), getAdamBeta1(),
+            getAdamBeta2(), getAdamEps(), getClipGrad(), getWeightDecay(),
+            b.getStringAttr(getLossMode()), b.getI64IntegerAttr(getBucketSize()),
+            getDistributedOptimizer(), getOverlapParamGather(), b.getStringAttr(getSchedule()),
+            b.getStringAttr(getRecompute())});
+  SmallVector<std::pair<StringRef, Attribute>> out;
+  for (auto [k, f] : llvm::enumerate(kPlanFields))
+    out.push_back({f.first, v[k]});
+  return out;
+}
+
+PlanAttr PlanAttr::fromFields(MLIRContext *ctx, const llvm::StringMap<Attribute> &values,
+                              function_ref<InFlightDiagnostic()> emitError) {
+  for (const auto &[name, kind] : kPlanFields) {
+    Attribute v = values.lookup(name);
+    if (!v) {
+      emitError() << "#sched.plan is missing field '" << name << "'";
+      return {};
+    }
+    if (!fieldHasKind(v, kind)) {
+      emitError() << "#sched.plan field '" << name << "' = " << v << " is not " << kindName(kind);
+      return {};
+    }
+  }
+  Builder b(ctx);
+  auto i = [&](const char *n) { return llvm::cast<IntegerAttr>(values.lookup(n)).getInt(); };
+  auto f = [&](const char *n) {
+    if (auto x = llvm::dyn_cast<IntegerAttr>(values.lookup(n)))
+      return b.getF64FloatAttr(double(x.getInt()));
+    return b.getF64FloatAttr(llvm::cast<FloatAttr>(values.lookup(n)).getValueAsDouble());
+  };
+  auto str = [&](const char *n) { return llvm::cast<StringAttr>(values.lookup(n)).getValue(); };
+  auto bl = [&](const char *n) { return llvm::cast<BoolAttr>(values.lookup(n)); };
+  return PlanAttr::getChecked(
+      emitError, ctx, i("num_layers"), i("hidden_size"), i("num_attention_heads"),
+      i("num_query_groups"), i("ffn_hidden_size"), i("seq_length"), i("padded_vocab_size"),
+      i("tp"), i("cp"), i("ep"), i("dp"), i("pp"), i("virtual_stages"), i("micro_batch_size"),
+      i("global_batch_size"), i("num_microbatches"), str("params_dtype"), str("optimizer"),
+      f("adam_beta1"), f("adam_beta2"), f("adam_eps"), f("clip_grad"), f("weight_decay"),
+      str("loss_mode"), i("bucket_size"), bl("distributed_optimizer"),
+      bl("overlap_param_gather"), str("schedule"), str("recompute"));
+}
+
+PlanAttr PlanAttr::withField(StringRef name, Attribute value,
+                             function_ref<InFlightDiagnostic()> emitError) const {
+  llvm::StringMap<Attribute> fields;
+  for (auto [n, v] : getFields())
+    fields[n] = v;
+  if (!fields.count(name)) {
+    emitError() << "#sched.plan has no field '" << name << "'";
+    return {};
+  }
+  fields[name] = value;
+  if (name == "micro_batch_size" || name == "dp" || name == "num_microbatches") {
+    auto get = [&](const char *n) -> int64_t {
+      auto a = llvm::dyn_cast<IntegerAttr>(fields[n]);
+      return a ? a.getInt() : 0;
+    };
+    fields["global_batch_size"] = Builder(getContext())
+                                      .getI64IntegerAttr(get("micro_batch_size") * get("dp") *
+                                                         get("num_microbatches"));
+  }
+  return fromFields(getContext(), fields, emitError);
+}
 
 Attribute PlanAttr::parse(AsmParser &parser, Type) {
   llvm::StringMap<Attribute> values;
@@ -117,85 +208,43 @@ Attribute PlanAttr::parse(AsmParser &parser, Type) {
         return {};
       }
       Attribute v;
-      SMLoc vat = parser.getCurrentLocation();
       if (parser.parseAttribute(v))
         return {};
-      bool ok = field->second == FieldKind::Int      ? llvm::isa<IntegerAttr>(v) && !llvm::isa<BoolAttr>(v)
-                : field->second == FieldKind::Float  ? llvm::isa<FloatAttr>(v) || llvm::isa<IntegerAttr>(v)
-                : field->second == FieldKind::Bool   ? llvm::isa<BoolAttr>(v)
-                                                     : llvm::isa<StringAttr>(v);
-      if (!ok) {
-        parser.emitError(vat) << "#sched.plan field '" << key << "' = " << v << " is not "
-                              << kindName(field->second);
-        return {};
-      }
       values[key] = v;
     } while (succeeded(parser.parseOptionalComma()));
     if (parser.parseGreater())
       return {};
   }
-  for (const auto &[name, kind] : kPlanFields)
-    if (!values.count(name)) {
-      parser.emitError(start) << "#sched.plan is missing field '" << name << "'";
-      return {};
-    }
-  Builder b(parser.getContext());
-  auto i = [&](const char *n) { return llvm::cast<IntegerAttr>(values[n]).getInt(); };
-  auto f = [&](const char *n) {
-    if (auto x = llvm::dyn_cast<IntegerAttr>(values[n]))
-      return b.getF64FloatAttr(double(x.getInt()));
-    return b.getF64FloatAttr(llvm::cast<FloatAttr>(values[n]).getValueAsDouble());
-  };
-  auto str = [&](const char *n) { return llvm::cast<StringAttr>(values[n]).getValue(); };
-  auto bl = [&](const char *n) { return llvm::cast<BoolAttr>(values[n]); };
-  return parser.getChecked<PlanAttr>(
-      start, parser.getContext(), i("num_layers"), i("hidden_size"), i("num_attention_heads"),
-      i("num_query_groups"), i("ffn_hidden_size"), i("seq_length"), i("padded_vocab_size"),
-      i("tp"), i("cp"), i("ep"), i("dp"), i("pp"), i("virtual_stages"), i("micro_batch_size"),
-      i("global_batch_size"), i("num_microbatches"), str("params_dtype"), str("optimizer"),
-      f("adam_beta1"), f("adam_beta2"), f("adam_eps"), f("clip_grad"), f("weight_decay"),
-      str("loss_mode"), i("bucket_size"), bl("distributed_optimizer"),
-      bl("overlap_param_gather"), str("schedule"), str("recompute"));
+  return fromFields(parser.getContext(), values, [&] { return parser.emitError(start); });
 }
 
 void PlanAttr::print(AsmPrinter &p) const {
-  const int64_t ints[] = {getNumLayers(),      getHiddenSize(),      getNumAttentionHeads(),
-                          getNumQueryGroups(), getFfnHiddenSize(),   getSeqLength(),
-                          getPaddedVocabSize(), getTp(),             getCp(),
-                          getEp(),             getDp(),              getPp(),
-                          getVirtualStages(),  getMicroBatchSize(),  getGlobalBatchSize(),
-                          getNumMicrobatches()};
   p << "<";
-  size_t k = 0;
-  for (int64_t v : ints)
-    p << kPlanFields[k++].first << " = " << v << ", ";
-  auto s = [&](StringRef v) {
-    p << kPlanFields[k++].first << " = ";
-    p.printString(v);
-    p << ", ";
-  };
-  auto fl = [&](FloatAttr v) {
-    p << kPlanFields[k++].first << " = ";
-    p.printAttributeWithoutType(v);
-    p << ", ";
-  };
-  s(getParamsDtype());
-  s(getOptimizer());
-  fl(getAdamBeta1());
-  fl(getAdamBeta2());
-  fl(getAdamEps());
-  fl(getClipGrad());
-  fl(getWeightDecay());
-  s(getLossMode());
-  p << kPlanFields[k++].first << " = " << getBucketSize() << ", ";
-  p << kPlanFields[k++].first << " = " << (getDistributedOptimizer().getValue() ? "true" : "false")
-    << ", ";
-  p << kPlanFields[k++].first << " = " << (getOverlapParamGather().getValue() ? "true" : "false")
-    << ", ";
-  s(getSchedule());
-  p << kPlanFields[k++].first << " = ";
-  p.printString(getRecompute());
+  llvm::interleaveComma(getFields(), p, [&](const std::pair<StringRef, Attribute> &f) {
+    p << f.first << " = ";
+    if (auto s = llvm::dyn_cast<StringAttr>(f.second))
+      p.printString(s.getValue());
+    else if (auto bl = llvm::dyn_cast<BoolAttr>(f.second))
+      p << (bl.getValue() ? "true" : "false");
+    else if (auto i = llvm::dyn_cast<IntegerAttr>(f.second))
+      p << i.getInt();
+    else
+      p.printAttributeWithoutType(f.second);
+  });
   p << ">";
+}
+
+LogicalResult mlir::trainc::sched::overridePlanField(Operation *op, StringRef name,
+                                                     Attribute value) {
+  ModuleOp m = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  PlanAttr plan = m ? getPlan(m) : PlanAttr();
+  if (!plan)
+    return success();
+  PlanAttr updated = plan.withField(name, value, [&] { return m.emitError(); });
+  if (!updated)
+    return failure();
+  m->setAttr(kPlanAttrName, updated);
+  return success();
 }
 
 LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t numLayers,

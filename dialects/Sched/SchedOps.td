@@ -59,6 +59,20 @@ def Sched_PlanAttr : AttrDef<Sched_Dialect, "Plan"> {
   // mistyped field.
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The fields in print order, each as an IntegerAttr (i64), FloatAttr (f64), BoolAttr or
+    /// StringAttr.
+    ::llvm::SmallVector<std::pair<::llvm::StringRef, ::mlir::Attribute>> getFields() const;
+    /// A plan from every field by name (kinds as getFields gives them); null after an error
+    /// through `emitError` when a field is missing, mistyped or the plan is inconsistent.
+    static PlanAttr fromFields(::mlir::MLIRContext *ctx,
+                               const ::llvm::StringMap<::mlir::Attribute> &fields,
+                               ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError);
+    /// This plan with field `name` set to `value`. Setting micro_batch_size, dp or
+    /// num_microbatches also sets global_batch_size to their product. Null after an error.
+    PlanAttr withField(::llvm::StringRef name, ::mlir::Attribute value,
+                       ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError) const;
+  }];
 }
 
 def Sched_StashType : TypeDef<Sched_Dialect, "Stash"> {

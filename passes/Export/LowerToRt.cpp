@@ -537,7 +537,8 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
         return call.emitOpError() << "calls @" << call.getCallee() << ", not a stage function";
       SmallVector<Value> args = inputArgs(ob, loc, call.getCallee(), int64_t(call.getIndex()));
       auto c = ob.create<func::CallOp>(loc, (call.getCallee() + ".rt").str(), TypeRange{}, args);
-      c->setAttr("rt.unit", ob.getStringAttr("F+B microbatch " + Twine(call.getIndex())));
+      c->setAttr("rt.unit", ob.getStringAttr((isEval ? "F (eval) microbatch " : "F+B microbatch ") +
+                                             Twine(call.getIndex())));
       flops += stageFlops[call.getCallee()];
       bytes += stageBytes[call.getCallee()];
       ++calls;
@@ -627,6 +628,11 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
     return fn.emitOpError() << "ends with " << busySlots.size()
                             << " stash(es) that no sched.backward consumed";
   if (!isEval) {
+    // The unit order the schedule pass chose (the plan's, or its explicit override).
+    module->setAttr("rt.schedule",
+                    b.getStringAttr(fn->hasAttr("sched.schedule")
+                                        ? fn->getAttrOfType<StringAttr>("sched.schedule").getValue()
+                                        : StringRef("no-pipelining")));
     if (stashSlots > 0) {
       module->setAttr("rt.stash_slots", b.getI64IntegerAttr(stashSlots));
       module->setAttr("rt.stash_bytes", b.getI64IntegerAttr(stashBytes));

@@ -22,7 +22,14 @@ struct GradAccumulatePass : mlir::trainc::impl::GradAccumulatePassBase<GradAccum
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // The plan's values, unless an option was given explicitly.
+    // The plan's values, unless an option was given explicitly (which the plan then records).
+    Builder ab(module.getContext());
+    if ((normalization.hasValue() &&
+         failed(sched::overridePlanField(module, "loss_mode", ab.getStringAttr(normalization)))) ||
+        (numMicrobatches.hasValue() &&
+         failed(sched::overridePlanField(module, "num_microbatches",
+                                         ab.getI64IntegerAttr(numMicrobatches)))))
+      return signalPassFailure();
     if (sched::PlanAttr plan = sched::getPlan(module)) {
       if (!normalization.hasValue())
         normalization = plan.getLossMode().str();

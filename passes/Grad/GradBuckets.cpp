@@ -32,7 +32,19 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // The plan's values, unless an option was given explicitly.
+    // The plan's values, unless an option was given explicitly (which the plan then records).
+    Builder ab(module.getContext());
+    if ((dp.hasValue() &&
+         failed(sched::overridePlanField(module, "dp", ab.getI64IntegerAttr(dp)))) ||
+        (bucketSize.hasValue() &&
+         failed(sched::overridePlanField(module, "bucket_size", ab.getI64IntegerAttr(bucketSize)))) ||
+        (distributedOptimizer.hasValue() &&
+         failed(sched::overridePlanField(module, "distributed_optimizer",
+                                         ab.getBoolAttr(distributedOptimizer)))) ||
+        (overlapParamGather.hasValue() &&
+         failed(sched::overridePlanField(module, "overlap_param_gather",
+                                         ab.getBoolAttr(overlapParamGather)))))
+      return signalPassFailure();
     if (sched::PlanAttr plan = sched::getPlan(module)) {
       if (!dp.hasValue())
         dp = plan.getDp();

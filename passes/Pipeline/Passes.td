@@ -73,7 +73,7 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
     %0 = sched.forward @forward_backward.forward microbatch 0 chunk 0
     sched.backward @forward_backward.backward(%0) microbatch 0 chunk 0
     %1 = sched.forward @forward_backward.forward microbatch 1 chunk 0
-    sched.backward @forward_backward.backward_last(%1) microbatch 1 chunk 0
+    sched.backward @forward_backward_last.backward(%1) microbatch 1 chunk 0
     ```
   }];
   let options = [

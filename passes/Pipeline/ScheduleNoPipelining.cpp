@@ -23,7 +23,19 @@ struct ScheduleNoPipeliningPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // The plan's values, unless an option was given explicitly.
+    // The plan's values, unless an option was given explicitly (which the plan then records).
+    Builder ab(module.getContext());
+    const std::pair<Option<double> *, const char *> floats[] = {
+        {&beta1, "adam_beta1"}, {&beta2, "adam_beta2"}, {&eps, "adam_eps"},
+        {&clipGrad, "clip_grad"}};
+    for (auto [o, field] : floats)
+      if (o->hasValue() &&
+          failed(sched::overridePlanField(module, field, ab.getF64FloatAttr(*o))))
+        return signalPassFailure();
+    if (numMicrobatches.hasValue() &&
+        failed(sched::overridePlanField(module, "num_microbatches",
+                                        ab.getI64IntegerAttr(numMicrobatches))))
+      return signalPassFailure();
     if (sched::PlanAttr plan = sched::getPlan(module)) {
       if (!numMicrobatches.hasValue())
         numMicrobatches = plan.getNumMicrobatches();

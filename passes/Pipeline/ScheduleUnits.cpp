@@ -229,6 +229,11 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // The plan's value, unless the option was given explicitly (which the plan then records).
+    if (schedule.hasValue() &&
+        failed(sched::overridePlanField(module, "schedule",
+                                        StringAttr::get(module.getContext(), schedule))))
+      return signalPassFailure();
     if (sched::PlanAttr plan = sched::getPlan(module); plan && !schedule.hasValue())
       schedule = plan.getSchedule().str();
     if (schedule != "no-pipelining" && schedule != "all-forward-first") {
@@ -245,6 +250,7 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
                             "trainc-schedule first)";
       return signalPassFailure();
     }
+    step->setAttr("sched.schedule", StringAttr::get(module.getContext(), schedule));
     SmallVector<sched::MicrobatchOp> calls(step.getOps<sched::MicrobatchOp>());
     if (calls.empty())
       return;

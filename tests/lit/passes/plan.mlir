@@ -14,6 +14,8 @@
 // CHECK-NEXT: sched.backward
 // CHECK: sched.clip_grad_norm {max_norm = 5.000000e-01 : f64}
 // CHECK-NEXT: sched.adamw {beta1 = 9.000000e-01 : f64, beta2 = 0.94999999999999996 : f64
+// The plan records what the overrides chose (the global batch follows num_microbatches).
+// OVERRIDE: module attributes {sched.plan = #sched.plan<{{.*}}micro_batch_size = 2, global_batch_size = 4, num_microbatches = 2, {{.*}}schedule = "no-pipelining", recompute = "none">}
 // OVERRIDE: sched.loss_seed %{{.+}} {num_microbatches = 2 : i64}
 // OVERRIDE-LABEL: func.func @train_step()
 // OVERRIDE: %[[S:.+]] = sched.forward @forward_backward.forward microbatch 0

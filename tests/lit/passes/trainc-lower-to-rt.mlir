@@ -7,7 +7,7 @@
 // two Adam states; per stage function one activation buffer per op result; per microbatch one
 // buffer per model.input; device scalars and outputs. Nothing is planned yet (no offset). The
 // module records the FLOPs of the iteration (two calls of 2 x 1760 matmul FLOPs).
-// BUF: module attributes {trainc.bytes_per_iteration = {{.+}}, trainc.flops_per_iteration = 7.040000e+03 : f64, trainc.num_microbatches = 2 : i64}
+// BUF: module attributes {rt.schedule = "no-pipelining", trainc.bytes_per_iteration = {{.+}}, trainc.flops_per_iteration = 7.040000e+03 : f64, trainc.num_microbatches = 2 : i64}
 // BUF-DAG: rt.buffer @output_layer.weight {init = "normal", init_std = 2.000000e-02 : f64, kind = "parameter", param_name = "output_layer.weight"} : memref<11x8xf32>
 // BUF-DAG: rt.buffer @output_layer.weight.main_grad {grad_of = "output_layer.weight", kind = "main_grad"} : memref<11x8xf32>
 // BUF-DAG: rt.buffer @output_layer.weight.exp_avg {kind = "optimizer_state"} : memref<11x8xf32>
