@@ -93,9 +93,11 @@ double normOf(CompiledPlan &p) { return p.read("grad_norm")[0]; }
 /// dp == 1 and no extra flag asks for buckets, else every rank in its own thread over Gloo.
 /// Returns rank 0's history (every rank's losses and gathered parameters must agree: checked).
 History train(const std::vector<std::string> &f, int64_t dp, int64_t mbs,
-              const std::vector<Samples> &batches, int64_t iters) {
+              const std::vector<Samples> &batches, int64_t iters,
+              const std::string &unitSchedule = "no-pipelining") {
   config::PlanConfig plan;
-  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks("tiny-llama", f, &plan);
+  std::vector<schema::Program> programs =
+      CompiledPlan::compileAllRanks("tiny-llama", f, &plan, "fp32", unitSchedule);
   EXPECT_EQ(int64_t(programs.size()), dp);
   if (int64_t(programs.size()) != dp)
     return {};
@@ -219,6 +221,25 @@ INSTANTIATE_TEST_SUITE_P(
                       // The all-gathers stay in flight into the next iteration.
                       Variant{2, true, 301, true}, Variant{4, true, 97, true}),
     variantName);
+
+// Megatron's unit order and all forwards first under dp 2 with the distributed optimizer, small
+// buckets and overlapped parameter gathers (4 microbatches: the first-microbatch clone with the
+// gather waits, the stage itself and the last-microbatch clone with the bucket reductions all
+// run): the same computation, so losses, grad norms and parameters are bitwise equal.
+TEST(DataParallelUnitSchedule, AllForwardFirstIsBitwiseEqualWithZeroAndOverlap) {
+  const int64_t gbs = 8, mbs = 1, iters = 3;
+  std::vector<Samples> batches = makeBatches(iters, gbs, 103);
+  std::vector<std::string> f = flags(2, mbs, gbs,
+                                     {"--use-distributed-optimizer", "--ddp-bucket-size", "301",
+                                      "--overlap-grad-reduce", "--overlap-param-gather"});
+  History a = train(f, 2, mbs, batches, iters, "no-pipelining");
+  History b = train(f, 2, mbs, batches, iters, "all-forward-first");
+  ASSERT_EQ(a.losses.size(), size_t(iters));
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.norms, b.norms);
+  for (auto &[name, w] : a.paramsAtEnd)
+    EXPECT_EQ(w, b.paramsAtEnd[name]) << name;
+}
 
 TEST(DataParallelRaggedMasks, DefaultModeGivesTheExactGlobalPerTokenGradient) {
   // dp = 2, mbs = 2, 2 microbatches. Rank 1's first microbatch holds a single valid token and

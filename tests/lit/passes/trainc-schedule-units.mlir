@@ -3,6 +3,9 @@
 // RUN: %not trainc-opt %s -split-input-file -trainc-schedule="eval=false" -trainc-schedule-units="schedule=zigzag" 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule-units 2>&1 | FileCheck %s --check-prefix=ORDER
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-schedule-units 2>&1 | FileCheck %s --check-prefix=NOSEED
+// RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units | FileCheck %s --check-prefix=GONE --implicit-check-not='func.func @forward_backward(' --implicit-check-not='func.func @forward_backward_last(' --implicit-check-not=sched.microbatch
+// RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units="schedule=all-forward-first" -trainc-lower-to-rt | FileCheck %s --check-prefix=RT
+// RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units -trainc-lower-to-rt | FileCheck %s --check-prefix=RT1
 // REQUIRES: compiler
 
 // A stage function as trainc-grad-accumulate leaves it: the forward (linear, a view of its
@@ -52,9 +55,8 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = "w"},
 // CHECK-NEXT: %[[S2:.+]] = sched.forward @forward_backward.forward microbatch 2 chunk 0
 // CHECK-NEXT: sched.backward @forward_backward_last.backward(%[[S2]]) microbatch 2 chunk 0
 // CHECK-NEXT: sched.grad_sync_wait
-// CHECK-NOT: func.func @forward_backward(
-// CHECK-NOT: func.func @forward_backward_last(
-// CHECK-NOT: sched.microbatch
+// Tests that the split stage functions and the microbatch calls are gone.
+// GONE: func.func @train_step()
 
 // Tests the test-only order: every forward, then every backward in microbatch order.
 // FIRST-LABEL: func.func @train_step()
@@ -68,3 +70,30 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = "w"},
 // UNKNOWN: error: trainc-schedule-units: schedule 'zigzag' is not one of 'no-pipelining', 'all-forward-first'
 // ORDER: error: trainc-schedule-units: no training iteration function (run trainc-schedule first)
 // NOSEED: error: 'func.func' op @forward_backward has no loss seed (model.fill {model.loss_seed} or sched.loss_seed): nothing marks where its backward starts
+
+// Tests the lowering: one stash slot per microbatch in flight (3 when all forwards run first),
+// a 1-D buffer per slot in its planner group, passed as one argument; the forward unit writes the
+// linear's result straight into a view of it and the backward reads the same view.
+// RT: rt.buffer @stash0 {group = "stash.0", kind = "activation"} : memref<8xf32>
+// RT: rt.buffer @stash1 {group = "stash.1", kind = "activation"} : memref<8xf32>
+// RT: rt.buffer @stash2 {group = "stash.2", kind = "activation"} : memref<8xf32>
+// RT-LABEL: func.func @forward_backward.forward(
+// RT-SAME: %[[A:[a-z0-9]+]]: memref<8xf32> {rt.stash = 0 : i64})
+// RT: %[[V:.+]] = rt.view %[[A]][0] : memref<8xf32> to memref<2x4xf32>
+// RT: rt.kernel "matmul" ins({{.*}}) outs(%[[V]] : memref<2x4xf32>)
+// RT-LABEL: func.func @forward_backward.backward(
+// RT-SAME: %[[B:[a-z0-9]+]]: memref<8xf32> {rt.stash = 0 : i64})
+// RT-NEXT: rt.view %[[B]][0] : memref<8xf32> to memref<2x4xf32>
+// RT-LABEL: func.func @train_step()
+// RT: rt.buffer_ref @stash0
+// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 0 chunk 0"}
+// RT: rt.buffer_ref @stash1
+// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 1 chunk 0"}
+// RT: rt.buffer_ref @stash2
+// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 2 chunk 0"}
+// RT: rt.buffer_ref @stash0
+// RT-NEXT: call @forward_backward.backward({{.*}}) {rt.unit = "B microbatch 0 chunk 0"}
+// Megatron's order needs one slot.
+// RT1: module attributes {rt.schedule = "no-pipelining", rt.stash_bytes = 64 : i64, rt.stash_slots = 1 : i64
+// RT1: rt.buffer @stash0 {group = "stash.0"
+// RT1-NOT: @stash1
