@@ -33,7 +33,8 @@ struct CompileOptions {
 };
 
 /// The plan attribute (`#sched.plan`) of a finalized config: model shape, parallel sizes,
-/// batch, optimizer, loss mode, buckets, schedule. Set on the module by compileModule.
+/// batch, optimizer, loss mode, buckets, schedule. Set on the module by compileModule. Null after
+/// an error (an inconsistent config; the frontends' finalize() refuses those first).
 sched::PlanAttr makePlanAttr(MLIRContext &ctx, const ::trainc::config::PlanConfig &cfg,
                              const CompileOptions &options);
 

@@ -56,19 +56,24 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
   const cfgns::ParallelConfig &par = cfg.parallel;
   const cfgns::TrainingConfig &t = cfg.training;
   auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
-  return sched::PlanAttr::get(
+  const int64_t one = 1;
+  const StringRef lossMode = t.calculate_per_token_loss ? "per_token" : "per_microbatch";
+  const StringRef recompute =
+      t.recompute_granularity.empty() ? StringRef("none") : StringRef(t.recompute_granularity);
+  return sched::PlanAttr::getChecked(
+      [&] { return emitError(UnknownLoc::get(&ctx)) << "internal error: the config's plan: "; },
       &ctx, m.num_layers, m.hidden_size, m.num_attention_heads,
       m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads, m.ffn_hidden_size,
-      m.seq_length, m.padded_vocab_size, par.tensor_model_parallel_size, /*cp=*/1, /*ep=*/1,
+      m.seq_length, m.padded_vocab_size, par.tensor_model_parallel_size, /*cp=*/one, /*ep=*/one,
       par.data_parallel_size, par.pipeline_model_parallel_size,
       std::max<int64_t>(1, par.virtual_pipeline_model_parallel_size), t.micro_batch_size,
-      t.global_batch_size, t.num_microbatches, options.dtype, t.optimizer, f64(t.adam_beta1),
-      f64(t.adam_beta2), f64(t.adam_eps), f64(t.clip_grad), f64(t.weight_decay),
-      t.calculate_per_token_loss ? "per_token" : "per_microbatch", par.ddp_bucket_size,
+      t.global_batch_size, t.num_microbatches, StringRef(options.dtype), StringRef(t.optimizer),
+      f64(t.adam_beta1), f64(t.adam_beta2), f64(t.adam_eps), f64(t.clip_grad),
+      f64(t.weight_decay), lossMode, par.ddp_bucket_size,
       b.getBoolAttr(par.use_distributed_optimizer),
       // With one rank there is nothing to gather (Megatron's flag is then a no-op too).
       b.getBoolAttr(par.overlap_param_gather && par.data_parallel_size > 1),
-      options.unitSchedule, t.recompute_granularity.empty() ? "none" : t.recompute_granularity);
+      StringRef(options.unitSchedule), recompute);
 }
 
 namespace {
@@ -174,6 +179,8 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   // The plan: the passes read it. A .mlir input may carry its own; it must then be the one the
   // command line describes (the runtime reads the command line's values).
   sched::PlanAttr fromFlags = makePlanAttr(ctx, cfg, options);
+  if (!fromFlags)
+    return failure();
   if (auto existing = module->getAttrOfType<sched::PlanAttr>(sched::kPlanAttrName)) {
     // The model-shape fields describe the module's own model (the command line's model config
     // does not, for a .mlir input); every other field must agree.

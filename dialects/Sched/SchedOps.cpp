@@ -331,10 +331,13 @@ LogicalResult ForwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   FailureOr<func::FuncOp> fn = unitCallee(*this, getCalleeAttr(), symbolTable);
   if (failed(fn))
     return failure();
-  for (Type t : fn->getResultTypes())
-    if (!isa<RankedTensorType>(t))
+  for (Type t : fn->getResultTypes()) {
+    auto r = dyn_cast<RankedTensorType>(t);
+    if (!r || !r.hasStaticShape() || !r.getElementType().isIntOrFloat())
       return emitOpError() << "callee @" << getCallee() << " returns " << t
-                           << "; a forward unit returns its stash as ranked tensors";
+                           << "; a forward unit returns its stash as statically shaped tensors "
+                              "of integers or floats";
+  }
   return verifyUnitIndices(*this, getMicrobatch(), getChunk());
 }
 

@@ -243,8 +243,14 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     }
     func::FuncOp step;
     for (func::FuncOp f : module.getOps<func::FuncOp>())
-      if (f->hasAttr("sched.iteration") && !f->hasAttr("sched.eval"))
+      if (f->hasAttr("sched.iteration") && !f->hasAttr("sched.eval")) {
+        if (step) {
+          f.emitOpError() << "is a second training iteration function (after @"
+                          << step.getSymName() << "); a module has one";
+          return signalPassFailure();
+        }
         step = f;
+      }
     if (!step) {
       module.emitError() << "trainc-schedule-units: no training iteration function (run "
                             "trainc-schedule first)";

@@ -229,3 +229,23 @@ func.func @step() {
   %s = sched.forward @fwd microbatch -1 chunk 0
   return
 }
+
+// -----
+
+// Tests that a forward unit's stash has static shapes.
+func.func @fwd(%w: tensor<?xf32> {model.param = "w"}) -> tensor<?xf32> { return %w : tensor<?xf32> }
+func.func @step() {
+  // expected-error@+1 {{'sched.forward' op callee @fwd returns 'tensor<?xf32>'; a forward unit returns its stash as statically shaped tensors of integers or floats}}
+  %s = sched.forward @fwd microbatch 0 chunk 0
+  return
+}
+
+// -----
+
+// Tests that a backward unit's stash comes from a forward unit.
+func.func @bwd(%s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
+func.func @step(%s: !sched.stash) {
+  // expected-error@+1 {{'sched.backward' op stash operand is not the result of a sched.forward}}
+  sched.backward @bwd(%s) microbatch 0 chunk 0
+  return
+}
