@@ -108,7 +108,9 @@ public:
 private:
   rt::BufferOp addBuffer(StringRef name, MemRefType type, StringRef kind) {
     std::string unique = name.str();
-    for (int i = 1; module.lookupSymbol(unique) || created.count(unique); ++i)
+    // `created` holds every symbol of the module (filled in run()): a lookup per buffer in the
+    // module's op list would make lowering quadratic in the number of buffers.
+    for (int i = 1; created.count(unique); ++i)
       unique = (name + "." + Twine(i)).str();
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(insertBefore);
@@ -806,6 +808,9 @@ LogicalResult Lowering::run() {
   if (module.getBody()->empty())
     return module.emitError() << "trainc-lower-to-rt: empty module";
   insertBefore = &module.getBody()->front();
+  for (Operation &op : *module.getBody())
+    if (auto name = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()))
+      created.insert(name.getValue());
   if (failed(collectParams()))
     return failure();
   SmallVector<func::FuncOp> iterations;
