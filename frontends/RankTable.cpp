@@ -82,11 +82,33 @@ std::vector<std::vector<int64_t>> RankTable::groups(const std::string &kind) con
 }
 
 std::vector<RankGroup> RankTable::groupsOf(int64_t rank) const {
+  // One pass over the ranks per kind (groups() builds every group of a kind: calling it per rank
+  // made compiling a plan cubic in the world size).
   std::vector<RankGroup> out;
-  for (const char *kind : {"tp", "cp", "ep", "dp", "pp", "mp", "embd"})
-    for (const std::vector<int64_t> &g : groups(kind))
-      if (std::find(g.begin(), g.end(), rank) != g.end())
-        out.push_back({kind, g});
+  const std::vector<std::string> &names = axisNames();
+  const std::vector<int64_t> mine = coords(rank);
+  for (const char *kind : {"tp", "cp", "ep", "dp", "pp", "mp", "embd"}) {
+    std::vector<size_t> varying;
+    if (std::string(kind) == "mp")
+      varying = {0, 4};
+    else if (std::string(kind) == "embd")
+      varying = {4};
+    else
+      varying = {size_t(std::find(names.begin(), names.end(), kind) - names.begin())};
+    std::vector<int64_t> members;
+    for (int64_t m = 0; m < worldSize(); ++m) {
+      std::vector<int64_t> c = coords(m);
+      bool same = true;
+      for (size_t a = 0; a < c.size() && same; ++a)
+        same = std::find(varying.begin(), varying.end(), a) != varying.end() || c[a] == mine[a];
+      if (same)
+        members.push_back(m); // increasing rank = group-rank order (tp fastest, then pp)
+    }
+    if (std::string(kind) == "embd" && members.size() > 1)
+      members = {members.front(), members.back()};
+    if (std::find(members.begin(), members.end(), rank) != members.end())
+      out.push_back({kind, members});
+  }
   return out;
 }
 

@@ -133,16 +133,21 @@ LogicalResult ModelIRBuilder::build() {
   b.setInsertionPointToEnd(module.getBody());
   auto fn = b.create<func::FuncOp>(loc, opts.functionName,
                                    b.getFunctionType(argTypes, {scalar, scalar}));
-  for (auto [i, p] : llvm::enumerate(params)) {
-    fn.setArgAttr(unsigned(i), "model.param", b.getStringAttr(p.name));
-    fn.setArgAttr(unsigned(i), "model.init", b.getStringAttr(p.init));
+  // All argument attributes at once (setArgAttr rebuilds the whole list: quadratic in layers).
+  SmallVector<DictionaryAttr> argAttrs;
+  for (const Param &p : params) {
+    SmallVector<NamedAttribute> a{b.getNamedAttr("model.param", b.getStringAttr(p.name)),
+                                  b.getNamedAttr("model.init", b.getStringAttr(p.init))};
     if (p.init == "normal")
-      fn.setArgAttr(unsigned(i), "model.init_std", b.getF64FloatAttr(p.std));
+      a.push_back(b.getNamedAttr("model.init_std", b.getF64FloatAttr(p.std)));
     if (p.noWd)
-      fn.setArgAttr(unsigned(i), "model.no_weight_decay", b.getUnitAttr());
+      a.push_back(b.getNamedAttr("model.no_weight_decay", b.getUnitAttr()));
+    argAttrs.push_back(b.getDictionaryAttr(a));
   }
-  for (auto [i, name] : llvm::enumerate(inputs))
-    fn.setArgAttr(unsigned(params.size() + i), "model.input", b.getStringAttr(name));
+  for (const std::string &name : inputs)
+    argAttrs.push_back(
+        b.getDictionaryAttr({b.getNamedAttr("model.input", b.getStringAttr(name))}));
+  fn.setAllArgAttrs(argAttrs);
   Block *body = fn.addEntryBlock();
   b.setInsertionPointToStart(body);
   auto P = [&](unsigned i) -> Value { return body->getArgument(i); };

@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cstring>
 #include <sstream>
 
@@ -1385,6 +1387,29 @@ TEST(RankTableTest, GoldenEightRanksTp2Pp2Dp2) {
   EXPECT_EQ(of5[3].name, "dp");
   EXPECT_EQ(of5[3].ranks, (std::vector<int64_t>{5, 7}));
   EXPECT_EQ(of5[4].ranks, (std::vector<int64_t>{1, 5}));
+}
+
+// groupsOf(r) computes each group of r directly; it must equal the groups of groups(kind) that
+// contain r, in the same kind order.
+TEST(RankTableTest, GroupsOfARankAreTheGroupsContainingIt) {
+  for (auto [tp, cp, ep, dp, pp] : {std::array<int64_t, 5>{2, 1, 1, 2, 2},
+                                    std::array<int64_t, 5>{2, 2, 1, 3, 4},
+                                    std::array<int64_t, 5>{1, 1, 1, 5, 3}}) {
+    RankTable t(tp, cp, ep, dp, pp);
+    for (int64_t r = 0; r < t.worldSize(); ++r) {
+      std::vector<RankGroup> expected;
+      for (const char *kind : {"tp", "cp", "ep", "dp", "pp", "mp", "embd"})
+        for (const std::vector<int64_t> &g : t.groups(kind))
+          if (std::find(g.begin(), g.end(), r) != g.end())
+            expected.push_back({kind, g});
+      std::vector<RankGroup> got = t.groupsOf(r);
+      ASSERT_EQ(got.size(), expected.size()) << "rank " << r;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].name, expected[i].name) << "rank " << r;
+        EXPECT_EQ(got[i].ranks, expected[i].ranks) << "rank " << r << " " << got[i].name;
+      }
+    }
+  }
 }
 
 TEST(RankTableTest, DataParallelOnlyAndEmbeddingGroupOfLongPipelines) {
