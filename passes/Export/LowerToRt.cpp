@@ -175,6 +175,18 @@ private:
   }
 
   LogicalResult collectParams();
+  /// The iteration's units so far: FLOPs and bytes of the calls, forward calls (= microbatches),
+  /// the stash slots in use and which slot each live stash holds.
+  struct UnitState {
+    double flops = 0, bytes = 0;
+    int64_t forwards = 0;
+    SmallVector<int64_t> busySlots;
+    llvm::DenseMap<Value, std::pair<int64_t, SmallVector<rt::BufferOp>>> stashOf;
+  };
+  /// A sched.microbatch, sched.forward or sched.backward as a call of its lowered stage function
+  /// (forward: takes the lowest free stash slot; backward: releases its forward's).
+  LogicalResult lowerUnit(OpBuilder &ob, Location loc, Operation &op, bool isEval,
+                          UnitState &st);
   /// The input buffers of microbatch `mb` for the stage function `callee`, in argument order.
   SmallVector<Value> inputArgs(OpBuilder &ob, Location loc, StringRef callee, int64_t mb);
   /// The buffers of stash slot `slot` for the results of the forward unit `fwd`.
@@ -504,10 +516,7 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
     nf->setAttr("rt.entry", mb.getUnitAttr());
   OpBuilder ob(module.getContext());
   ob.setInsertionPointToStart(nf.addEntryBlock());
-  double flops = 0, bytes = 0;
-  int64_t calls = 0;
-  SmallVector<int64_t> busySlots;
-  llvm::DenseMap<Value, std::pair<int64_t, SmallVector<rt::BufferOp>>> stashOf;
+  UnitState units;
   for (Operation &op : fn.getBody().front()) {
     Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
                                 op.getLoc());
@@ -533,53 +542,9 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       scalar("grad_norm", "output");
       scalar("update_successful", "output");
       ob.create<rt::HostIOOp>(loc, "read_outputs", io.getLabel());
-    } else if (auto call = dyn_cast<sched::MicrobatchOp>(op)) {
-      auto it = stages.find(call.getCallee());
-      if (it == stages.end())
-        return call.emitOpError() << "calls @" << call.getCallee() << ", not a stage function";
-      SmallVector<Value> args = inputArgs(ob, loc, call.getCallee(), int64_t(call.getIndex()));
-      auto c = ob.create<func::CallOp>(loc, (call.getCallee() + ".rt").str(), TypeRange{}, args);
-      c->setAttr("rt.unit", ob.getStringAttr((isEval ? "F (eval) microbatch " : "F+B microbatch ") +
-                                             Twine(call.getIndex())));
-      flops += stageFlops[call.getCallee()];
-      bytes += stageBytes[call.getCallee()];
-      ++calls;
-    } else if (auto fwd = dyn_cast<sched::ForwardOp>(op)) {
-      auto it = stages.find(fwd.getCallee());
-      if (it == stages.end())
-        return fwd.emitOpError() << "calls @" << fwd.getCallee() << ", not a stage function";
-      // The lowest free stash slot holds this microbatch's activations until its backward.
-      int64_t slot = 0;
-      while (llvm::is_contained(busySlots, slot))
-        ++slot;
-      busySlots.push_back(slot);
-      stashSlots = std::max(stashSlots, slot + 1);
-      SmallVector<Value> args = inputArgs(ob, loc, fwd.getCallee(), int64_t(fwd.getMicrobatch()));
-      SmallVector<rt::BufferOp> stash = stashSlot(it->second, slot);
-      for (rt::BufferOp buf : stash)
-        args.push_back(ref(ob, loc, buf));
-      stashOf[fwd.getStash()] = {slot, stash};
-      auto c = ob.create<func::CallOp>(loc, (fwd.getCallee() + ".rt").str(), TypeRange{}, args);
-      c->setAttr("rt.unit", ob.getStringAttr("F microbatch " + Twine(fwd.getMicrobatch()) +
-                                             " chunk " + Twine(fwd.getChunk())));
-      flops += stageFlops[fwd.getCallee()];
-      bytes += stageBytes[fwd.getCallee()];
-      ++calls;
-    } else if (auto bwd = dyn_cast<sched::BackwardOp>(op)) {
-      if (!stages.count(bwd.getCallee()))
-        return bwd.emitOpError() << "calls @" << bwd.getCallee() << ", not a stage function";
-      auto st = stashOf.find(bwd.getStash());
-      if (st == stashOf.end())
-        return bwd.emitOpError() << "consumes a stash no earlier sched.forward produced";
-      SmallVector<Value> args = inputArgs(ob, loc, bwd.getCallee(), int64_t(bwd.getMicrobatch()));
-      for (rt::BufferOp buf : st->second.second)
-        args.push_back(ref(ob, loc, buf));
-      auto c = ob.create<func::CallOp>(loc, (bwd.getCallee() + ".rt").str(), TypeRange{}, args);
-      c->setAttr("rt.unit", ob.getStringAttr("B microbatch " + Twine(bwd.getMicrobatch()) +
-                                             " chunk " + Twine(bwd.getChunk())));
-      llvm::erase(busySlots, st->second.first);
-      flops += stageFlops[bwd.getCallee()];
-      bytes += stageBytes[bwd.getCallee()];
+    } else if (isa<sched::MicrobatchOp, sched::ForwardOp, sched::BackwardOp>(op)) {
+      if (failed(lowerUnit(ob, loc, op, isEval, units)))
+        return failure();
     } else if (auto fin = dyn_cast<sched::FinalizeGradsOp>(op)) {
       if (layout.mainGrad) {
         // Only this rank's shards hold reduced gradients under the distributed optimizer.
@@ -626,8 +591,8 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       return op.emitOpError() << "cannot be lowered to rt in an iteration function";
     }
   }
-  if (!busySlots.empty())
-    return fn.emitOpError() << "ends with " << busySlots.size()
+  if (!units.busySlots.empty())
+    return fn.emitOpError() << "ends with " << units.busySlots.size()
                             << " stash(es) that no sched.backward consumed";
   if (!isEval) {
     // The unit order the schedule pass chose (the plan's, or its explicit override).
@@ -639,10 +604,69 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       module->setAttr("rt.stash_slots", b.getI64IntegerAttr(stashSlots));
       module->setAttr("rt.stash_bytes", b.getI64IntegerAttr(stashBytes));
     }
-    module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(flops));
-    module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(bytes));
-    module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(calls));
+    module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(units.flops));
+    module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(units.bytes));
+    module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(units.forwards));
   }
+  return success();
+}
+
+LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bool isEval,
+                                  UnitState &st) {
+  // One call of a stage function; its FLOPs and bytes count towards the iteration's.
+  auto call = [&](StringRef callee, ArrayRef<Value> args, const Twine &label) {
+    auto c = ob.create<func::CallOp>(loc, (callee + ".rt").str(), TypeRange{}, args);
+    c->setAttr("rt.unit", ob.getStringAttr(label));
+    st.flops += stageFlops[callee];
+    st.bytes += stageBytes[callee];
+  };
+  auto stageOf = [&](StringRef callee) -> FailureOr<func::FuncOp> {
+    auto it = stages.find(callee);
+    if (it == stages.end())
+      return op.emitOpError() << "calls @" << callee << ", not a stage function";
+    return it->second;
+  };
+  auto unitLabel = [](const char *kind, int64_t mb, int64_t chunk) {
+    return (Twine(kind) + " microbatch " + Twine(mb) + " chunk " + Twine(chunk)).str();
+  };
+  if (auto mb = dyn_cast<sched::MicrobatchOp>(op)) {
+    if (failed(stageOf(mb.getCallee())))
+      return failure();
+    call(mb.getCallee(), inputArgs(ob, loc, mb.getCallee(), int64_t(mb.getIndex())),
+         (isEval ? "F (eval) microbatch " : "F+B microbatch ") + Twine(mb.getIndex()));
+    ++st.forwards;
+    return success();
+  }
+  if (auto fwd = dyn_cast<sched::ForwardOp>(op)) {
+    FailureOr<func::FuncOp> stage = stageOf(fwd.getCallee());
+    if (failed(stage))
+      return failure();
+    // The lowest free stash slot holds this microbatch's activations until its backward.
+    int64_t slot = 0;
+    while (llvm::is_contained(st.busySlots, slot))
+      ++slot;
+    st.busySlots.push_back(slot);
+    stashSlots = std::max(stashSlots, slot + 1);
+    SmallVector<Value> args = inputArgs(ob, loc, fwd.getCallee(), int64_t(fwd.getMicrobatch()));
+    SmallVector<rt::BufferOp> stash = stashSlot(*stage, slot);
+    for (rt::BufferOp buf : stash)
+      args.push_back(ref(ob, loc, buf));
+    st.stashOf[fwd.getStash()] = {slot, stash};
+    call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()));
+    ++st.forwards;
+    return success();
+  }
+  auto bwd = cast<sched::BackwardOp>(op);
+  if (failed(stageOf(bwd.getCallee())))
+    return failure();
+  auto it = st.stashOf.find(bwd.getStash());
+  if (it == st.stashOf.end())
+    return bwd.emitOpError() << "consumes a stash no earlier sched.forward produced";
+  SmallVector<Value> args = inputArgs(ob, loc, bwd.getCallee(), int64_t(bwd.getMicrobatch()));
+  for (rt::BufferOp buf : it->second.second)
+    args.push_back(ref(ob, loc, buf));
+  call(bwd.getCallee(), args, unitLabel("B", bwd.getMicrobatch(), bwd.getChunk()));
+  llvm::erase(st.busySlots, it->second.first);
   return success();
 }
 
