@@ -30,12 +30,14 @@ struct GradAccumulatePass : mlir::trainc::impl::GradAccumulatePassBase<GradAccum
          failed(sched::overridePlanField(module, "num_microbatches",
                                          ab.getI64IntegerAttr(numMicrobatches)))))
       return signalPassFailure();
-    if (sched::PlanAttr plan = sched::getPlan(module)) {
-      if (!normalization.hasValue())
-        normalization = plan.getLossMode().str();
-      if (!numMicrobatches.hasValue())
-        numMicrobatches = plan.getNumMicrobatches();
-    }
+    // Resolved values, as locals that shadow the options: the option's value if given
+    // explicitly (recorded in the plan above), else the plan's, else the option's default. The
+    // options are never assigned, so a pass instance run again on another module reads that
+    // module's plan.
+    sched::PlanAttr plan = sched::getPlan(module);
+    const std::string normalization =
+        plan ? plan.getLossMode().str() : std::string(this->normalization);
+    const int64_t numMicrobatches = plan ? plan.getNumMicrobatches() : this->numMicrobatches;
     auto fn = module.lookupSymbol<func::FuncOp>(function);
     if (!fn) {
       module.emitError() << "trainc-grad-accumulate: no function @" << function

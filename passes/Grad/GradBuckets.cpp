@@ -45,16 +45,17 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
          failed(sched::overridePlanField(module, "overlap_param_gather",
                                          ab.getBoolAttr(overlapParamGather)))))
       return signalPassFailure();
-    if (sched::PlanAttr plan = sched::getPlan(module)) {
-      if (!dp.hasValue())
-        dp = plan.getDp();
-      if (!bucketSize.hasValue())
-        bucketSize = plan.getBucketSize();
-      if (!distributedOptimizer.hasValue())
-        distributedOptimizer = plan.getDistributedOptimizer().getValue();
-      if (!overlapParamGather.hasValue())
-        overlapParamGather = plan.getOverlapParamGather().getValue();
-    }
+    // Resolved values, as locals that shadow the options: the option's value if given
+    // explicitly (recorded in the plan above), else the plan's, else the option's default. The
+    // options are never assigned, so a pass instance run again on another module reads that
+    // module's plan.
+    sched::PlanAttr plan = sched::getPlan(module);
+    const int64_t dp = plan ? plan.getDp() : this->dp;
+    const int64_t bucketSize = plan ? plan.getBucketSize() : this->bucketSize;
+    const bool distributedOptimizer =
+        plan ? plan.getDistributedOptimizer().getValue() : bool(this->distributedOptimizer);
+    const bool overlapParamGather =
+        plan ? plan.getOverlapParamGather().getValue() : bool(this->overlapParamGather);
     if (dp <= 0) {
       module.emitError() << "trainc-grad-buckets: dp " << int64_t(dp) << " must be positive";
       return signalPassFailure();

@@ -36,18 +36,16 @@ struct ScheduleNoPipeliningPass
         failed(sched::overridePlanField(module, "num_microbatches",
                                         ab.getI64IntegerAttr(numMicrobatches))))
       return signalPassFailure();
-    if (sched::PlanAttr plan = sched::getPlan(module)) {
-      if (!numMicrobatches.hasValue())
-        numMicrobatches = plan.getNumMicrobatches();
-      if (!beta1.hasValue())
-        beta1 = plan.getAdamBeta1().getValueAsDouble();
-      if (!beta2.hasValue())
-        beta2 = plan.getAdamBeta2().getValueAsDouble();
-      if (!eps.hasValue())
-        eps = plan.getAdamEps().getValueAsDouble();
-      if (!clipGrad.hasValue())
-        clipGrad = plan.getClipGrad().getValueAsDouble();
-    }
+    // Resolved values, as locals that shadow the options: the option's value if given
+    // explicitly (recorded in the plan above), else the plan's, else the option's default. The
+    // options are never assigned, so a pass instance run again on another module reads that
+    // module's plan.
+    sched::PlanAttr plan = sched::getPlan(module);
+    const int64_t numMicrobatches = plan ? plan.getNumMicrobatches() : this->numMicrobatches;
+    const double beta1 = plan ? plan.getAdamBeta1().getValueAsDouble() : this->beta1;
+    const double beta2 = plan ? plan.getAdamBeta2().getValueAsDouble() : this->beta2;
+    const double eps = plan ? plan.getAdamEps().getValueAsDouble() : this->eps;
+    const double clipGrad = plan ? plan.getClipGrad().getValueAsDouble() : this->clipGrad;
     auto fn = module.lookupSymbol<func::FuncOp>(stage);
     if (!fn || !fn->hasAttr("sched.stage")) {
       module.emitError() << "trainc-schedule: no stage function @" << stage
@@ -79,12 +77,12 @@ struct ScheduleNoPipeliningPass
                                      b.getF64FloatAttr(eps), b.getF64FloatAttr(clipGrad));
     b.create<sched::ReadOutputsOp>(loc, "outputs");
     b.create<func::ReturnOp>(loc);
-    if (eval && failed(buildEval(module, loc)))
+    if (eval && failed(buildEval(module, loc, numMicrobatches)))
       signalPassFailure();
   }
 
   /// @forward_only (a stage function that only sums the losses) and @eval_step.
-  LogicalResult buildEval(ModuleOp module, Location loc) {
+  LogicalResult buildEval(ModuleOp module, Location loc, int64_t numMicrobatches) {
     auto fwd = module.lookupSymbol<func::FuncOp>("forward");
     if (!fwd || fwd.isDeclaration())
       return module.emitError() << "trainc-schedule: eval needs the body of the forward function "

@@ -234,8 +234,9 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
         failed(sched::overridePlanField(module, "schedule",
                                         StringAttr::get(module.getContext(), schedule))))
       return signalPassFailure();
-    if (sched::PlanAttr plan = sched::getPlan(module); plan && !schedule.hasValue())
-      schedule = plan.getSchedule().str();
+    // The resolved value as a local (the option is never assigned; see GradAccumulate).
+    sched::PlanAttr plan = sched::getPlan(module);
+    const std::string schedule = plan ? plan.getSchedule().str() : std::string(this->schedule);
     if (schedule != "no-pipelining" && schedule != "all-forward-first") {
       module.emitError() << "trainc-schedule-units: schedule '" << schedule
                          << "' is not one of 'no-pipelining', 'all-forward-first'";
