@@ -14,6 +14,9 @@
 #include "runtime/core/Program.h"
 
 #include "llvm/ADT/SmallString.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -239,6 +242,33 @@ TEST(DataParallelUnitSchedule, AllForwardFirstIsBitwiseEqualWithZeroAndOverlap) 
   EXPECT_EQ(a.norms, b.norms);
   for (auto &[name, w] : a.paramsAtEnd)
     EXPECT_EQ(w, b.paramsAtEnd[name]) << name;
+}
+
+// Without the distributed optimizer the ranks of a data-parallel plan run the same program: their
+// files differ only in the rank-specific data (mesh rank and coordinates, the members of each
+// group), not in instructions, buffers, parameters or reports.
+TEST(DataParallelRankFiles, DifferOnlyInRankSpecificData) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs =
+      CompiledPlan::compileAllRanks("tiny-llama", flags(64, 1, 64), &plan);
+  ASSERT_EQ(programs.size(), 64u);
+  auto withoutRankData = [](schema::Program p) {
+    p.mutable_mesh()->clear_rank();
+    p.mutable_mesh()->clear_coords();
+    for (schema::CommGroup &g : *p.mutable_groups())
+      g.clear_ranks();
+    return p;
+  };
+  // Field-by-field comparison (serialized bytes would depend on the metadata map's order).
+  using google::protobuf::util::MessageDifferencer;
+  const schema::Program first = withoutRankData(programs[0]);
+  for (size_t r = 1; r < programs.size(); ++r) {
+    EXPECT_FALSE(MessageDifferencer::Equals(programs[r], programs[0])) << r;
+    std::string diff;
+    MessageDifferencer d;
+    d.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(d.Compare(withoutRankData(programs[r]), first)) << "rank " << r << ":\n" << diff;
+  }
 }
 
 TEST(DataParallelRaggedMasks, DefaultModeGivesTheExactGlobalPerTokenGradient) {
