@@ -21,10 +21,13 @@ namespace mlir::trainc::sched {
 inline constexpr llvm::StringLiteral kPlanAttrName = "sched.plan";
 /// The plan of the module that holds `op` (null if it has none).
 PlanAttr getPlan(Operation *op);
-/// Records an explicit pass option in the plan of `op`'s module (no-op without a plan), so that
-/// the dumps and later passes see the value that was used. Errors (an inconsistent result) are
-/// emitted on the module.
-LogicalResult overridePlanField(Operation *op, llvm::StringRef name, Attribute value);
+/// The value of plan field `name` (a field of PlanAttr::getFields) for a pass: `explicitValue`
+/// when set (an option given explicitly; it is then recorded in the plan of `op`'s module, so that
+/// the dumps and later passes see the value that was used), else the plan's field, else
+/// `fallback` (the option's default; no plan). Fails, with the error on the module, when
+/// recording makes the plan inconsistent.
+FailureOr<Attribute> resolvePlanField(Operation *op, llvm::StringRef name,
+                                      Attribute explicitValue, Attribute fallback);
 } // namespace mlir::trainc::sched
 
 #define GET_OP_CLASSES

@@ -234,17 +234,24 @@ void PlanAttr::print(AsmPrinter &p) const {
   p << ">";
 }
 
-LogicalResult mlir::trainc::sched::overridePlanField(Operation *op, StringRef name,
-                                                     Attribute value) {
-  ModuleOp m = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
-  PlanAttr plan = m ? getPlan(m) : PlanAttr();
+FailureOr<Attribute> mlir::trainc::sched::resolvePlanField(Operation *op, StringRef name,
+                                                           Attribute explicitValue,
+                                                           Attribute fallback) {
+  PlanAttr plan = getPlan(op);
   if (!plan)
-    return success();
-  PlanAttr updated = plan.withField(name, value, [&] { return m.emitError(); });
-  if (!updated)
-    return failure();
-  m->setAttr(kPlanAttrName, updated);
-  return success();
+    return explicitValue ? explicitValue : fallback;
+  if (explicitValue) {
+    ModuleOp m = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+    PlanAttr updated = plan.withField(name, explicitValue, [&] { return m.emitError(); });
+    if (!updated)
+      return failure();
+    m->setAttr(kPlanAttrName, updated);
+    return explicitValue;
+  }
+  for (auto [field, value] : plan.getFields())
+    if (field == name)
+      return value;
+  return op->emitError() << "#sched.plan has no field '" << name << "'";
 }
 
 LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t numLayers,

@@ -1,6 +1,7 @@
 //===- GradAccumulate.cpp - Stage functions accumulate grads and losses ---===//
 
 #include "passes/Grad/Passes.h"
+#include "passes/PlanOption.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -22,22 +23,14 @@ struct GradAccumulatePass : mlir::trainc::impl::GradAccumulatePassBase<GradAccum
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // The plan's values, unless an option was given explicitly (which the plan then records).
-    Builder ab(module.getContext());
-    if ((normalization.hasValue() &&
-         failed(sched::overridePlanField(module, "loss_mode", ab.getStringAttr(normalization)))) ||
-        (numMicrobatches.hasValue() &&
-         failed(sched::overridePlanField(module, "num_microbatches",
-                                         ab.getI64IntegerAttr(numMicrobatches)))))
+    // Resolved values, as locals that shadow the options: an explicit option (recorded in the
+    // plan), else the plan's field, else the option's default (passes/PlanOption.h).
+    std::string normalization;
+    int64_t numMicrobatches = 0;
+    if (failed(resolvePlanOption(module, this->normalization, "loss_mode", normalization)) ||
+        failed(resolvePlanOption(module, this->numMicrobatches, "num_microbatches",
+                                 numMicrobatches)))
       return signalPassFailure();
-    // Resolved values, as locals that shadow the options: the option's value if given
-    // explicitly (recorded in the plan above), else the plan's, else the option's default. The
-    // options are never assigned, so a pass instance run again on another module reads that
-    // module's plan.
-    sched::PlanAttr plan = sched::getPlan(module);
-    const std::string normalization =
-        plan ? plan.getLossMode().str() : std::string(this->normalization);
-    const int64_t numMicrobatches = plan ? plan.getNumMicrobatches() : this->numMicrobatches;
     auto fn = module.lookupSymbol<func::FuncOp>(function);
     if (!fn) {
       module.emitError() << "trainc-grad-accumulate: no function @" << function

@@ -8,6 +8,7 @@
 
 #include "passes/Grad/GradLayout.h"
 #include "passes/Grad/Passes.h"
+#include "passes/PlanOption.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -32,30 +33,17 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // The plan's values, unless an option was given explicitly (which the plan then records).
-    Builder ab(module.getContext());
-    if ((dp.hasValue() &&
-         failed(sched::overridePlanField(module, "dp", ab.getI64IntegerAttr(dp)))) ||
-        (bucketSize.hasValue() &&
-         failed(sched::overridePlanField(module, "bucket_size", ab.getI64IntegerAttr(bucketSize)))) ||
-        (distributedOptimizer.hasValue() &&
-         failed(sched::overridePlanField(module, "distributed_optimizer",
-                                         ab.getBoolAttr(distributedOptimizer)))) ||
-        (overlapParamGather.hasValue() &&
-         failed(sched::overridePlanField(module, "overlap_param_gather",
-                                         ab.getBoolAttr(overlapParamGather)))))
+    // Resolved values, as locals that shadow the options: an explicit option (recorded in the
+    // plan), else the plan's field, else the option's default (passes/PlanOption.h).
+    int64_t dp = 0, bucketSize = 0;
+    bool distributedOptimizer = false, overlapParamGather = false;
+    if (failed(resolvePlanOption(module, this->dp, "dp", dp)) ||
+        failed(resolvePlanOption(module, this->bucketSize, "bucket_size", bucketSize)) ||
+        failed(resolvePlanOption(module, this->distributedOptimizer, "distributed_optimizer",
+                                 distributedOptimizer)) ||
+        failed(resolvePlanOption(module, this->overlapParamGather, "overlap_param_gather",
+                                 overlapParamGather)))
       return signalPassFailure();
-    // Resolved values, as locals that shadow the options: the option's value if given
-    // explicitly (recorded in the plan above), else the plan's, else the option's default. The
-    // options are never assigned, so a pass instance run again on another module reads that
-    // module's plan.
-    sched::PlanAttr plan = sched::getPlan(module);
-    const int64_t dp = plan ? plan.getDp() : this->dp;
-    const int64_t bucketSize = plan ? plan.getBucketSize() : this->bucketSize;
-    const bool distributedOptimizer =
-        plan ? plan.getDistributedOptimizer().getValue() : bool(this->distributedOptimizer);
-    const bool overlapParamGather =
-        plan ? plan.getOverlapParamGather().getValue() : bool(this->overlapParamGather);
     if (dp <= 0) {
       module.emitError() << "trainc-grad-buckets: dp " << int64_t(dp) << " must be positive";
       return signalPassFailure();

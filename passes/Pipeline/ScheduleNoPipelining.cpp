@@ -1,6 +1,7 @@
 //===- ScheduleNoPipelining.cpp - The iteration of a single-stage rank ----===//
 
 #include "passes/Pipeline/Passes.h"
+#include "passes/PlanOption.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -23,29 +24,17 @@ struct ScheduleNoPipeliningPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // The plan's values, unless an option was given explicitly (which the plan then records).
-    Builder ab(module.getContext());
-    const std::pair<Option<double> *, const char *> floats[] = {
-        {&beta1, "adam_beta1"}, {&beta2, "adam_beta2"}, {&eps, "adam_eps"},
-        {&clipGrad, "clip_grad"}};
-    for (auto [o, field] : floats)
-      if (o->hasValue() &&
-          failed(sched::overridePlanField(module, field, ab.getF64FloatAttr(*o))))
-        return signalPassFailure();
-    if (numMicrobatches.hasValue() &&
-        failed(sched::overridePlanField(module, "num_microbatches",
-                                        ab.getI64IntegerAttr(numMicrobatches))))
+    // Resolved values, as locals that shadow the options: an explicit option (recorded in the
+    // plan), else the plan's field, else the option's default (passes/PlanOption.h).
+    int64_t numMicrobatches = 0;
+    double beta1 = 0, beta2 = 0, eps = 0, clipGrad = 0;
+    if (failed(resolvePlanOption(module, this->numMicrobatches, "num_microbatches",
+                                 numMicrobatches)) ||
+        failed(resolvePlanOption(module, this->beta1, "adam_beta1", beta1)) ||
+        failed(resolvePlanOption(module, this->beta2, "adam_beta2", beta2)) ||
+        failed(resolvePlanOption(module, this->eps, "adam_eps", eps)) ||
+        failed(resolvePlanOption(module, this->clipGrad, "clip_grad", clipGrad)))
       return signalPassFailure();
-    // Resolved values, as locals that shadow the options: the option's value if given
-    // explicitly (recorded in the plan above), else the plan's, else the option's default. The
-    // options are never assigned, so a pass instance run again on another module reads that
-    // module's plan.
-    sched::PlanAttr plan = sched::getPlan(module);
-    const int64_t numMicrobatches = plan ? plan.getNumMicrobatches() : this->numMicrobatches;
-    const double beta1 = plan ? plan.getAdamBeta1().getValueAsDouble() : this->beta1;
-    const double beta2 = plan ? plan.getAdamBeta2().getValueAsDouble() : this->beta2;
-    const double eps = plan ? plan.getAdamEps().getValueAsDouble() : this->eps;
-    const double clipGrad = plan ? plan.getClipGrad().getValueAsDouble() : this->clipGrad;
     auto fn = module.lookupSymbol<func::FuncOp>(stage);
     if (!fn || !fn->hasAttr("sched.stage")) {
       module.emitError() << "trainc-schedule: no stage function @" << stage

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Pipeline/Passes.h"
+#include "passes/PlanOption.h"
 
 #include "dialects/Model/ModelDialect.h"
 
@@ -229,14 +230,10 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    // The plan's value, unless the option was given explicitly (which the plan then records).
-    if (schedule.hasValue() &&
-        failed(sched::overridePlanField(module, "schedule",
-                                        StringAttr::get(module.getContext(), schedule))))
+    // The resolved value, as a local that shadows the option (passes/PlanOption.h).
+    std::string schedule;
+    if (failed(resolvePlanOption(module, this->schedule, "schedule", schedule)))
       return signalPassFailure();
-    // The resolved value as a local (the option is never assigned; see GradAccumulate).
-    sched::PlanAttr plan = sched::getPlan(module);
-    const std::string schedule = plan ? plan.getSchedule().str() : std::string(this->schedule);
     if (schedule != "no-pipelining" && schedule != "all-forward-first") {
       module.emitError() << "trainc-schedule-units: schedule '" << schedule
                          << "' is not one of 'no-pipelining', 'all-forward-first'";
