@@ -357,8 +357,10 @@ FailureOr<schema::Program> Exporter::run() {
   if (auto a = module->getAttrOfType<IntegerAttr>("rt.flowing_peak_bytes"))
     mem->set_flowing_peak_bytes(uint64_t(a.getInt()));
   mem->set_arena_bytes(p.arena_bytes());
-  if (auto a = module->getAttrOfType<IntegerAttr>("rt.stash_bytes"))
-    mem->set_stash_bytes_per_microbatch(uint64_t(a.getInt()));
+  // One stash slot as the memory planner laid out its group (every slot has the same layout).
+  if (auto groups = module->getAttrOfType<DictionaryAttr>("rt.group_bytes"))
+    if (auto a = groups.getAs<IntegerAttr>("stash.0"))
+      mem->set_stash_bytes_per_microbatch(uint64_t(a.getInt()));
   if (auto a = module->getAttrOfType<IntegerAttr>("rt.stash_slots"))
     mem->set_stash_slots(uint32_t(a.getInt()));
   auto kinds = rt::bufferKinds();

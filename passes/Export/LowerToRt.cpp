@@ -56,12 +56,6 @@ struct StashLayout {
     return l;
   }
   MemRefType bufferType(unsigned d) const { return MemRefType::get({numel[d]}, dtypes[d]); }
-  int64_t bytes() const {
-    int64_t n = 0;
-    for (unsigned d = 0; d < dtypes.size(); ++d)
-      n += (numel[d] * int64_t((dtypes[d].getIntOrFloatBitWidth() + 7) / 8) + 63) / 64 * 64;
-    return n;
-  }
   std::string key() const {
     std::string k;
     llvm::raw_string_ostream os(k);
@@ -207,9 +201,10 @@ private:
   llvm::StringMap<SmallVector<unsigned>> stageStash;  // arg numbers tagged sched.stash
   llvm::StringMap<double> stageFlops, stageBytes;
   llvm::StringMap<rt::BufferOp> inputBuffers;     // "<input>.<mb>"
-  /// Stash slots: buffers per (slot, forward result types), and the bytes of one slot.
+  /// Stash slots: buffers per (slot, layout), and how many slots the iteration uses (their size
+  /// is the memory planner's: rt.group_bytes).
   std::map<std::pair<int64_t, std::string>, SmallVector<rt::BufferOp>> stashBuffers;
-  int64_t stashSlots = 0, stashBytes = 0;
+  int64_t stashSlots = 0;
   DpLayout layout;
   llvm::StringMap<size_t> layoutIndex;
   SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
@@ -600,10 +595,8 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
                     b.getStringAttr(fn->hasAttr("sched.schedule")
                                         ? fn->getAttrOfType<StringAttr>("sched.schedule").getValue()
                                         : StringRef("no-pipelining")));
-    if (stashSlots > 0) {
+    if (stashSlots > 0)
       module->setAttr("rt.stash_slots", b.getI64IntegerAttr(stashSlots));
-      module->setAttr("rt.stash_bytes", b.getI64IntegerAttr(stashBytes));
-    }
     module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(units.flops));
     module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(units.bytes));
     module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(units.forwards));
@@ -698,7 +691,6 @@ SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot) {
       buf.setGroupAttr(b.getStringAttr("stash." + Twine(slot)));
       bufs.push_back(buf);
     }
-    stashBytes = std::max(stashBytes, layout.bytes());
   }
   return bufs;
 }

@@ -65,7 +65,7 @@ func.func @forward(
 
 // Tests that trainc-phase-lower leaves only rt-level IR (no model or sched op, no tensor): the stage
 // functions on memrefs, the training entry and the evaluation entry point.
-// LOWER: module attributes {rt.schedule = "no-pipelining", rt.stash_bytes = 1216 : i64, rt.stash_slots = 1 : i64, trainc.bytes_per_iteration = {{.+}}, trainc.data_parallel_size = 1 : i64, trainc.flops_per_iteration = 5.280000e+03 : f64, trainc.grad_bucket_bounds = array<i64: 0, {{[0-9]+}}>, trainc.num_microbatches = 1 : i64}
+// LOWER: module attributes {rt.schedule = "no-pipelining", rt.stash_slots = 1 : i64, trainc.bytes_per_iteration = {{.+}}, trainc.data_parallel_size = 1 : i64, trainc.flops_per_iteration = 5.280000e+03 : f64, trainc.grad_bucket_bounds = array<i64: 0, {{[0-9]+}}>, trainc.num_microbatches = 1 : i64}
 // LOWER-DAG: func.func @forward_backward.forward({{.*}}) attributes {rt.stage}
 // LOWER-DAG: func.func @forward_backward.backward({{.*}}) attributes {rt.stage}
 // LOWER-DAG: func.func @forward_only({{.*}}) attributes {rt.stage}

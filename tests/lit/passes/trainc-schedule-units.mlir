@@ -5,7 +5,7 @@
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-schedule-units 2>&1 | FileCheck %s --check-prefix=NOSEED
 // RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units | FileCheck %s --check-prefix=GONE --implicit-check-not='func.func @forward_backward(' --implicit-check-not='func.func @forward_backward_last(' --implicit-check-not=sched.microbatch
 // RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units="schedule=all-forward-first" -trainc-lower-to-rt | FileCheck %s --check-prefix=RT
-// RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units -trainc-lower-to-rt | FileCheck %s --check-prefix=RT1
+// RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units -trainc-lower-to-rt -trainc-memory-plan | FileCheck %s --check-prefix=RT1
 // REQUIRES: compiler
 
 // A stage function as trainc-grad-accumulate leaves it: the forward (linear, a view of its
@@ -93,7 +93,7 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = "w"},
 // RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 2 chunk 0"}
 // RT: rt.buffer_ref @stash0
 // RT-NEXT: call @forward_backward.backward({{.*}}) {rt.unit = "B microbatch 0 chunk 0"}
-// Megatron's order needs one slot.
-// RT1: module attributes {rt.schedule = "no-pipelining", rt.stash_bytes = 64 : i64, rt.stash_slots = 1 : i64
+// Megatron's order needs one slot; the planner sizes its group (8 floats, 64-byte aligned).
+// RT1: module attributes {{{.*}}rt.group_bytes = {stash.0 = 64 : i64}, {{.*}}rt.schedule = "no-pipelining", rt.stash_slots = 1 : i64
 // RT1: rt.buffer @stash0 {group = "stash.0"
 // RT1-NOT: @stash1
