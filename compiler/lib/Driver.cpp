@@ -176,8 +176,9 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
                                                        const cfgns::PlanConfig &cfg,
                                                        const CompileOptions &options) {
   MLIRContext &ctx = *module.getContext();
-  // The plan: the passes read it. A .mlir input may carry its own; it must then be the one the
-  // command line describes (the runtime reads the command line's values).
+  // The plan: the passes read it. A .mlir input may carry its own; apart from the model shape
+  // (which describes the module's own model) it must then be the one the command line describes,
+  // since the runtime reads the command line's values.
   sched::PlanAttr fromFlags = makePlanAttr(ctx, cfg, options);
   if (!fromFlags)
     return failure();
