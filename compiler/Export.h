@@ -23,6 +23,46 @@ struct RankPlacement {
       {"tp", {0}}, {"cp", {0}}, {"ep", {0}}, {"dp", {0}}, {"pp", {0}}, {"mp", {0}}, {"embd", {0}}};
 };
 
+/// A plan compiled once for every rank (DESIGN.md: specialise per rank last). `program` is one
+/// rank's program; what differs between ranks is data only: the mesh coordinates and group
+/// members, the offsets of rank-dependent views (rt.view with an axis: a DP rank's shard of a
+/// gradient bucket) and the adamw `segments` of a shard (rt.shard_segments). `specialise`
+/// rewrites exactly those, in place, into another rank's program, without re-running any phase.
+struct ExportedPlan {
+  ::trainc::schema::Program program;
+
+  /// Rewrites `program` into the program of `placement` (any rank of the same mesh, in any
+  /// order). Returns "" or a message naming the mesh axis or group that does not match.
+  std::string specialise(const RankPlacement &placement);
+
+  /// Where a rank-dependent operand sits: function, instruction, operand slot.
+  enum Slot : uint8_t { KernelInput, KernelOutput, CallArg, CollectiveInput, CollectiveOutput };
+  struct OperandSite {
+    uint32_t function = 0, instruction = 0;
+    Slot slot = KernelInput;
+    uint32_t index = 0;
+    /// Mesh axis (index into the mesh's axes); offset at coordinate 0 and per coordinate.
+    uint32_t axis = 0;
+    uint64_t offset = 0;
+    int64_t stride = 0;
+  };
+  /// An adamw over a DP shard: its `segments` attribute follows from the bucket's.
+  struct SegmentSite {
+    uint32_t function = 0, instruction = 0, attr = 0, axis = 0;
+    std::vector<int64_t> bucketSegments;
+    int64_t shardSize = 0;
+  };
+  std::vector<OperandSite> operandSites;
+  std::vector<SegmentSite> segmentSites;
+
+private:
+  ::trainc::schema::Operand &operandAt(const OperandSite &site);
+};
+
+/// Exports a planned rt module once, as the program of `placement`, with the places where other
+/// ranks' programs differ (ExportedPlan::specialise). Errors as exportProgram.
+FailureOr<ExportedPlan> exportPlan(ModuleOp module, const RankPlacement &placement = {});
+
 /// Translates a planned rt module (after trainc-memory-plan) into one rank's program: buffers,
 /// parameter table, functions (func.func with memref arguments), instructions (rt.kernel, func.call,
 /// rt.host_io, rt.collective, rt.wait, rt.region), the source-location table (from each op's

@@ -36,8 +36,6 @@ struct PlanOptions {
   /// Order of the forward/backward units (trainc-schedule-units): "no-pipelining" (Megatron's)
   /// or "all-forward-first" (tests).
   std::optional<std::string> unitSchedule;
-  /// The DP rank whose program the lower phase builds (not part of the plan).
-  int64_t dpRank = 0;
 };
 
 void buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o);

@@ -11,6 +11,8 @@
 
 #include "runtime/schema/program.pb.h"
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,23 @@ namespace mlir::trainc {
 ///    f32 elements (train_step -> forward_backward_last.backward#41), rank 1 issues ALL_REDUCE sum of 400
 ///    f32 elements (train_step -> forward_backward_last.backward#52)"
 std::string verifyPlan(const std::vector<::trainc::schema::Program> &programs);
+
+/// verifyPlan one rank at a time, so that the programs of a large plan need not be held at once:
+/// addRank(p) for ranks 0, 1, ... in order keeps only each entry's collective sequence per group
+/// (interned); finish() returns what verifyPlan would.
+class PlanVerifier {
+public:
+  void addRank(const ::trainc::schema::Program &program);
+  std::string finish() const;
+
+private:
+  /// Per entry, per group member list: (what id, where id) per collective.
+  using Rank = std::map<std::string, std::map<std::vector<int64_t>, std::vector<uint32_t>>>;
+  std::vector<Rank> ranks;
+  std::map<std::vector<int64_t>, std::string> names;
+  std::map<std::string, uint32_t> whatIds;
+  std::vector<std::string> whats, wheres;
+};
 
 } // namespace mlir::trainc
 

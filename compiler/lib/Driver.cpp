@@ -94,33 +94,69 @@ LogicalResult writeFile(MLIRContext &ctx, const std::string &path, llvm::StringR
   return success();
 }
 
+/// What plan.json says about one rank.
+struct RankEntry {
+  int64_t rank = 0;
+  std::vector<std::pair<std::string, int64_t>> coords;
+  std::string file;
+  int64_t instructions = 0;
+};
+
+RankEntry rankEntry(const schema::Program &p) {
+  RankEntry e;
+  e.rank = p.mesh().rank();
+  for (int a = 0; a < p.mesh().axis_names_size(); ++a)
+    e.coords.push_back({p.mesh().axis_names(a), p.mesh().coords(a)});
+  e.file = "rank" + std::to_string(e.rank) + ".pb";
+  for (const schema::Function &f : p.functions())
+    e.instructions += f.body_size();
+  return e;
+}
+
+/// FNV-1a 64 of the configuration and the producer, as 16 hex digits.
+std::string planFingerprint(const cfgns::PlanConfig &cfg, const CompileOptions &options) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](llvm::StringRef text) {
+    for (unsigned char c : text.bytes()) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ull;
+  };
+  for (const cfgns::KeyValues &kv :
+       {cfg.model.toKeyValues(), cfg.training.toKeyValues(), cfg.parallel.toKeyValues(),
+        cfg.runtime.toKeyValues()})
+    for (const auto &[k, v] : kv) {
+      mix(k);
+      mix(v);
+    }
+  mix(options.dtype);
+  mix(std::to_string(::trainc::rt::kFormatVersion));
+  return llvm::utohexstr(h, /*LowerCase=*/true, /*Width=*/16);
+}
+
+/// plan.json (the rank files are already written). `program` is rank 0's.
 LogicalResult writePlan(MLIRContext &ctx, const std::string &dir, const cfgns::PlanConfig &cfg,
-                        const std::vector<schema::Program> &programs) {
-  const schema::Program &program = programs.front();
+                        const schema::Program &program, const std::vector<RankEntry> &entries) {
   // Rank files of an earlier compile into the same directory would be mixed with this plan's.
   std::error_code ec;
   for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     llvm::StringRef name = llvm::sys::path::filename(it->path());
     uint64_t r;
     if (name.consume_front("rank") && name.consume_back(".pb") && !name.getAsInteger(10, r) &&
-        r >= uint64_t(programs.size()))
+        r >= uint64_t(entries.size()))
       (void)llvm::sys::fs::remove(it->path());
   }
   llvm::json::Array ranks;
-  for (const schema::Program &rp : programs) {
-    std::string name = "rank" + std::to_string(rp.mesh().rank()) + ".pb";
-    if (failed(writeFile(ctx, dir + "/" + name, ::trainc::rt::serializeProgram(rp))))
-      return failure();
+  for (const RankEntry &e : entries) {
     llvm::json::Object coords;
-    for (int a = 0; a < rp.mesh().axis_names_size(); ++a)
-      coords[rp.mesh().axis_names(a)] = rp.mesh().coords(a);
-    size_t instructions = 0;
-    for (const schema::Function &f : rp.functions())
-      instructions += size_t(f.body_size());
-    ranks.push_back(llvm::json::Object{{"rank", rp.mesh().rank()},
+    for (const auto &[axis, c] : e.coords)
+      coords[axis] = c;
+    ranks.push_back(llvm::json::Object{{"rank", e.rank},
                                        {"coords", std::move(coords)},
-                                       {"program", name},
-                                       {"instructions", int64_t(instructions)}});
+                                       {"program", e.file},
+                                       {"instructions", e.instructions}});
   }
   llvm::json::Object mesh;
   for (int a = 0; a < program.mesh().axis_names_size(); ++a)
@@ -217,7 +253,7 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     void (*build)(OpPassManager &, const PlanOptions &);
   };
   const Phase shared[] = {{"autodiff", buildAutodiffPhase}, {"schedule", buildSchedulePhase}};
-  const Phase perRank[] = {{"lower", buildLowerPhase}, {"memory", buildMemoryPhase}};
+  const Phase lowering[] = {{"lower", buildLowerPhase}, {"memory", buildMemoryPhase}};
   auto dump = [&](ModuleOp m, int n, const char *name) -> LogicalResult {
     if (options.dumpIRDir.empty())
       return success();
@@ -245,69 +281,37 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     if (failed(runPhase(module, ph, plan)) || failed(dump(module, n++, ph.name)))
       return failure();
 
-  // The rank table (Megatron's tp-cp-ep-dp-pp order). Only data parallelism is supported, so
-  // programs differ only in their placement, and, with the distributed optimizer, in the shard
-  // each DP rank updates: the lower and memory phases then run once per DP rank on a copy of the
-  // scheduled module (rank 0 on `module` itself, whose IR is the one dumped).
+  // Lower and plan memory once: the rt IR is the same for every rank (a DP rank's shard is a view
+  // on the dp axis), and the export specialises it per rank (DESIGN.md: specialise per rank
+  // last). The dumped IR is therefore every rank's, with the offsets of coordinate 0.
+  for (const Phase &ph : lowering)
+    if (failed(runPhase(module, ph, plan)) || failed(dump(module, n++, ph.name)))
+      return failure();
+
+  // The rank table (Megatron's tp-cp-ep-dp-pp order).
   cfgns::RankTable table(cfg.parallel);
   const int64_t world = table.worldSize();
-  const bool shardedLowering = cfg.parallel.use_distributed_optimizer && world > 1;
-  OwningOpRef<ModuleOp> scheduled;
-  if (shardedLowering)
-    scheduled = module.clone();
-  // One fingerprint for every rank file of this compile (the configuration and the producer), so
-  // that the runtime refuses rank files of different compiles mixed in one plan directory.
-  std::string fingerprint;
-  {
-    uint64_t h = 1469598103934665603ull; // FNV-1a 64
-    auto mix = [&](llvm::StringRef text) {
-      for (unsigned char c : text.bytes()) {
-        h ^= c;
-        h *= 1099511628211ull;
-      }
-      h ^= 0xff;
-      h *= 1099511628211ull;
-    };
-    for (const cfgns::KeyValues &kv :
-         {cfg.model.toKeyValues(), cfg.training.toKeyValues(), cfg.parallel.toKeyValues(),
-          cfg.runtime.toKeyValues()})
-      for (const auto &[k, v] : kv) {
-        mix(k);
-        mix(v);
-      }
-    mix(options.dtype);
-    mix(std::to_string(::trainc::rt::kFormatVersion));
-    fingerprint = llvm::utohexstr(h, /*LowerCase=*/true, /*Width=*/16);
-  }
-  std::vector<schema::Program> programs;
-  for (int64_t rank = 0; rank < world; ++rank) {
-    std::vector<int64_t> coords = table.coords(rank);
-    PlanOptions o = plan;
-    o.dpRank = coords[3];
-    OwningOpRef<ModuleOp> copy;
-    ModuleOp m = module;
-    if (rank > 0 && shardedLowering) {
-      copy = scheduled->clone();
-      m = *copy;
-    }
-    if (rank == 0 || shardedLowering)
-      for (const Phase &ph : perRank)
-        if (failed(runPhase(m, ph, o)) || (rank == 0 && failed(dump(m, n++, ph.name))))
-          return failure();
+  auto placementOf = [&](int64_t rank) {
     RankPlacement place;
     place.rank = rank;
     place.axisNames = cfgns::RankTable::axisNames();
     place.axisSizes = table.axisSizes();
-    place.coords = coords;
+    place.coords = table.coords(rank);
     place.groups.clear();
     for (const cfgns::RankGroup &g : table.groupsOf(rank))
       place.groups.push_back({g.name, g.ranks});
-    FailureOr<schema::Program> program = exportProgram(m, place);
-    if (failed(program))
-      return failure();
-    // The plan records its configuration: runtime flag defaults that trainrun uses and may
-    // override, and the compile-time values trainrun checks its flags against.
-    auto &meta = *program->mutable_metadata();
+    return place;
+  };
+  FailureOr<ExportedPlan> exported = exportPlan(module, placementOf(0));
+  if (failed(exported))
+    return failure();
+  schema::Program &program = exported->program;
+  // The plan records its configuration: runtime flag defaults that trainrun uses and may
+  // override, and the compile-time values trainrun checks its flags against. One fingerprint
+  // for every rank file of this compile (the configuration and the producer), so that the
+  // runtime refuses rank files of different compiles mixed in one plan directory.
+  {
+    auto &meta = *program.mutable_metadata();
     for (const auto &[k, v] : cfg.runtime.toKeyValues())
       meta["runtime." + k] = v;
     for (const auto &[k, v] : cfg.model.toKeyValues())
@@ -316,28 +320,51 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
       meta["training." + k] = v;
     for (const auto &[k, v] : cfg.parallel.toKeyValues())
       meta["parallel." + k] = v;
-    meta["plan.fingerprint"] = fingerprint;
-    if (absl::Status s = ::trainc::rt::validateProgram(*program); !s.ok())
-      return emitError(module.getLoc())
-             << "internal error: the exported program of rank " << rank
-             << " fails runtime validation: " << std::string(s.message());
-    programs.push_back(std::move(*program));
+    meta["plan.fingerprint"] = planFingerprint(cfg, options);
   }
-  // DESIGN.md phase 12: the ranks' programs together, so that a plan that could deadlock or
-  // mismatch its collectives is a compile error rather than a hang.
-  if (std::string e = verifyPlan(programs); !e.empty())
-    return emitError(module.getLoc()) << "internal error: plan verification failed: " << e;
-  if (!options.outputDir.empty()) {
+  // One rank at a time: specialise, validate with the runtime's own validator, feed the
+  // whole-plan verifier, write. Only one program is held (plus allRanks' copies when asked).
+  if (!options.outputDir.empty())
     if (std::error_code ec = llvm::sys::fs::create_directories(options.outputDir))
       return emitError(module.getLoc())
              << "cannot create output directory '" << options.outputDir << "': " << ec.message();
-    if (failed(writePlan(ctx, options.outputDir, cfg, programs)))
-      return failure();
-  }
-  schema::Program first = programs.front();
+  PlanVerifier verifier;
+  std::vector<RankEntry> entries;
   if (options.allRanks)
-    *options.allRanks = std::move(programs);
-  return first;
+    options.allRanks->clear();
+  std::vector<std::string> written;
+  auto fail = [&](const Twine &message) {
+    for (const std::string &f : written)
+      (void)llvm::sys::fs::remove(f);
+    return emitError(module.getLoc()) << message;
+  };
+  for (int64_t rank = 0; rank < world; ++rank) {
+    if (std::string e = exported->specialise(placementOf(rank)); !e.empty())
+      return fail("internal error: " + e);
+    if (absl::Status st = ::trainc::rt::validateProgram(program); !st.ok())
+      return fail("internal error: the exported program of rank " + Twine(rank) +
+                  " fails runtime validation: " + std::string(st.message()));
+    verifier.addRank(program);
+    entries.push_back(rankEntry(program));
+    if (!options.outputDir.empty()) {
+      std::string path = options.outputDir + "/" + entries.back().file;
+      if (failed(writeFile(ctx, path, ::trainc::rt::serializeProgram(program))))
+        return fail("cannot write the plan");
+      written.push_back(path);
+    }
+    if (options.allRanks)
+      options.allRanks->push_back(program);
+  }
+  // DESIGN.md phase 12: the ranks' programs together, so that a plan that could deadlock or
+  // mismatch its collectives is a compile error rather than a hang.
+  if (std::string e = verifier.finish(); !e.empty())
+    return fail("internal error: plan verification failed: " + e);
+  if (std::string e = exported->specialise(placementOf(0)); !e.empty())
+    return fail("internal error: " + e);
+  if (!options.outputDir.empty() &&
+      failed(writePlan(ctx, options.outputDir, cfg, program, entries)))
+    return failure();
+  return std::move(program);
 }
 
 FailureOr<schema::Program> mlir::trainc::compilePlan(MLIRContext &ctx,

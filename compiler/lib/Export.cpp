@@ -33,26 +33,36 @@ schema::DType dtypeOf(Type t) {
   return schema::DTYPE_UNSPECIFIED;
 }
 
-/// An exported operand: base buffer or argument, element offset.
+/// An exported operand: base buffer or argument, element offset (at coordinate 0 of `axis`, and
+/// `stride` more per coordinate of a rank-dependent view).
 struct OperandRef {
   bool isArg = false;
   uint32_t base = 0;
   uint64_t offset = 0;
+  StringRef axis;
+  int64_t stride = 0;
 };
 
 class Exporter {
 public:
-  Exporter(ModuleOp m, const RankPlacement &placement) : module(m), placement(placement) {}
-  FailureOr<schema::Program> run();
+  Exporter(ModuleOp m, const RankPlacement &placement, ExportedPlan &out)
+      : module(m), placement(placement), p(out.program), plan(out) {}
+  LogicalResult run();
 
 private:
   LogicalResult exportFunction(func::FuncOp fn, schema::Function &out);
   uint32_t location(Location loc);
-  FailureOr<schema::Operand> operand(Value v, Operation *user);
+  /// The operand `v` of `user`, in slot (`where`, `j`) of the instruction being built.
+  FailureOr<schema::Operand> operand(Value v, Operation *user, ExportedPlan::Slot where = {},
+                                     uint32_t j = 0);
+  FailureOr<uint32_t> axisIndex(StringRef axis, Operation *user);
 
   ModuleOp module;
   const RankPlacement &placement;
-  schema::Program p;
+  schema::Program &p;
+  ExportedPlan &plan;
+  /// The function and instruction being exported (the position of rank-dependent operands).
+  uint32_t curFunction = 0, curInstruction = 0;
   llvm::StringMap<uint32_t> groupIndex;
   int64_t maxToken = -1;
   llvm::StringMap<uint32_t> bufferIndex, functionIndex, locIndex;
@@ -93,11 +103,27 @@ uint32_t Exporter::location(Location loc) {
   return it->second;
 }
 
-FailureOr<schema::Operand> Exporter::operand(Value v, Operation *user) {
+FailureOr<uint32_t> Exporter::axisIndex(StringRef axis, Operation *user) {
+  for (size_t a = 0; a < placement.axisNames.size(); ++a)
+    if (placement.axisNames[a] == axis)
+      return uint32_t(a);
+  return user->emitOpError() << "depends on mesh axis '" << axis
+                             << "', which the placement's mesh does not have";
+}
+
+FailureOr<schema::Operand> Exporter::operand(Value v, Operation *user, ExportedPlan::Slot where,
+                                             uint32_t j) {
   auto it = refs.find(v);
   if (it == refs.end()) {
     user->emitOpError() << "operand is not an rt.buffer_ref, rt.view or function argument";
     return failure();
+  }
+  if (it->second.stride != 0) {
+    FailureOr<uint32_t> axis = axisIndex(it->second.axis, user);
+    if (failed(axis))
+      return failure();
+    plan.operandSites.push_back({curFunction, curInstruction, where, j, *axis,
+                                 it->second.offset, it->second.stride});
   }
   schema::Operand o;
   if (it->second.isArg)
@@ -133,24 +159,32 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
     if (auto view = dyn_cast<rt::ViewOp>(op)) {
       OperandRef r = refs.lookup(view.getSource());
       r.offset += uint64_t(view.getOffset());
+      if (std::optional<StringRef> axis = view.getAxis()) {
+        if (r.stride != 0 && r.axis != *axis)
+          return view.emitOpError() << "depends on mesh axis '" << *axis
+                                    << "' and its source on '" << r.axis << "'";
+        r.axis = *axis;
+        r.stride += int64_t(view.getAxisStride());
+      }
       refs[view.getResult()] = r;
       continue;
     }
     if (isa<func::ReturnOp>(op))
       continue;
+    curInstruction = uint32_t(out.body_size());
     schema::Instruction ins;
     ins.set_loc(location(op.getLoc()));
     if (auto k = dyn_cast<rt::KernelOp>(op)) {
       schema::KernelCall *kc = ins.mutable_kernel();
       kc->set_kernel(k.getKernel().str());
-      for (Value v : k.getInputs()) {
-        FailureOr<schema::Operand> o = operand(v, &op);
+      for (auto [j, v] : llvm::enumerate(k.getInputs())) {
+        FailureOr<schema::Operand> o = operand(v, &op, ExportedPlan::KernelInput, uint32_t(j));
         if (failed(o))
           return failure();
         *kc->add_inputs() = *o;
       }
-      for (Value v : k.getOutputs()) {
-        FailureOr<schema::Operand> o = operand(v, &op);
+      for (auto [j, v] : llvm::enumerate(k.getOutputs())) {
+        FailureOr<schema::Operand> o = operand(v, &op, ExportedPlan::KernelOutput, uint32_t(j));
         if (failed(o))
           return failure();
         *kc->add_outputs() = *o;
@@ -162,8 +196,26 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
           x->mutable_value()->set_i(i.getInt());
         else if (auto f = dyn_cast<FloatAttr>(a.getValue()))
           x->mutable_value()->set_f(f.getValueAsDouble());
+        else if (auto l = dyn_cast<DenseI64ArrayAttr>(a.getValue()))
+          for (int64_t e : l.asArrayRef())
+            x->mutable_value()->mutable_ints()->add_values(e);
         else
           return op.emitOpError() << "attribute '" << a.getName() << "' cannot be exported";
+      }
+      if (auto segments = op.getAttrOfType<DenseI64ArrayAttr>("rt.shard_segments")) {
+        // A DP shard's update: every rank's `segments` follow from the bucket's.
+        int index = -1;
+        for (int a = 0; a < kc->attrs_size(); ++a)
+          if (kc->attrs(a).name() == "segments")
+            index = a;
+        FailureOr<uint32_t> axis = axisIndex("dp", &op);
+        if (index < 0 || k.getInputs().empty() || failed(axis))
+          return op.emitOpError() << "has rt.shard_segments but no `segments` attribute or no dp "
+                                     "axis";
+        plan.segmentSites.push_back(
+            {curFunction, curInstruction, uint32_t(index), *axis,
+             std::vector<int64_t>(segments.asArrayRef().begin(), segments.asArrayRef().end()),
+             cast<MemRefType>(k.getInputs()[0].getType()).getNumElements()});
       }
       if (auto ip = k.getInPlace())
         for (int32_t j : *ip)
@@ -174,8 +226,8 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
         return op.emitOpError() << "calls unknown function @" << call.getCallee();
       schema::Call *c = ins.mutable_call();
       c->set_function(it->second);
-      for (Value v : call.getOperands()) {
-        FailureOr<schema::Operand> o = operand(v, &op);
+      for (auto [j, v] : llvm::enumerate(call.getOperands())) {
+        FailureOr<schema::Operand> o = operand(v, &op, ExportedPlan::CallArg, uint32_t(j));
         if (failed(o))
           return failure();
         *c->add_args() = *o;
@@ -209,8 +261,10 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
       col->set_group(g->second);
       col->set_op(c.getOp() == "max" ? schema::MAX : c.getOp() == "min" ? schema::MIN : schema::SUM);
       if (!c.getInputs().empty()) {
-        FailureOr<schema::Operand> in = operand(c.getInputs()[0], &op);
-        FailureOr<schema::Operand> o = operand(c.getOutputs()[0], &op);
+        FailureOr<schema::Operand> in =
+            operand(c.getInputs()[0], &op, ExportedPlan::CollectiveInput);
+        FailureOr<schema::Operand> o =
+            operand(c.getOutputs()[0], &op, ExportedPlan::CollectiveOutput);
         if (failed(in) || failed(o))
           return failure();
         *col->mutable_input() = *in;
@@ -230,7 +284,7 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
   return success();
 }
 
-FailureOr<schema::Program> Exporter::run() {
+LogicalResult Exporter::run() {
   p.set_format_version(::trainc::rt::kFormatVersion);
   p.set_producer("trainc compiler (MLIR 19)");
   schema::Mesh *mesh = p.mutable_mesh();
@@ -336,9 +390,11 @@ FailureOr<schema::Program> Exporter::run() {
     if (auto name = fn->getAttrOfType<StringAttr>("rt.entry_point"))
       (*p.mutable_entry_points())[name.str()] = uint32_t(p.functions_size() - 1);
   }
-  for (auto [i, fn] : llvm::enumerate(fns))
+  for (auto [i, fn] : llvm::enumerate(fns)) {
+    curFunction = uint32_t(i);
     if (failed(exportFunction(fn, *p.mutable_functions(int(i)))))
       return failure();
+  }
   p.set_num_tokens(uint32_t(maxToken + 1));
   if (auto bounds = module->getAttrOfType<DenseI64ArrayAttr>("trainc.grad_bucket_bounds")) {
     std::string text;
@@ -385,12 +441,86 @@ FailureOr<schema::Program> Exporter::run() {
       auto unit = call->getAttrOfType<StringAttr>("rt.unit");
       s->add_steps(((unit ? unit.getValue() : "call") + " " + call.getCallee()).str());
     }
-  return p;
+  return success();
 }
 
 } // namespace
 
+schema::Operand &ExportedPlan::operandAt(const OperandSite &site) {
+  schema::Instruction &ins =
+      *program.mutable_functions(int(site.function))->mutable_body(int(site.instruction));
+  switch (site.slot) {
+  case KernelInput:
+    return *ins.mutable_kernel()->mutable_inputs(int(site.index));
+  case KernelOutput:
+    return *ins.mutable_kernel()->mutable_outputs(int(site.index));
+  case CallArg:
+    return *ins.mutable_call()->mutable_args(int(site.index));
+  case CollectiveInput:
+    return *ins.mutable_collective()->mutable_input();
+  case CollectiveOutput:
+    break;
+  }
+  return *ins.mutable_collective()->mutable_output();
+}
+
+std::string ExportedPlan::specialise(const RankPlacement &placement) {
+  schema::Mesh &mesh = *program.mutable_mesh();
+  if (size_t(mesh.axis_names_size()) != placement.axisNames.size() ||
+      size_t(program.groups_size()) != placement.groups.size())
+    return "the placement of rank " + std::to_string(placement.rank) +
+           " has another mesh or other groups than the compiled plan's";
+  for (size_t a = 0; a < placement.axisNames.size(); ++a) {
+    if (mesh.axis_names(int(a)) != placement.axisNames[a] ||
+        mesh.axis_sizes(int(a)) != placement.axisSizes[a])
+      return "the placement of rank " + std::to_string(placement.rank) + " has axis " +
+             placement.axisNames[a] + " of size " + std::to_string(placement.axisSizes[a]) +
+             ", the compiled plan " + mesh.axis_names(int(a)) + " of size " +
+             std::to_string(mesh.axis_sizes(int(a)));
+    mesh.set_coords(int(a), placement.coords[a]);
+  }
+  mesh.set_rank(placement.rank);
+  for (size_t g = 0; g < placement.groups.size(); ++g) {
+    schema::CommGroup &group = *program.mutable_groups(int(g));
+    if (group.name() != placement.groups[g].first)
+      return "the placement of rank " + std::to_string(placement.rank) + " has group '" +
+             placement.groups[g].first + "' where the compiled plan has '" + group.name() + "'";
+    group.clear_ranks();
+    for (int64_t r : placement.groups[g].second)
+      group.add_ranks(r);
+  }
+  for (const OperandSite &site : operandSites)
+    operandAt(site).set_offset(
+        uint64_t(site.offset + placement.coords[site.axis] * site.stride));
+  for (const SegmentSite &site : segmentSites) {
+    schema::IntList &ints = *program.mutable_functions(int(site.function))
+                                 ->mutable_body(int(site.instruction))
+                                 ->mutable_kernel()
+                                 ->mutable_attrs(int(site.attr))
+                                 ->mutable_value()
+                                 ->mutable_ints();
+    ints.clear_values();
+    for (int64_t v :
+         rt::shardSegments(site.bucketSegments, placement.coords[site.axis], site.shardSize))
+      ints.add_values(v);
+  }
+  return "";
+}
+
+FailureOr<ExportedPlan> mlir::trainc::exportPlan(ModuleOp module,
+                                                 const RankPlacement &placement) {
+  ExportedPlan plan;
+  if (failed(Exporter(module, placement, plan).run()))
+    return failure();
+  if (std::string e = plan.specialise(placement); !e.empty())
+    return module.emitError() << "export: " << e;
+  return plan;
+}
+
 FailureOr<schema::Program> mlir::trainc::exportProgram(ModuleOp module,
                                                       const RankPlacement &placement) {
-  return Exporter(module, placement).run();
+  FailureOr<ExportedPlan> plan = exportPlan(module, placement);
+  if (failed(plan))
+    return failure();
+  return std::move(plan->program);
 }

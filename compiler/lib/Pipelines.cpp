@@ -70,10 +70,8 @@ void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
   pm.addPass(verify("sched"));
 }
 
-void mlir::trainc::buildLowerPhase(OpPassManager &pm, const PlanOptions &o) {
-  LowerToRtPassOptions l;
-  l.dpRank = o.dpRank;
-  pm.addPass(createLowerToRtPass(l));
+void mlir::trainc::buildLowerPhase(OpPassManager &pm, const PlanOptions &) {
+  pm.addPass(createLowerToRtPass());
   pm.addPass(verify("rt"));
 }
 
@@ -98,8 +96,6 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
   Option<double> clipGrad{*this, "clip-grad", llvm::cl::init(1.0),
                           llvm::cl::desc("Global grad-norm clip (0 disables)")};
   Option<int64_t> dp{*this, "dp", llvm::cl::init(1), llvm::cl::desc("Data-parallel size")};
-  Option<int64_t> dpRank{*this, "dp-rank", llvm::cl::init(0),
-                         llvm::cl::desc("The DP rank whose program is lowered")};
   Option<int64_t> bucketSize{*this, "bucket-size", llvm::cl::init(0),
                              llvm::cl::desc("Gradient bucket size in elements (0 = default)")};
   Option<bool> distributedOptimizer{*this, "distributed-optimizer", llvm::cl::init(false),
@@ -123,7 +119,6 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
     set(p.distributedOptimizer, distributedOptimizer);
     set(p.overlapParamGather, overlapParamGather);
     set(p.unitSchedule, schedule);
-    p.dpRank = dpRank;
     return p;
   }
 };

@@ -81,50 +81,80 @@ std::map<std::vector<int64_t>, std::vector<Issued>> expand(const sch::Program &p
 
 } // namespace
 
-std::string verifyPlan(const std::vector<sch::Program> &programs) {
-  std::map<std::string, uint32_t> entries = {{"train_step", 0}};
-  std::vector<std::map<std::string, uint32_t>> entryOf(programs.size());
-  for (size_t r = 0; r < programs.size(); ++r) {
-    entryOf[r]["train_step"] = programs[r].entry();
-    for (const auto &[name, fn] : programs[r].entry_points())
-      entryOf[r][name] = fn, entries[name] = 0;
-  }
-  for (const auto &[entry, unused] : entries) {
-    (void)unused;
-    std::map<std::vector<int64_t>, std::string> names;
-    std::vector<std::map<std::vector<int64_t>, std::vector<Issued>>> seq(programs.size());
-    for (size_t r = 0; r < programs.size(); ++r) {
-      auto it = entryOf[r].find(entry);
-      if (it == entryOf[r].end())
-        return absl::StrCat("rank ", r, " has no entry '", entry, "' that other ranks have");
-      seq[r] = expand(programs[r], it->second, names);
+void PlanVerifier::addRank(const sch::Program &p) {
+  std::map<std::string, uint32_t> entryOf = {{"train_step", p.entry()}};
+  for (const auto &[name, fn] : p.entry_points())
+    entryOf[name] = fn;
+  Rank &rank = ranks.emplace_back();
+  for (const auto &[entry, fn] : entryOf) {
+    std::map<std::vector<int64_t>, std::string> groupNames;
+    auto &byGroup = rank[entry];
+    for (auto &[members, issued] : expand(p, fn, groupNames)) {
+      std::vector<uint32_t> &ids = byGroup[members];
+      for (Issued &i : issued) {
+        auto [it, fresh] = whatIds.try_emplace(i.what, uint32_t(whats.size()));
+        if (fresh)
+          whats.push_back(i.what);
+        ids.push_back(it->second);
+        ids.push_back(uint32_t(wheres.size()));
+        wheres.push_back(std::move(i.where));
+      }
     }
+    for (auto &[members, name] : groupNames)
+      names.emplace(members, name);
+  }
+}
+
+std::string PlanVerifier::finish() const {
+  std::map<std::string, int> entries;
+  for (const Rank &r : ranks)
+    for (const auto &[entry, unused] : r)
+      entries[entry] = 0;
+  for (const auto &[entry, unused] : entries) {
+    for (size_t r = 0; r < ranks.size(); ++r)
+      if (!ranks[r].count(entry))
+        return absl::StrCat("rank ", r, " has no entry '", entry, "' that other ranks have");
     for (const auto &[members, name] : names) {
       std::string group = absl::StrCat("group '", name, "' [", absl::StrJoin(members, ","), "]");
       for (int64_t m : members)
-        if (m < 0 || size_t(m) >= programs.size())
-          return absl::StrCat(group, " names rank ", m, ", outside the plan's ",
-                              programs.size(), " ranks");
-      const std::vector<Issued> &ref = seq[size_t(members[0])][members];
+        if (m < 0 || size_t(m) >= ranks.size())
+          return absl::StrCat(group, " names rank ", m, ", outside the plan's ", ranks.size(),
+                              " ranks");
+      static const std::vector<uint32_t> none;
+      auto seqOf = [&](int64_t r) -> const std::vector<uint32_t> & {
+        const auto &byGroup = ranks[size_t(r)].at(entry);
+        auto it = byGroup.find(members);
+        return it == byGroup.end() ? none : it->second;
+      };
+      // Pairs (what, where) per collective.
+      const std::vector<uint32_t> &ref = seqOf(members[0]);
       for (int64_t m : members) {
-        const std::vector<Issued> &got = seq[size_t(m)][members];
+        const std::vector<uint32_t> &got = seqOf(m);
         size_t n = std::min(ref.size(), got.size());
-        for (size_t k = 0; k < n; ++k)
-          if (got[k].what != ref[k].what)
-            return absl::StrCat(group, ", entry '", entry, "', collective #", k, ": rank ",
-                                members[0], " issues ", ref[k].what, " (", ref[k].where,
-                                "), rank ", m, " issues ", got[k].what, " (", got[k].where, ")");
-        if (got.size() != ref.size())
+        for (size_t k = 0; k < n; k += 2)
+          if (got[k] != ref[k])
+            return absl::StrCat(group, ", entry '", entry, "', collective #", k / 2, ": rank ",
+                                members[0], " issues ", whats[ref[k]], " (", wheres[ref[k + 1]],
+                                "), rank ", m, " issues ", whats[got[k]], " (",
+                                wheres[got[k + 1]], ")");
+        if (got.size() != ref.size()) {
+          const std::vector<uint32_t> &longer = got.size() > ref.size() ? got : ref;
           return absl::StrCat(group, ", entry '", entry, "': rank ", members[0], " issues ",
-                              ref.size(), " collectives, rank ", m, " issues ", got.size(),
-                              " (the extra one: ",
-                              got.size() > ref.size() ? got[n].what + " (" + got[n].where + ")"
-                                                      : ref[n].what + " (" + ref[n].where + ")",
-                              ")");
+                              ref.size() / 2, " collectives, rank ", m, " issues ",
+                              got.size() / 2, " (the extra one: ", whats[longer[n]], " (",
+                              wheres[longer[n + 1]], "))");
+        }
       }
     }
   }
   return "";
+}
+
+std::string verifyPlan(const std::vector<sch::Program> &programs) {
+  PlanVerifier v;
+  for (const sch::Program &p : programs)
+    v.addRank(p);
+  return v.finish();
 }
 
 } // namespace mlir::trainc

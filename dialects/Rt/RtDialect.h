@@ -19,6 +19,14 @@ namespace mlir::trainc::rt {
 ArrayRef<StringRef> bufferKinds();
 /// Whether buffers of this kind live for the whole run (parameters, grads, optimizer state, I/O).
 bool isPersistentKind(StringRef kind);
+/// The adamw `segments` of one DP shard: `bucketSegments` are (begin, end, decay) triples of the
+/// bucket's updated parameters, relative to the bucket's start (the ZeRO-1 layout of
+/// GradLayout.h); the shard of dp coordinate `coord` is [coord x shardSize, (coord + 1) x
+/// shardSize). Returns each non-empty intersection, relative to the shard, in ascending order, or
+/// the single empty segment (0, 0, 0) when the shard holds only padding (an empty list would mean
+/// "update every element").
+SmallVector<int64_t> shardSegments(ArrayRef<int64_t> bucketSegments, int64_t coord,
+                                   int64_t shardSize);
 } // namespace mlir::trainc::rt
 
 #endif

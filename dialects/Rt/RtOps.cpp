@@ -62,6 +62,16 @@ LogicalResult ViewOp::verify() {
     return emitOpError() << "offset " << int64_t(getOffset()) << " + " << dst.getNumElements()
                          << " elements exceeds the source of " << src.getNumElements()
                          << " elements";
+  if (auto axis = getAxis()) {
+    static const char *const axes[] = {"tp", "cp", "ep", "dp", "pp"};
+    if (!llvm::is_contained(axes, *axis))
+      return emitOpError() << "axis '" << *axis << "' is not a mesh axis (tp, cp, ep, dp, pp)";
+    if (int64_t(getAxisStride()) <= 0)
+      return emitOpError() << "axis_stride " << int64_t(getAxisStride())
+                           << " on axis '" << *axis << "': expected > 0";
+  } else if (int64_t(getAxisStride()) != 0) {
+    return emitOpError() << "axis_stride " << int64_t(getAxisStride()) << " without an axis";
+  }
   return success();
 }
 
@@ -122,7 +132,13 @@ LogicalResult KernelOp::verify() {
     if (k < 0)
       return emitOpError() << "kernel '" << getKernel() << "' has no attribute '"
                            << a.getName().getValue() << "'";
-    if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
+    bool list = sig->attrs[size_t(k)].type == ::trainc::rt::AttrType::Ints;
+    if (auto l = dyn_cast<DenseI64ArrayAttr>(a.getValue()); l && list)
+      attrs.lists[k].assign(l.asArrayRef().begin(), l.asArrayRef().end());
+    else if (list)
+      return emitOpError() << "attribute '" << a.getName().getValue()
+                           << "' must be an array<i64>";
+    else if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
       attrs.scalars[k] = double(i.getInt());
     else if (auto f = dyn_cast<FloatAttr>(a.getValue()))
       attrs.scalars[k] = f.getValueAsDouble();
@@ -186,3 +202,21 @@ LogicalResult RegionOp::verify() {
 
 #define GET_OP_CLASSES
 #include "dialects/Rt/RtOps.cpp.inc"
+
+SmallVector<int64_t> mlir::trainc::rt::shardSegments(ArrayRef<int64_t> bucketSegments,
+                                                     int64_t coord, int64_t shardSize) {
+  SmallVector<std::array<int64_t, 3>> pieces;
+  const int64_t lo = coord * shardSize, hi = lo + shardSize;
+  for (size_t s = 0; s + 2 < bucketSegments.size(); s += 3) {
+    int64_t begin = std::max(bucketSegments[s], lo), end = std::min(bucketSegments[s + 1], hi);
+    if (begin < end)
+      pieces.push_back({begin - lo, end - lo, bucketSegments[s + 2]});
+  }
+  llvm::sort(pieces);
+  SmallVector<int64_t> out;
+  for (const auto &p : pieces)
+    out.append(p.begin(), p.end());
+  if (out.empty())
+    out.append({0, 0, 0});
+  return out;
+}

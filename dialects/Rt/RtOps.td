@@ -57,12 +57,25 @@ def Rt_BufferRefOp : Rt_Op<"buffer_ref", [Pure, DeclareOpInterfaceMethods<Symbol
 def Rt_ViewOp : Rt_Op<"view", [Pure]> {
   let summary = "A contiguous view: numel(result) elements from element `offset` of the source";
   let description = [{
+    A rank-dependent view (e.g. a DP rank's shard of a gradient bucket) names a mesh axis and a
+    stride: on the rank with coordinate c on that axis it starts at `offset + c * axis_stride`.
+    The rt IR is compiled once for every rank; the export resolves the offset per rank (the dumps
+    show the offset of coordinate 0).
     ```mlir
     %v = rt.view %b [16] : memref<2x9x16xf32> to memref<18x16xf32>
+    %s = rt.view %g [0] {axis = "dp", axis_stride = 44 : i64} : memref<100xf32> to memref<44xf32>
     ```
   }];
-  let arguments = (ins AnyStaticShapeMemRef:$source, I64Attr:$offset);
+  let arguments = (ins AnyStaticShapeMemRef:$source, I64Attr:$offset, OptionalAttr<StrAttr>:$axis,
+                   DefaultValuedAttr<I64Attr, "0">:$axis_stride);
   let results = (outs AnyStaticShapeMemRef:$result);
+  let builders = [
+    // The same view on every rank.
+    OpBuilder<(ins "Type":$result, "Value":$source, "IntegerAttr":$offset), [{
+      build($_builder, $_state, result, source, offset, StringAttr(),
+            $_builder.getI64IntegerAttr(0));
+    }]>
+  ];
   let assemblyFormat = "$source `[` $offset `]` attr-dict `:` type($source) `to` type($result)";
   let hasVerifier = 1;
 }
@@ -72,7 +85,10 @@ def Rt_KernelOp : Rt_Op<"kernel", [AttrSizedOperandSegments]> {
   let description = [{
     The kernel name, operand counts, attributes, dtypes and shapes are checked against the runtime's
     kernel table (runtime/core/KernelSignatures.cpp) by the verifier. in_place[j] is the input that
-    output j aliases, or -1.
+    output j aliases, or -1. Kernel attributes are integers, floats or `array<i64: ...>` lists.
+    `rt.shard_segments` (on an adamw over a DP shard of a gradient bucket) holds the bucket-relative
+    (begin, end, decay) ranges of its parameters; the export turns them into the kernel's
+    `segments` attribute of each DP rank's shard.
     ```mlir
     rt.kernel "matmul" ins(%a, %w : memref<18x16xf32>, memref<48x16xf32>) outs(%y : memref<18x48xf32>) {kernel_attrs = {trans_b = 1 : i64}}
     ```

@@ -73,29 +73,34 @@ struct ParamInfo {
   int64_t valueOffset = -1, gradOffset = -1;
 };
 
-/// The main-grad layout of trainc-grad-buckets (GradLayout.h), and this rank's place in it.
+/// The main-grad layout of trainc-grad-buckets (GradLayout.h). The lowering is the same for
+/// every DP rank: a rank's shard of a bucket is a view whose offset depends on the rank's dp
+/// coordinate (rt.view axis = "dp"), resolved per rank by the export.
 struct DpLayout {
   sched::GradBufferOp op;
   ::trainc::grad::GradLayout geo;
-  int64_t dpRank = 0;
-  /// geo.shardPieces(dpRank), computed once.
-  std::vector<::trainc::grad::GradLayout::Piece> pieces;
   rt::BufferOp mainGrad, params, expAvg, expAvgSq;
   int64_t dp() const { return geo.dp; }
   bool distributed() const { return geo.distributed; }
   int64_t bound(int64_t b) const { return geo.bounds[size_t(b)]; }
   int64_t numBuckets() const { return geo.numBuckets(); }
-  /// This rank's shard of bucket b, as [begin, end) elements of the buffer.
-  int64_t shardBegin(int64_t b) const { return geo.shardBegin(b, dpRank); }
-  int64_t shardEnd(int64_t b) const { return geo.shardEnd(b, dpRank); }
+  /// Elements per DP shard of bucket b (the whole bucket without the distributed optimizer).
+  int64_t shardSize(int64_t b) const { return geo.shardSize(b); }
+  /// Where bucket b's shard starts in the rank's optimizer state (the concatenation of its shards).
+  int64_t stateOffset(int64_t b) const { return bound(b) / (distributed() ? dp() : 1); }
+  /// The bucket holding layout parameter i.
+  int64_t bucketOf(size_t i) const {
+    int64_t b = 0;
+    while (b + 1 < numBuckets() && bound(b + 1) <= geo.offsets[i])
+      ++b;
+    return b;
+  }
 };
 
 /// Module-level state of the lowering: the buffer table and the well-known buffers.
 class Lowering {
 public:
-  Lowering(ModuleOp module, int64_t dpRank) : module(module), b(module.getContext()) {
-    layout.dpRank = dpRank;
-  }
+  explicit Lowering(ModuleOp module) : module(module), b(module.getContext()) {}
 
   LogicalResult run();
 
@@ -131,6 +136,15 @@ private:
       return ref(ob, loc, buf);
     return ob.create<rt::ViewOp>(loc, t, ref(ob, loc, buf), ob.getI64IntegerAttr(begin));
   }
+  /// This DP rank's shard of bucket k of the 1-D buffer `buf` (main_grad or params): a view at
+  /// bound(k) + dp_coordinate x shardSize(k).
+  Value shardOf(OpBuilder &ob, Location loc, rt::BufferOp buf, int64_t k) {
+    auto t = MemRefType::get({layout.shardSize(k)}, buf.getType().getElementType());
+    auto v = ob.create<rt::ViewOp>(loc, t, ref(ob, loc, buf), ob.getI64IntegerAttr(layout.bound(k)),
+                                   ob.getStringAttr("dp"),
+                                   ob.getI64IntegerAttr(layout.shardSize(k)));
+    return v;
+  }
   Value valueRef(OpBuilder &ob, Location loc, const ParamInfo &p) {
     return view(ob, loc, p.value, p.valueOffset, p.type);
   }
@@ -152,9 +166,9 @@ private:
       collective(ob, loc, "all_reduce", v, v, -1);
     }
   }
-  void kernel(OpBuilder &ob, Location loc, StringRef name, ValueRange ins, ValueRange outs,
-              ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) {
-    ob.create<rt::KernelOp>(loc, name, ins, outs, ob.getDictionaryAttr(attrs),
+  rt::KernelOp kernel(OpBuilder &ob, Location loc, StringRef name, ValueRange ins, ValueRange outs,
+                      ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) {
+    return ob.create<rt::KernelOp>(loc, name, ins, outs, ob.getDictionaryAttr(attrs),
                             inPlace.empty() ? DenseI32ArrayAttr()
                                             : ob.getDenseI32ArrayAttr(inPlace));
   }
@@ -207,6 +221,9 @@ private:
   int64_t stashSlots = 0;
   DpLayout layout;
   llvm::StringMap<size_t> layoutIndex;
+  /// Distributed optimizer: the sched.adamw that emits each bucket's update (its last one), with
+  /// the bucket and the (begin, end, decay) ranges of the bucket's updated parameters.
+  llvm::DenseMap<Operation *, std::pair<int64_t, SmallVector<int64_t>>> shardUpdates;
   SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
   SmallVector<Attribute> gradInfos;  // the main_grad buffer's contents
 };
@@ -223,10 +240,6 @@ LogicalResult Lowering::collectParams() {
     l.geo.offsets.assign(l.op.getOffsets().begin(), l.op.getOffsets().end());
     l.geo.sizes.assign(l.op.getSizes().begin(), l.op.getSizes().end());
     l.geo.bounds.assign(l.op.getBucketBounds().begin(), l.op.getBucketBounds().end());
-    if (l.dpRank < 0 || l.dpRank >= l.dp())
-      return l.op.emitOpError() << "dp-rank " << l.dpRank << " is outside the data-parallel size "
-                                << l.dp();
-    l.pieces = l.geo.shardPieces(l.dpRank);
     for (auto [i, n] : llvm::enumerate(l.op.getParams()))
       layoutIndex[cast<StringAttr>(n).getValue()] = i;
   }
@@ -512,6 +525,25 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
   OpBuilder ob(module.getContext());
   ob.setInsertionPointToStart(nf.addEntryBlock());
   UnitState units;
+  if (layout.distributed()) {
+    // Each bucket's update goes where its last sched.adamw is (the updates are in layout order and
+    // the bucket's all-gather follows that one).
+    shardUpdates.clear();
+    std::map<int64_t, std::pair<Operation *, SmallVector<int64_t>>> byBucket;
+    for (sched::AdamWOp adam : fn.getBody().front().getOps<sched::AdamWOp>()) {
+      auto it = layoutIndex.find(adam.getParam());
+      if (it == layoutIndex.end())
+        continue; // lowerAdamW names the parameter
+      size_t i = it->second;
+      int64_t k = layout.bucketOf(i), lo = layout.bound(k);
+      auto &[last, segments] = byBucket[k];
+      last = adam;
+      segments.append({layout.geo.offsets[i] - lo, layout.geo.offsets[i] + layout.geo.sizes[i] - lo,
+                       adam.getDecay() ? 1 : 0});
+    }
+    for (auto &[k, entry] : byBucket)
+      shardUpdates[entry.first] = {k, std::move(entry.second)};
+  }
   for (Operation &op : fn.getBody().front()) {
     Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
                                 op.getLoc());
@@ -549,14 +581,13 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
           kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
         }
         if (inv || layout.dp() > 1) {
-          SmallVector<std::pair<int64_t, int64_t>> ranges;
+          SmallVector<Value> shards;
           if (layout.distributed())
             for (int64_t k = 0; k < layout.numBuckets(); ++k)
-              ranges.push_back({layout.shardBegin(k), layout.shardEnd(k)});
+              shards.push_back(shardOf(ob, loc, layout.mainGrad, k));
           else
-            ranges.push_back({0, int64_t(layout.op.getNumel())});
-          for (auto [begin, end] : ranges) {
-            Value g = range(ob, loc, layout.mainGrad, begin, end);
+            shards.push_back(ref(ob, loc, layout.mainGrad));
+          for (Value g : shards) {
             if (inv)
               kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
             else // legacy mode: Megatron averages the gradients over DP
@@ -710,8 +741,7 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
       return failure();
     Value bucket = range(ob, loc, layout.mainGrad, layout.bound(*k), layout.bound(*k + 1));
     if (layout.distributed())
-      collective(ob, loc, "reduce_scatter", bucket,
-                 range(ob, loc, layout.mainGrad, layout.shardBegin(*k), layout.shardEnd(*k)), *k);
+      collective(ob, loc, "reduce_scatter", bucket, shardOf(ob, loc, layout.mainGrad, *k), *k);
     else
       collective(ob, loc, "all_reduce", bucket, bucket, *k);
     return success();
@@ -738,8 +768,7 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
       ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(token));
       return success();
     }
-    collective(ob, loc, "all_gather",
-               range(ob, loc, layout.params, layout.shardBegin(*k), layout.shardEnd(*k)),
+    collective(ob, loc, "all_gather", shardOf(ob, loc, layout.params, *k),
                range(ob, loc, layout.params, layout.bound(*k), layout.bound(*k + 1)), token);
     return success();
   }
@@ -758,12 +787,11 @@ void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
       kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {sumsq},
              {f64("beta", i == 0 ? 0.0 : 1.0)});
   } else {
-    // The pieces of parameters inside this rank's shards (each element once over DP, padding
-    // excluded), then the sum over DP.
-    kernel(ob, loc, "fill", {}, {sumsq});
-    for (const auto &piece : layout.pieces)
-      kernel(ob, loc, "sum_squares", {range(ob, loc, layout.mainGrad, piece.begin, piece.end)},
-             {sumsq}, {f64("beta", 1.0)});
+    // This rank's shard of every bucket (each element once over DP; the padding's gradients are
+    // zero), then the sum over DP.
+    for (int64_t k = 0; k < layout.numBuckets(); ++k)
+      kernel(ob, loc, "sum_squares", {shardOf(ob, loc, layout.mainGrad, k)}, {sumsq},
+             {f64("beta", k == 0 ? 0.0 : 1.0)});
     if (layout.dp() > 1)
       collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
   }
@@ -788,7 +816,7 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
                                     f64("eps", adam.getEps().convertToDouble()),
                                     i64("decay", adam.getDecay() ? 1 : 0)};
   auto update = [&](Value w, Value g, Value m, Value v) {
-    kernel(ob, loc, "adamw",
+    return kernel(ob, loc, "adamw",
            {w, g, m, v, ref(ob, loc, scalar("lr", "scalar")),
             ref(ob, loc, scalar("weight_decay", "scalar")), ref(ob, loc, scalar("step", "scalar")),
             ref(ob, loc, scalar("grad_scale", "workspace")),
@@ -804,19 +832,26 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
     update(w, g, m, v);
     return success();
   }
-  // ZeRO-1: only the part of the parameter inside this rank's shard; Adam states are indexed by
-  // the position inside the concatenation of this rank's shards.
-  size_t index = layoutIndex.lookup(p.name);
-  for (const auto &piece : layout.pieces) {
-    if (piece.param != index)
-      continue;
-    int64_t begin = piece.begin, end = piece.end, state = piece.stateOffset;
-    Value w = range(ob, loc, layout.params, begin, end);
-    Value m = range(ob, loc, layout.expAvg, state, state + end - begin);
-    Value v = range(ob, loc, layout.expAvgSq, state, state + end - begin);
-    Value g = range(ob, loc, layout.mainGrad, begin, end);
-    update(w, g, m, v);
-  }
+  // ZeRO-1: one update per bucket shard, at the bucket's last sched.adamw, over this rank's shard;
+  // Adam states are indexed by the position inside the concatenation of this rank's shards. The
+  // updated parameters' bucket-relative ranges go in rt.shard_segments; `segments` (which parts of
+  // the shard to update, each with its decay flag) is coordinate 0's, and the export computes
+  // every other rank's from rt.shard_segments.
+  auto it2 = shardUpdates.find(adam);
+  if (it2 == shardUpdates.end())
+    return success(); // folded into the bucket's update
+  int64_t k = it2->second.first;
+  const SmallVector<int64_t> &bucketSegments = it2->second.second;
+  const int64_t size = layout.shardSize(k);
+  attrs.pop_back(); // `decay` is per segment
+  attrs.push_back(b.getNamedAttr(
+      "segments", b.getDenseI64ArrayAttr(rt::shardSegments(bucketSegments, 0, size))));
+  int64_t state = layout.stateOffset(k);
+  Value w = shardOf(ob, loc, layout.params, k);
+  Value m = range(ob, loc, layout.expAvg, state, state + size);
+  Value v = range(ob, loc, layout.expAvgSq, state, state + size);
+  Value g = shardOf(ob, loc, layout.mainGrad, k);
+  update(w, g, m, v)->setAttr("rt.shard_segments", b.getDenseI64ArrayAttr(bucketSegments));
   return success();
 }
 
@@ -882,7 +917,7 @@ LogicalResult Lowering::run() {
 struct LowerToRtPass : mlir::trainc::impl::LowerToRtPassBase<LowerToRtPass> {
   using LowerToRtPassBase::LowerToRtPassBase;
   void runOnOperation() override {
-    if (failed(Lowering(getOperation(), dpRank).run()))
+    if (failed(Lowering(getOperation()).run()))
       signalPassFailure();
   }
 };

@@ -25,14 +25,12 @@ def LowerToRtPass : Pass<"trainc-lower-to-rt", "::mlir::ModuleOp"> {
     all_reduce (or, with the distributed optimizer, reduce_scatter to this rank's shard) on token
     b; reduce_losses a sync all_reduce of loss_sum and num_tokens. With the distributed optimizer
     the parameters are views of one `params` buffer with the same layout, Adam states exist only
-    for this rank's shards (`exp_avg`, `exp_avg_sq`), AdamW runs on the pieces of parameters inside
-    the shard, the grad norm sums the shard's parameter pieces and all-reduces over DP, and
-    param_gather_start/wait is an async all_gather on token (num_buckets + b). `dp-rank` selects
-    the shard, so programs differ per DP rank.
+    for this rank's shards (`exp_avg`, `exp_avg_sq`), one AdamW per bucket shard updates the
+    pieces of the parameters inside it (`segments`, padding excluded), the grad norm sums the
+    shards and all-reduces over DP, and param_gather_start/wait is an async all_gather on token
+    (num_buckets + b). The output is the same for every DP rank: a shard is an rt.view on axis
+    "dp" whose offset the export resolves per rank (DESIGN.md: specialise per rank last).
   }];
-  let options = [
-    Option<"dpRank", "dp-rank", "int64_t", "0", "This program's data-parallel rank">,
-  ];
   let dependentDialects = ["::mlir::trainc::rt::RtDialect"];
 }
 

@@ -621,6 +621,21 @@ std::string verifyAdamW(const KernelCtx &c) {
   k.attrCond(b1 >= 0 && b1 < 1, "beta1 = " + std::to_string(b1) + ", expected 0 <= beta1 < 1");
   k.attrCond(b2 >= 0 && b2 < 1, "beta2 = " + std::to_string(b2) + ", expected 0 <= beta2 < 1");
   k.attrCond(eps > 0, "eps = " + std::to_string(eps) + ", expected > 0");
+  // segments: (begin, end, decay) triples, ascending and disjoint, inside the operands; only those
+  // elements are updated, each with its own weight-decay flag ((0, 0, 0) alone: none).
+  const std::vector<int64_t> &seg = c.attrs->ints(4);
+  if (!seg.empty()) {
+    k.attrCond(seg.size() % 3 == 0, "segments: " + std::to_string(seg.size()) +
+                                         " values, expected (begin, end, decay) triples");
+    int64_t n = c.in[0].numel, prev = 0;
+    for (size_t s = 0; s + 2 < seg.size() && k.ok(); s += 3) {
+      k.attrCond(seg[s] >= prev && seg[s] <= seg[s + 1] && seg[s + 1] <= n,
+                 "segments: segment " + std::to_string(s / 3) + " [" + std::to_string(seg[s]) +
+                     ", " + std::to_string(seg[s + 1]) + ") is reversed, out of order or outside "
+                     "the " + std::to_string(n) + " elements");
+      prev = seg[s + 1];
+    }
+  }
   return k.result();
 }
 
@@ -718,9 +733,10 @@ std::vector<KernelSignature> buildTable() {
        9,
        3,
        {A{"beta1", Flt, 0.9}, A{"beta2", Flt, 0.999}, A{"eps", Flt, 1e-8},
-        A{"decay", Int, 1}},
+        A{"decay", Int, 1}, A{"segments", AttrType::Ints}},
        verifyAdamW,
-       "AdamW step with decoupled weight decay and bias correction, predicated on update"},
+       "AdamW step with decoupled weight decay and bias correction, predicated on update; with "
+       "segments only the (begin, end, decay) ranges"},
       {"sum_squares", 1, 1, {A{"beta", Flt, 0}}, verifySumSquares,
        "out = sum(x^2) (+ out when beta = 1)", "beta"},
       {"grad_norm_finalize", 1, 3, {A{"max_norm", Flt, 0}}, verifyGradNormFinalize,

@@ -137,10 +137,7 @@ schema::Instruction &ProgramBuilder::kernel(int function, const std::string &nam
   for (const AttrArg &a : attrs) {
     schema::Attr *x = k->add_attrs();
     x->set_name(a.name);
-    if (a.isInt)
-      x->mutable_value()->set_i(a.i);
-    else
-      x->mutable_value()->set_f(a.f);
+    a.store(*x->mutable_value());
   }
   for (int j : inPlace)
     k->add_in_place(j);

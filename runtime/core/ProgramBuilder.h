@@ -18,15 +18,30 @@
 
 namespace trainc::rt {
 
-/// A kernel attribute: integer or float.
+/// A kernel attribute: integer, float or list of integers.
 struct AttrArg {
   std::string name;
   bool isInt;
   int64_t i = 0;
   double f = 0;
+  bool isInts = false;
+  std::vector<int64_t> ints;
   AttrArg(std::string n, int v) : name(std::move(n)), isInt(true), i(v) {}
   AttrArg(std::string n, int64_t v) : name(std::move(n)), isInt(true), i(v) {}
   AttrArg(std::string n, double v) : name(std::move(n)), isInt(false), f(v) {}
+  AttrArg(std::string n, std::vector<int64_t> v)
+      : name(std::move(n)), isInt(false), isInts(true), ints(std::move(v)) {}
+  /// Stores the value into a program attribute.
+  void store(schema::AttrValue &out) const {
+    if (isInts) {
+      for (int64_t v : ints)
+        out.mutable_ints()->add_values(v);
+    } else if (isInt) {
+      out.set_i(i);
+    } else {
+      out.set_f(f);
+    }
+  }
 };
 
 class ProgramBuilder {

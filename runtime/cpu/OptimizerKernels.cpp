@@ -31,6 +31,9 @@ namespace {
 // Python) and rounded once to T; the per-element math runs in T (f32 master weights compute in f32
 // like Apex's MATH_T = float). step must be >= 1 (t = 0 would divide by a zero bias correction).
 // Any non-zero `decay` attribute means "apply weight decay" (it is a flag, not a multiplier).
+// With `segments` = (begin, end, decay) triples (the distributed optimizer's view of one bucket
+// shard: the pieces of the parameters inside it, each with its own flag, padding excluded), only
+// those ranges are updated and `decay` is ignored; other elements keep their values.
 //
 // update == 0 is the predicated (skipped) step: nothing changes, and the outputs equal the inputs
 // (copied when they are not in place).
@@ -44,33 +47,44 @@ template <typename T> void adamw(const KernelCtx &c) {
   T lr = c.in[4].as<T>()[0], wd = c.in[5].as<T>()[0], step = c.in[6].as<T>()[0],
     gradScale = c.in[7].as<T>()[0], update = c.in[8].as<T>()[0];
   T *po = c.out[0].as<T>(), *mo = c.out[1].as<T>(), *vo = c.out[2].as<T>();
+  const std::vector<int64_t> &segments = a.ints(4);
 
-  if (update == T(0)) {
+  // Elements the step does not update keep their values: all of them on a skipped step, those
+  // outside every segment otherwise (copied when the outputs are not in place).
+  if (update == T(0) || !segments.empty()) {
     const T *src[3] = {p, m, v};
     T *dst[3] = {po, mo, vo};
     for (int k = 0; k < 3; ++k)
       if (dst[k] != src[k])
         std::memmove(dst[k], src[k], size_t(n) * sizeof(T));
-    return;
+    if (update == T(0))
+      return;
   }
 
   double b1d = a.f(0), b2d = a.f(1), t = double(step);
   T b1 = T(b1d), b2 = T(b2d), eps = T(a.f(2));
   T oneMinusB1 = T(1.0 - b1d), oneMinusB2 = T(1.0 - b2d);
   T biasCorr1 = T(1.0 - std::pow(b1d, t)), biasCorr2 = T(1.0 - std::pow(b2d, t));
-  T decayFactor = a.i(3) != 0 ? T(1) - lr * wd : T(1);
   // Reads all inputs of element i before writing outputs of element i: in place is safe.
-  for (int64_t i = 0; i < n; ++i) {
-    T gi = g[i] * gradScale;
-    T mi = b1 * m[i] + oneMinusB1 * gi;
-    T vi = b2 * v[i] + oneMinusB2 * gi * gi;
-    T mhat = mi / biasCorr1, vhat = vi / biasCorr2;
-    T pi = p[i] * decayFactor;
-    pi -= lr * mhat / (std::sqrt(vhat) + eps);
-    po[i] = pi;
-    mo[i] = mi;
-    vo[i] = vi;
-  }
+  auto run = [&](int64_t begin, int64_t end, bool decay) {
+    T decayFactor = decay ? T(1) - lr * wd : T(1);
+    for (int64_t i = begin; i < end; ++i) {
+      T gi = g[i] * gradScale;
+      T mi = b1 * m[i] + oneMinusB1 * gi;
+      T vi = b2 * v[i] + oneMinusB2 * gi * gi;
+      T mhat = mi / biasCorr1, vhat = vi / biasCorr2;
+      T pi = p[i] * decayFactor;
+      pi -= lr * mhat / (std::sqrt(vhat) + eps);
+      po[i] = pi;
+      mo[i] = mi;
+      vo[i] = vi;
+    }
+  };
+  if (segments.empty())
+    run(0, n, a.i(3) != 0);
+  else
+    for (size_t s = 0; s + 2 < segments.size(); s += 3)
+      run(segments[s], segments[s + 1], segments[s + 2] != 0);
 }
 
 void adamwKernel(const KernelCtx &c) {

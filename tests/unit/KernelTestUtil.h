@@ -108,10 +108,7 @@ inline void runKernel(const std::string &name, std::vector<HostTensor *> in,
   for (const AttrArg &a : attrs) {
     schema::Attr *x = pa.Add();
     x->set_name(a.name);
-    if (a.isInt)
-      x->mutable_value()->set_i(a.i);
-    else
-      x->mutable_value()->set_f(a.f);
+    a.store(*x->mutable_value());
   }
   Attrs decoded;
   std::string e = decodeAttrs(*sig, pa, decoded);
@@ -135,10 +132,7 @@ inline std::string verifyKernel(const std::string &name, std::vector<HostTensor 
   for (const AttrArg &a : attrs) {
     schema::Attr *x = pa.Add();
     x->set_name(a.name);
-    if (a.isInt)
-      x->mutable_value()->set_i(a.i);
-    else
-      x->mutable_value()->set_f(a.f);
+    a.store(*x->mutable_value());
   }
   Attrs decoded;
   if (std::string e = decodeAttrs(*sig, pa, decoded); !e.empty())

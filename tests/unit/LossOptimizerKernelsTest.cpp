@@ -11,6 +11,7 @@
 #include "KernelTestUtil.h"
 
 #include <cmath>
+#include <tuple>
 #include <limits>
 
 using namespace trainc::rt;
@@ -490,6 +491,72 @@ TEST(AdamW, UpdateZeroLeavesStateBitwiseUnchanged) {
     runKernel("adamw", {&p, &grad, &m, &v, &lr, &wd, &step, &gs, &one}, {&p, &m, &v});
     EXPECT_NE(p.bytes, p0.bytes);
   }
+}
+
+TEST(AdamW, SegmentsUpdateOnlyTheirRangesWithTheirOwnDecay) {
+  // The distributed optimizer's call on one bucket shard: pieces of two parameters (decay and no
+  // decay) and padding. Each piece must equal a separate call on that range alone, bitwise, and
+  // the elements outside every segment must keep their values.
+  for (DType t : {DType::F64, DType::F32}) {
+    SCOPED_TRACE(dtypeName(t));
+    const int64_t n = 20;
+    HostTensor p = randomTensor(t, {n}, 101), m = randomTensor(t, {n}, 102, -0.1, 0.1),
+               v = randomTensor(t, {n}, 103, 0, 0.01), grad = randomTensor(t, {n}, 104);
+    HostTensor lr = scalarOf(t, 1e-2), wd = scalarOf(t, 0.1), step = scalarOf(t, 3),
+               gs = scalarOf(t, 0.5), upd = scalarOf(t, 1);
+    const HostTensor p0 = p, m0 = m, v0 = v;
+    runKernel("adamw", {&p, &grad, &m, &v, &lr, &wd, &step, &gs, &upd}, {&p, &m, &v},
+              {AttrArg("segments", std::vector<int64_t>{2, 9, 1, 9, 16, 0})});
+    auto slice = [&](const HostTensor &x, int64_t b, int64_t e) {
+      HostTensor y(t, {e - b});
+      for (int64_t i = b; i < e; ++i)
+        y.set(i - b, x.get(i));
+      return y;
+    };
+    for (auto [b, e, decay] : {std::tuple<int64_t, int64_t, int>{2, 9, 1}, {9, 16, 0}}) {
+      HostTensor ps = slice(p0, b, e), ms = slice(m0, b, e), vs = slice(v0, b, e),
+                 gsl = slice(grad, b, e);
+      runKernel("adamw", {&ps, &gsl, &ms, &vs, &lr, &wd, &step, &gs, &upd}, {&ps, &ms, &vs},
+                {AttrArg("decay", decay)});
+      EXPECT_EQ(slice(p, b, e).bytes, ps.bytes) << "segment [" << b << ", " << e << ")";
+      EXPECT_EQ(slice(m, b, e).bytes, ms.bytes);
+      EXPECT_EQ(slice(v, b, e).bytes, vs.bytes);
+    }
+    for (int64_t i : {0, 1, 16, 17, 18, 19}) {
+      EXPECT_EQ(p.get(i), p0.get(i)) << "element " << i << " is outside every segment";
+      EXPECT_EQ(m.get(i), m0.get(i));
+      EXPECT_EQ(v.get(i), v0.get(i));
+    }
+    // Out of place: the untouched elements are copies of the inputs.
+    HostTensor po = randomTensor(t, {n}, 105), mo = randomTensor(t, {n}, 106),
+               vo = randomTensor(t, {n}, 107);
+    HostTensor pi = p0, mi = m0, vi = v0;
+    runKernel("adamw", {&pi, &grad, &mi, &vi, &lr, &wd, &step, &gs, &upd}, {&po, &mo, &vo},
+              {AttrArg("segments", std::vector<int64_t>{2, 9, 1, 9, 16, 0})});
+    EXPECT_EQ(po.bytes, p.bytes);
+    EXPECT_EQ(mo.bytes, m.bytes);
+    EXPECT_EQ(vo.bytes, v.bytes);
+  }
+}
+
+TEST(AdamW, BadSegmentsAreRejectedWithTheSegmentNamed) {
+  const int64_t n = 10;
+  HostTensor p(DType::F32, {n}), m(DType::F32, {n}), v(DType::F32, {n}), g(DType::F32, {n});
+  HostTensor s = scalarOf(DType::F32, 1);
+  auto check = [&](std::vector<int64_t> seg) {
+    return verifyKernel("adamw", {&p, &g, &m, &v, &s, &s, &s, &s, &s}, {&p, &m, &v},
+                        {AttrArg("segments", std::move(seg))});
+  };
+  EXPECT_EQ(check({0, 4, 1, 4, 10, 0}), "");
+  EXPECT_NE(check({0, 4}).find("2 values, expected (begin, end, decay) triples"),
+            std::string::npos);
+  EXPECT_NE(check({0, 4, 1, 3, 6, 0}).find("segment 1 [3, 6) is reversed, out of order or "
+                                            "outside the 10 elements"),
+            std::string::npos)
+      << check({0, 4, 1, 3, 6, 0});
+  EXPECT_NE(check({0, 11, 1}).find("segment 0 [0, 11)"), std::string::npos);
+  EXPECT_NE(check({6, 5, 1}).find("segment 0 [6, 5)"), std::string::npos);
+  EXPECT_EQ(check({0, 0, 0}), ""); // a shard of padding only: nothing to update
 }
 
 TEST(AdamW, GradScaleMultipliesTheGradientAndOutOfPlaceMatchesInPlace) {

@@ -105,6 +105,60 @@ func.func @f(%a: memref<8xf32>) {
 
 // -----
 
+// Tests that a list attribute is refused where the kernel takes a number.
+func.func @f(%a: memref<8xf32>) {
+  // expected-error-re@+1 {{'rt.kernel' op attribute '{{"?}}value{{"?}}' must be an integer or a float}}
+  rt.kernel "fill" outs(%a : memref<8xf32>) {kernel_attrs = {value = array<i64: 1>}}
+  return
+}
+
+// -----
+
+// Tests that adamw's segments are a list of integers.
+func.func @f(%a: memref<8xf32>, %s: memref<f32>) {
+  // expected-error@+1 {{'rt.kernel' op attribute 'segments' must be an array<i64>}}
+  rt.kernel "adamw" ins(%a, %a, %a, %a, %s, %s, %s, %s, %s : memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<f32>, memref<f32>, memref<f32>, memref<f32>, memref<f32>) outs(%a, %a, %a : memref<8xf32>, memref<8xf32>, memref<8xf32>) {kernel_attrs = {segments = 3 : i64}, in_place = array<i32: 0, 2, 3>}
+  return
+}
+
+// -----
+
+// Tests that adamw's segments stay inside the operands (the runtime's verifier).
+func.func @f(%a: memref<8xf32>, %s: memref<f32>) {
+  // expected-error@+1 {{'rt.kernel' op kernel 'adamw' attribute segments: segment 0 [2, 9) is reversed, out of order or outside the 8 elements}}
+  rt.kernel "adamw" ins(%a, %a, %a, %a, %s, %s, %s, %s, %s : memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<f32>, memref<f32>, memref<f32>, memref<f32>, memref<f32>) outs(%a, %a, %a : memref<8xf32>, memref<8xf32>, memref<8xf32>) {kernel_attrs = {segments = array<i64: 2, 9, 1>}, in_place = array<i32: 0, 2, 3>}
+  return
+}
+
+// -----
+
+// Tests that a rank-dependent view names a mesh axis.
+func.func @f(%a: memref<8xf32>) {
+  // expected-error@+1 {{'rt.view' op axis 'data' is not a mesh axis (tp, cp, ep, dp, pp)}}
+  %0 = rt.view %a [0] {axis = "data", axis_stride = 4 : i64} : memref<8xf32> to memref<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a rank-dependent view has a positive stride.
+func.func @f(%a: memref<8xf32>) {
+  // expected-error@+1 {{'rt.view' op axis_stride 0 on axis 'dp': expected > 0}}
+  %0 = rt.view %a [0] {axis = "dp"} : memref<8xf32> to memref<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a stride needs an axis.
+func.func @f(%a: memref<8xf32>) {
+  // expected-error@+1 {{'rt.view' op axis_stride 4 without an axis}}
+  %0 = rt.view %a [0] {axis_stride = 4 : i64} : memref<8xf32> to memref<4xf32>
+  return
+}
+
+// -----
+
 // Tests that the runtime signature check reports a matmul contraction mismatch.
 func.func @f(%a: memref<10x8xf32>, %w: memref<12x6xf32>, %y: memref<10x12xf32>) {
   // expected-error@+1 {{'rt.kernel' op kernel 'matmul' input 1: shape [12, 6], expected contraction dim 8 (from input 0 shape [10, 8])}}

@@ -1,12 +1,11 @@
 // RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1" | FileCheck %s --check-prefix=ZERO
 // RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" | FileCheck %s --check-prefix=PLAIN
 // RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=1" -trainc-optimizer-expand -trainc-grad-buckets="dp=4 bucket-size=1" | FileCheck %s --check-prefix=ONE
-// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1" -trainc-lower-to-rt="dp-rank=1" | FileCheck %s --check-prefix=RT
+// RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1" -trainc-lower-to-rt | FileCheck %s --check-prefix=RT
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-grad-buckets 2>&1 | FileCheck %s --check-prefix=ORDER
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="dp=0" 2>&1 | FileCheck %s --check-prefix=DP
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="stage=nope" 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets -trainc-grad-buckets 2>&1 | FileCheck %s --check-prefix=TWICE
-// RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-lower-to-rt="dp-rank=2" 2>&1 | FileCheck %s --check-prefix=RANK
 // RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1 overlap-param-gather=1" | FileCheck %s --check-prefix=OVERLAP
 // RUN: trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 bucket-size=50 distributed-optimizer=1 overlap-param-gather=1" -trainc-lower-to-rt | FileCheck %s --check-prefix=CARRIED
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule="eval=false" -trainc-optimizer-expand -trainc-grad-buckets="dp=2 overlap-param-gather=1" 2>&1 | FileCheck %s --check-prefix=NOZERO
@@ -58,20 +57,22 @@
 // ONE-NEXT: sched.grad_sync_start {bucket = 0 : i64}
 // ONE-NOT: forward_backward_last
 
-// Tests the lowering for DP rank 1: main grads and parameters are ranges of one buffer each,
-// Adam states exist for the rank's shards only (44 + 6 = 50 elements), the reduce-scatter writes
-// this rank's chunk of each bucket in place, the grad norm sums the parameter pieces of the
-// shards (b's piece is [94, 99): padding excluded) and all-reduces, AdamW updates the shard
-// pieces, and the all-gather returns each bucket.
+// Tests the lowering, which is the same for every DP rank: main grads and parameters are ranges
+// of one buffer each, Adam states exist for the rank's shards only (44 + 6 = 50 elements), and a
+// rank's shard of bucket k is a view on the dp axis (offset bound(k) + dp x shard size: the export
+// resolves it per rank). The reduce-scatter writes the shard in place, the grad norm sums the
+// shards (the padding's gradients are zero) and all-reduces, one AdamW per bucket shard updates
+// its parameters' pieces (`segments` of coordinate 0; rt.shard_segments are the bucket's: b is
+// [0, 11) of bucket 1, padding excluded, no weight decay), and the all-gather returns each bucket.
 // RT-DAG: rt.buffer @params {kind = "parameter", param_info = [{name = "w", offset = 0 : i64, shape = array<i64: 11, 8>}, {name = "b", no_weight_decay, offset = 88 : i64, shape = array<i64: 11>}]} : memref<100xf32>
 // RT-DAG: rt.buffer @main_grad {grad_info = [{name = "w", offset = 0 : i64}, {name = "b", offset = 88 : i64}], kind = "main_grad"} : memref<100xf32>
 // RT-DAG: rt.buffer @exp_avg {kind = "optimizer_state"} : memref<50xf32>
 // RT-LABEL: func.func @forward_backward_last(
 // RT: %[[B0:.+]] = rt.view %{{.+}}[0] : memref<100xf32> to memref<88xf32>
-// RT: %[[S0:.+]] = rt.view %{{.+}}[44] : memref<100xf32> to memref<44xf32>
+// RT: %[[S0:.+]] = rt.view %{{.+}}[0] {axis = "dp", axis_stride = 44 : i64} : memref<100xf32> to memref<44xf32>
 // RT: rt.collective "reduce_scatter" "dp" ins(%[[B0]] : memref<88xf32>) outs(%[[S0]] : memref<44xf32>) {token = 0 : i64}
 // RT: %[[B1:.+]] = rt.view %{{.+}}[88] : memref<100xf32> to memref<12xf32>
-// RT: %[[S1:.+]] = rt.view %{{.+}}[94] : memref<100xf32> to memref<6xf32>
+// RT: %[[S1:.+]] = rt.view %{{.+}}[88] {axis = "dp", axis_stride = 6 : i64} : memref<100xf32> to memref<6xf32>
 // RT: rt.collective "reduce_scatter" "dp" ins(%[[B1]] : memref<12xf32>) outs(%[[S1]] : memref<6xf32>) {token = 1 : i64}
 // RT-LABEL: func.func @train_step()
 // RT: rt.wait 0
@@ -80,14 +81,14 @@
 // RT: rt.collective "all_reduce" "dp" ins(%[[NT:.+]] : memref<f32>) outs(%[[NT]] : memref<f32>){{$}}
 // Legacy normalization: the DP average.
 // RT: rt.kernel "scale" {{.*}}alpha = 5.000000e-01
-// RT: rt.view %{{.+}}[44] : memref<100xf32> to memref<44xf32>
-// RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<44xf32>)
-// RT: rt.view %{{.+}}[94] : memref<100xf32> to memref<5xf32>
-// RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<5xf32>)
+// RT: rt.view %{{.+}}[0] {axis = "dp", axis_stride = 44 : i64} : memref<100xf32> to memref<44xf32>
+// RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<44xf32>) {{.*}}beta = 0.0
+// RT: rt.view %{{.+}}[88] {axis = "dp", axis_stride = 6 : i64} : memref<100xf32> to memref<6xf32>
+// RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<6xf32>) {{.*}}beta = 1.0
 // RT-NEXT: rt.collective "all_reduce" "dp" ins(%[[SQ:.+]] : memref<f32>) outs(%[[SQ]] : memref<f32>)
-// RT: rt.kernel "adamw" ins({{.*}} : memref<44xf32>, memref<44xf32>, memref<44xf32>, memref<44xf32>,
+// RT: rt.kernel "adamw" ins({{.*}} : memref<44xf32>, memref<44xf32>, memref<44xf32>, memref<44xf32>, {{.*}}segments = array<i64: 0, 44, 1>}, rt.shard_segments = array<i64: 0, 88, 1>}
 // RT: rt.collective "all_gather" "dp" ins(%{{.+}} : memref<44xf32>) outs(%{{.+}} : memref<88xf32>) {token = 2 : i64}
-// RT: rt.kernel "adamw" ins({{.*}} : memref<5xf32>, memref<5xf32>, memref<5xf32>, memref<5xf32>,
+// RT: rt.kernel "adamw" ins({{.*}} : memref<6xf32>, memref<6xf32>, memref<6xf32>, memref<6xf32>, {{.*}}segments = array<i64: 0, 6, 0>}, rt.shard_segments = array<i64: 0, 11, 0>}
 // RT: rt.collective "all_gather" "dp" ins(%{{.+}} : memref<6xf32>) outs(%{{.+}} : memref<12xf32>) {token = 3 : i64}
 // RT: rt.wait 2
 // RT-NEXT: rt.wait 3
@@ -96,7 +97,6 @@
 // DP: error: trainc-grad-buckets: dp 0 must be positive
 // STAGE: error: trainc-grad-buckets: no stage function @nope with a body (run trainc-grad-accumulate first)
 // TWICE: error: trainc-grad-buckets: the module already has a sched.grad_buffer
-// RANK: error: 'sched.grad_buffer' op dp-rank 2 is outside the data-parallel size 2
 
 // Tests --overlap-param-gather: the first microbatch runs a clone whose waits sit right before
 // the first read of each bucket's parameters; the step ends without waiting.
