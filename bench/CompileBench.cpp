@@ -7,13 +7,16 @@
 //
 //   bench_compile [PRESET [GLOBAL_BATCH]]          the above for another preset / batch
 //   bench_compile --preset P [MEGATRON FLAGS...]   any plan; every rank is compiled, nothing
-//                                                  written; also prints the peak RSS
+//                                                  written (each rank's program is built,
+//                                                  validated and verified, one at a time);
+//                                                  also prints the peak RSS
 // bench/compile_scaling.sh runs the structured-IR issue's matrix with the second form.
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Driver.h"
 #include "frontends/MegatronFlags.h"
+#include "frontends/RankTable.h"
 #include "runtime/core/Program.h"
 
 #include <sys/resource.h>
@@ -53,8 +56,6 @@ int main(int argc, char **argv) {
   auto t0 = std::chrono::steady_clock::now();
   MLIRContext ctx;
   mlir::trainc::CompileOptions opts;
-  std::vector<::trainc::schema::Program> ranks;
-  opts.allRanks = &ranks;
   OwningOpRef<ModuleOp> module = mlir::trainc::buildModelModule(ctx, *cfg, opts);
   auto t1 = std::chrono::steady_clock::now();
   FailureOr<::trainc::schema::Program> p = mlir::trainc::compileModule(*module, *cfg, opts);
@@ -72,7 +73,7 @@ int main(int argc, char **argv) {
   std::printf("compile %s, %zu rank(s), %lld layers, %lld microbatches (seq %lld): build model IR "
               "%.2f s, passes + export + validation %.2f s, serialize %.3f s, total %.2f s, peak "
               "RSS %.0f MiB\n",
-              preset.c_str(), ranks.size(), (long long)cfg->model.num_layers,
+              preset.c_str(), size_t(::trainc::config::RankTable(cfg->parallel).worldSize()), (long long)cfg->model.num_layers,
               (long long)cfg->training.num_microbatches,
               (long long)cfg->model.seq_length, s(t0, t1), s(t1, t2), s(t2, t3), s(t0, t3),
               double(ru.ru_maxrss) / 1024.0);

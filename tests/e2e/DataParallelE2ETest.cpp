@@ -12,6 +12,7 @@
 #include "runtime/comm/TcpStore.h"
 #include "runtime/control/Trainer.h"
 #include "runtime/core/Program.h"
+#include "passes/Grad/GradLayout.h"
 
 #include "llvm/ADT/SmallString.h"
 
@@ -269,6 +270,101 @@ TEST(DataParallelRankFiles, DifferOnlyInRankSpecificData) {
     d.ReportDifferencesToString(&diff);
     EXPECT_TRUE(d.Compare(withoutRankData(programs[r]), first)) << "rank " << r << ":\n" << diff;
   }
+}
+
+TEST(DataParallelRankFiles, DistributedOptimizerRanksDifferOnlyInShardOffsetsAndSegments) {
+  // dp 12 with the distributed optimizer and one parameter per bucket: small parameters (norm
+  // weights) are padded to a multiple of 12, so the last shards of their buckets hold only padding. The plan is lowered once; rank files differ in the mesh and groups, the
+  // offsets of shard views and each shard update's `segments`. Those segments are checked
+  // against GradLayout::shardPieces, the layout's own (independent) list of each rank's pieces.
+  const int64_t dp = 12;
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama", flags(dp, 1, dp, {"--use-distributed-optimizer", "--ddp-bucket-size", "1"}),
+      &plan);
+  ASSERT_EQ(programs.size(), size_t(dp));
+  // The layout from rank 0's parameter table and bucket bounds.
+  grad::GradLayout layout;
+  layout.dp = dp;
+  layout.distributed = true;
+  std::vector<std::pair<int64_t, int64_t>> params; // (offset, size) in the params buffer
+  for (const schema::Parameter &q : programs[0].parameters()) {
+    int64_t n = 1;
+    for (int64_t d : q.global_shape())
+      n *= d;
+    params.push_back({int64_t(q.buffer_offset()), n});
+  }
+  std::sort(params.begin(), params.end());
+  for (auto [offset, size] : params) {
+    layout.offsets.push_back(offset);
+    layout.sizes.push_back(size);
+  }
+  layout.bounds.clear();
+  {
+    std::stringstream bounds(programs[0].metadata().at("plan.grad_bucket_bounds"));
+    for (std::string b; std::getline(bounds, b, ',');)
+      layout.bounds.push_back(std::stoll(b));
+  }
+  ASSERT_GT(layout.numBuckets(), 3);
+  auto stripped = [](schema::Program p) {
+    p.mutable_mesh()->clear_rank();
+    p.mutable_mesh()->clear_coords();
+    for (schema::CommGroup &g : *p.mutable_groups())
+      g.clear_ranks();
+    for (schema::Function &f : *p.mutable_functions())
+      for (schema::Instruction &ins : *f.mutable_body()) {
+        auto clear = [](google::protobuf::RepeatedPtrField<schema::Operand> &ops) {
+          for (schema::Operand &o : ops)
+            o.clear_offset();
+        };
+        if (ins.has_kernel()) {
+          clear(*ins.mutable_kernel()->mutable_inputs());
+          clear(*ins.mutable_kernel()->mutable_outputs());
+          for (schema::Attr &a : *ins.mutable_kernel()->mutable_attrs())
+            if (a.name() == "segments")
+              a.clear_value();
+        } else if (ins.has_call()) {
+          clear(*ins.mutable_call()->mutable_args());
+        } else if (ins.has_collective()) {
+          ins.mutable_collective()->mutable_input()->clear_offset();
+          ins.mutable_collective()->mutable_output()->clear_offset();
+        }
+      }
+    return p;
+  };
+  using google::protobuf::util::MessageDifferencer;
+  const schema::Program first = stripped(programs[0]);
+  int64_t paddingOnly = 0;
+  for (int64_t r = 0; r < dp; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    std::string diff;
+    MessageDifferencer d;
+    d.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(d.Compare(stripped(programs[size_t(r)]), first)) << diff;
+    // Every adamw over a shard of the params buffer: its segments, as buffer ranges.
+    std::vector<std::array<int64_t, 2>> updated, expected;
+    const schema::Program &p = programs[size_t(r)];
+    for (const schema::Function &f : p.functions())
+      for (const schema::Instruction &ins : f.body()) {
+        if (!ins.has_kernel() || ins.kernel().kernel() != "adamw")
+          continue;
+        const int64_t begin = int64_t(ins.kernel().inputs(0).offset());
+        for (const schema::Attr &a : ins.kernel().attrs())
+          if (a.name() == "segments") {
+            const auto &v = a.value().ints().values();
+            ASSERT_EQ(v.size() % 3, 0);
+            for (int i = 0; i + 2 < v.size(); i += 3)
+              if (v[i] < v[i + 1])
+                updated.push_back({begin + v[i], begin + v[i + 1]});
+              else
+                ++paddingOnly;
+          }
+      }
+    for (const grad::GradLayout::Piece &piece : layout.shardPieces(r))
+      expected.push_back({piece.begin, piece.end});
+    EXPECT_EQ(updated, expected);
+  }
+  EXPECT_GT(paddingOnly, 0) << "no shard of padding only: the case is not covered";
 }
 
 TEST(DataParallelRaggedMasks, DefaultModeGivesTheExactGlobalPerTokenGradient) {
