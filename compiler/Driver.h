@@ -38,7 +38,10 @@ struct CompileOptions {
 sched::PlanAttr makePlanAttr(MLIRContext &ctx, const ::trainc::config::PlanConfig &cfg,
                              const CompileOptions &options);
 
-/// Registers the dialects trainc uses in `ctx`.
+/// Registers the dialects trainc uses (func, mesh, model, sched, rt) and the model dialect's
+/// interfaces on the mesh dialect's collectives (trainc-opt uses this too).
+void registerTraincDialects(DialectRegistry &registry);
+/// Loads them into `ctx`.
 void loadTraincDialects(MLIRContext &ctx);
 
 /// Builds the model IR (@forward) for a finalized config.

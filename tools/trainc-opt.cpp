@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/Driver.h"
 #include "compiler/Pipelines.h"
 #include "dialects/Model/ModelDialect.h"
 #include "dialects/Rt/RtDialect.h"
@@ -19,8 +20,7 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<mlir::func::FuncDialect, mlir::trainc::model::ModelDialect,
-                  mlir::trainc::sched::SchedDialect, mlir::trainc::rt::RtDialect>();
+  mlir::trainc::registerTraincDialects(registry);
   mlir::registerTransformsPasses();
   mlir::trainc::registerAllPasses();
   mlir::trainc::registerPipelines();

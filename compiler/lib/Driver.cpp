@@ -27,8 +27,18 @@ using namespace mlir::trainc;
 namespace cfgns = ::trainc::config;
 namespace schema = ::trainc::schema;
 
+void mlir::trainc::registerTraincDialects(DialectRegistry &registry) {
+  registry.insert<func::FuncDialect, mesh::MeshDialect, model::ModelDialect, sched::SchedDialect,
+                  rt::RtDialect>();
+  model::registerCollectiveInterfaces(registry);
+}
+
 void mlir::trainc::loadTraincDialects(MLIRContext &ctx) {
-  ctx.loadDialect<func::FuncDialect, model::ModelDialect, sched::SchedDialect, rt::RtDialect>();
+  DialectRegistry registry;
+  registerTraincDialects(registry);
+  ctx.appendDialectRegistry(registry);
+  ctx.loadDialect<func::FuncDialect, mesh::MeshDialect, model::ModelDialect, sched::SchedDialect,
+                  rt::RtDialect>();
 }
 
 OwningOpRef<ModuleOp> mlir::trainc::buildModelModule(MLIRContext &ctx,
@@ -241,6 +251,30 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
              << " disagrees with the command line: " << diff;
   } else {
     module->setAttr(sched::kPlanAttrName, fromFlags);
+  }
+  // The device mesh: a mesh.mesh symbol with Megatron's axes (tp, cp, ep, dp, pp), the one the
+  // tensor collectives name and the export derives its groups from.
+  {
+    cfgns::RankTable table(cfg.parallel);
+    SmallVector<int64_t> shape(table.axisSizes().begin(), table.axisSizes().end());
+    Builder b(&ctx);
+    SmallVector<Attribute> names;
+    for (const std::string &n : cfgns::RankTable::axisNames())
+      names.push_back(b.getStringAttr(n));
+    if (auto existing = module.lookupSymbol<mesh::MeshOp>(model::kMeshName)) {
+      if (existing.getShape() != ArrayRef<int64_t>(shape) ||
+          existing->getAttr(model::kAxisNamesAttr) != b.getArrayAttr(names))
+        return emitError(existing.getLoc())
+               << "the module's mesh @" << model::kMeshName
+               << " differs from the command line's: axes tp, cp, ep, dp, pp of sizes "
+               << llvm::join(llvm::map_range(shape, [](int64_t v) { return std::to_string(v); }),
+                             "x");
+    } else {
+      OpBuilder ob(&ctx);
+      ob.setInsertionPointToStart(module.getBody());
+      auto m = ob.create<mesh::MeshOp>(module.getLoc(), model::kMeshName, shape);
+      m->setAttr(model::kAxisNamesAttr, ob.getArrayAttr(names));
+    }
   }
   PlanOptions plan; // no overrides: every pass reads the plan
   if (!options.dumpIRDir.empty()) {

@@ -2,6 +2,7 @@
 
 #include "compiler/Export.h"
 
+#include "dialects/Model/ModelDialect.h"
 #include "dialects/Rt/RtDialect.h"
 #include "runtime/core/Program.h"
 
@@ -303,6 +304,17 @@ LogicalResult Exporter::run() {
     g->set_name(name);
     for (int64_t r : ranks)
       g->add_ranks(r);
+  }
+  // The groups come from the mesh axes: the module's mesh must be the placement's.
+  if (auto m = module.lookupSymbol<mesh::MeshOp>(model::kMeshName)) {
+    auto names = m->getAttrOfType<ArrayAttr>(model::kAxisNamesAttr);
+    bool same = names && names.size() == placement.axisNames.size() &&
+                m.getShape() == ArrayRef<int64_t>(placement.axisSizes);
+    for (size_t a = 0; same && a < placement.axisNames.size(); ++a)
+      same = cast<StringAttr>(names[a]).getValue() == placement.axisNames[a];
+    if (!same)
+      return m.emitOpError() << "export: the module's mesh is not the placement's (axes and sizes "
+                                "must be equal)";
   }
   auto arena = module->getAttrOfType<IntegerAttr>("rt.arena_bytes");
   if (!arena)

@@ -7,6 +7,9 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Dialect/Mesh/IR/MeshDialect.h"
+#include "mlir/Dialect/Mesh/IR/MeshOps.h"
 
 namespace mlir::trainc::model {
 
@@ -30,6 +33,12 @@ public:
   virtual void kernel(StringRef name, ValueRange inputs, ValueRange outputs,
                       ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) = 0;
 
+  /// Records a collective of `kind` (all_reduce, all_gather, reduce_scatter) over the communicator
+  /// group of mesh axis `axis` ("tp", "dp", ...), reading `input` and writing `output`.
+  virtual void collective(StringRef kind, StringRef axis, Value input, Value output) = 0;
+  /// Reports that the op cannot be lowered as it is (the lowering fails with this message).
+  virtual void fail(const Twine &message) = 0;
+
   NamedAttribute intAttr(StringRef name, int64_t v);
   NamedAttribute floatAttr(StringRef name, double v);
 };
@@ -41,6 +50,19 @@ double byteSize(Type t);
 /// The statistics element type for data of element type `t`: f64 for f64, f32 otherwise (the
 /// runtime's statsDType).
 Type statsElementType(Type t);
+
+/// The module's device mesh: the `mesh.mesh` symbol (MLIR's mesh dialect) that trainc compile
+/// puts on every module, with the axis names of Megatron's order in `trainc.axis_names`.
+constexpr llvm::StringLiteral kMeshName = "mesh";
+constexpr llvm::StringLiteral kAxisNamesAttr = "trainc.axis_names";
+/// The name of axis `axis` of the mesh `mesh` that `op` refers to, or "" when the mesh or its
+/// axis names are missing.
+std::string meshAxisName(Operation *op, FlatSymbolRefAttr mesh, int64_t axis);
+
+/// Attaches VJPOpInterface, CostOpInterface and KernelOpInterface to the mesh dialect's
+/// tensor collectives: mesh.all_reduce (VJP: model.copy_to_region, Megatron's g/f pair),
+/// mesh.all_gather (VJP: mesh.reduce_scatter) and mesh.reduce_scatter (VJP: mesh.all_gather).
+void registerCollectiveInterfaces(DialectRegistry &registry);
 
 } // namespace mlir::trainc::model
 

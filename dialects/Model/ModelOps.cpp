@@ -5,6 +5,9 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/DialectRegistry.h"
+
+#include <type_traits>
 
 using namespace mlir;
 using namespace mlir::trainc::model;
@@ -708,3 +711,167 @@ void CrossEntropyGradOp::emitKernels(KernelEmitter &e) {
 
 #define GET_OP_CLASSES
 #include "dialects/Model/ModelOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Tensor collectives on mesh axes: model.copy_to_region and the mesh dialect's collectives
+//===----------------------------------------------------------------------===//
+
+std::string mlir::trainc::model::meshAxisName(Operation *op, FlatSymbolRefAttr mesh, int64_t axis) {
+  auto m = SymbolTable::lookupNearestSymbolFrom<mesh::MeshOp>(op, mesh);
+  if (!m)
+    return "";
+  auto names = m->getAttrOfType<ArrayAttr>(kAxisNamesAttr);
+  if (!names || axis < 0 || axis >= int64_t(names.size()))
+    return "";
+  auto name = dyn_cast<StringAttr>(names[size_t(axis)]);
+  return name ? name.str() : "";
+}
+
+namespace {
+
+/// Checks that `mesh` names a mesh.mesh and `axes` are distinct axes of it.
+LogicalResult verifyMeshAxes(Operation *op, FlatSymbolRefAttr mesh, ArrayRef<int16_t> axes) {
+  auto m = SymbolTable::lookupNearestSymbolFrom<mesh::MeshOp>(op, mesh);
+  if (!m)
+    return op->emitOpError() << "names mesh " << mesh << ", which is not a mesh.mesh symbol";
+  for (auto [i, a] : llvm::enumerate(axes)) {
+    if (a < 0 || int64_t(a) >= m.getRank())
+      return op->emitOpError() << "mesh axis " << a << " is not one of the " << m.getRank()
+                               << " axes of " << mesh;
+    if (llvm::count(axes, a) > 1)
+      return op->emitOpError() << "mesh axis " << a << " appears twice";
+  }
+  return success();
+}
+
+/// The communicator group of a collective on `axes` of `mesh`: one named axis.
+std::string groupOf(KernelEmitter &e, Operation *op, FlatSymbolRefAttr mesh,
+                    ArrayRef<int16_t> axes) {
+  if (axes.size() != 1) {
+    e.fail("a collective on " + Twine(axes.size()) +
+           " mesh axes cannot be lowered yet (one axis per collective)");
+    return "";
+  }
+  std::string name = meshAxisName(op, mesh, axes[0]);
+  if (name.empty())
+    e.fail("mesh axis " + Twine(axes[0]) + " of @" + mesh.getValue() + " has no name (" +
+           kAxisNamesAttr + ")");
+  return name;
+}
+
+/// A gather/scatter along `axis` of `shape` is a concatenation of contiguous chunks only when
+/// every dimension before it has extent 1 (the runtime's collectives work on flat buffers).
+bool contiguousChunks(ArrayRef<int64_t> shape, int64_t axis) {
+  for (int64_t d = 0; d < axis; ++d)
+    if (shape[size_t(d)] != 1)
+      return false;
+  return true;
+}
+
+struct AllReduceModel
+    : public VJPOpInterface::ExternalModel<AllReduceModel, mesh::AllReduceOp> {
+  SmallVector<Value> buildVJP(Operation *op, OpBuilder &b, ValueRange g) const {
+    auto ar = cast<mesh::AllReduceOp>(op);
+    if (!g[0])
+      return {Value()};
+    return {b.create<CopyToRegionOp>(op->getLoc(), g[0].getType(), g[0], ar.getMeshAttr(),
+                                     ar.getMeshAxesAttr())};
+  }
+};
+struct AllGatherModel
+    : public VJPOpInterface::ExternalModel<AllGatherModel, mesh::AllGatherOp> {
+  SmallVector<Value> buildVJP(Operation *op, OpBuilder &b, ValueRange g) const {
+    auto ag = cast<mesh::AllGatherOp>(op);
+    if (!g[0])
+      return {Value()};
+    return {b.create<mesh::ReduceScatterOp>(
+        op->getLoc(), ag.getInput().getType(), ag.getMeshAttr(), ag.getMeshAxesAttr(), g[0],
+        mesh::ReductionKindAttr::get(b.getContext(), mesh::ReductionKind::Sum),
+        ag.getGatherAxisAttr())};
+  }
+};
+struct ReduceScatterModel
+    : public VJPOpInterface::ExternalModel<ReduceScatterModel, mesh::ReduceScatterOp> {
+  SmallVector<Value> buildVJP(Operation *op, OpBuilder &b, ValueRange g) const {
+    auto rs = cast<mesh::ReduceScatterOp>(op);
+    if (!g[0])
+      return {Value()};
+    return {b.create<mesh::AllGatherOp>(op->getLoc(), rs.getInput().getType(), rs.getMeshAttr(),
+                                        rs.getMeshAxesAttr(), g[0], rs.getScatterAxisAttr())};
+  }
+};
+
+/// Collectives move bytes and compute no FLOPs (the reduction's adds are not counted, as
+/// Megatron's FLOPs formula does not count them).
+template <typename Op>
+struct CollectiveCostModel : public CostOpInterface::ExternalModel<CollectiveCostModel<Op>, Op> {
+  double getFlops(Operation *) const { return 0; }
+  double getBytesMoved(Operation *op) const {
+    return byteSize(op->getOperand(0).getType()) + byteSize(op->getResult(0).getType());
+  }
+};
+
+template <typename Op>
+struct CollectiveKernelModel
+    : public KernelOpInterface::ExternalModel<CollectiveKernelModel<Op>, Op> {
+  void emitKernels(Operation *op, KernelEmitter &e) const {
+    auto c = cast<Op>(op);
+    std::string group = groupOf(e, op, c.getMeshAttr(), c.getMeshAxes());
+    if (group.empty())
+      return;
+    StringRef kind;
+    if constexpr (std::is_same_v<Op, mesh::AllReduceOp>) {
+      kind = "all_reduce";
+      if (c.getReduction() != mesh::ReductionKind::Sum)
+        return e.fail("only sum all-reduces can be lowered yet");
+    } else if constexpr (std::is_same_v<Op, mesh::AllGatherOp>) {
+      kind = "all_gather";
+      if (!contiguousChunks(cast<ShapedType>(c.getResult().getType()).getShape(),
+                            int64_t(c.getGatherAxis().getSExtValue())))
+        return e.fail("gather_axis " + Twine(c.getGatherAxis().getSExtValue()) +
+                      " follows a dimension of extent > 1; only gathers of contiguous chunks "
+                      "can be lowered");
+    } else {
+      kind = "reduce_scatter";
+      if (c.getReduction() != mesh::ReductionKind::Sum)
+        return e.fail("only sum reduce-scatters can be lowered yet");
+      if (!contiguousChunks(cast<ShapedType>(c.getInput().getType()).getShape(),
+                            int64_t(c.getScatterAxis().getSExtValue())))
+        return e.fail("scatter_axis " + Twine(c.getScatterAxis().getSExtValue()) +
+                      " follows a dimension of extent > 1; only scatters of contiguous chunks "
+                      "can be lowered");
+    }
+    e.collective(kind, group, e.operand(0), e.result(0));
+  }
+};
+
+} // namespace
+
+LogicalResult CopyToRegionOp::verify() {
+  if (getInput().getType() != getResult().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " differs from the input type " << getInput().getType();
+  return verifyMeshAxes(*this, getMeshAttr(), getMeshAxes());
+}
+double CopyToRegionOp::getFlops() { return 0; }
+double CopyToRegionOp::getBytesMoved() { return 0; }
+StringRef CopyToRegionOp::getShardingRule() { return "elementwise: follows the input's sharding"; }
+void CopyToRegionOp::emitKernels(KernelEmitter &e) { e.aliasResult(0, e.operand(0)); }
+SmallVector<Value> CopyToRegionOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value()};
+  SmallVector<mesh::MeshAxis> axes(getMeshAxes());
+  return {b.create<mesh::AllReduceOp>(getLoc(), g[0], getMesh(), axes, mesh::ReductionKind::Sum)};
+}
+
+void mlir::trainc::model::registerCollectiveInterfaces(DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *ctx, mesh::MeshDialect *) {
+    mesh::AllReduceOp::attachInterface<AllReduceModel, CollectiveCostModel<mesh::AllReduceOp>,
+                                       CollectiveKernelModel<mesh::AllReduceOp>>(*ctx);
+    mesh::AllGatherOp::attachInterface<AllGatherModel, CollectiveCostModel<mesh::AllGatherOp>,
+                                       CollectiveKernelModel<mesh::AllGatherOp>>(*ctx);
+    mesh::ReduceScatterOp::attachInterface<ReduceScatterModel,
+                                           CollectiveCostModel<mesh::ReduceScatterOp>,
+                                           CollectiveKernelModel<mesh::ReduceScatterOp>>(*ctx);
+  });
+}

@@ -192,6 +192,24 @@ def Model_DropoutOp : Model_FwdOp<"dropout"> {
   let results = (outs FloatTensor:$result);
 }
 
+def Model_CopyToRegionOp : Model_FwdOp<"copy_to_region"> {
+  let summary = "Identity forward, all-reduce (sum) of the gradient over mesh axes backward";
+  let description = [{
+    Megatron's `copy_to_tensor_model_parallel_region` (f) on any mesh axes: the input of a
+    column-parallel layer is replicated, each rank's backward produces a partial input gradient,
+    and the VJP sums them with `mesh.all_reduce`. It is the conjugate of `mesh.all_reduce`
+    (Megatron's g: all-reduce forward, whose VJP is this op). Lowers to no kernel.
+    ```mlir
+    %y = model.copy_to_region %x on @mesh mesh_axes = [0] : tensor<2x9x16xf32> -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, FlatSymbolRefAttr:$mesh, DenseI16ArrayAttr:$mesh_axes);
+  let results = (outs FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh `mesh_axes` `=` $mesh_axes attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
 def Model_CrossEntropyOp : Model_FwdOp<"cross_entropy"> {
   let summary = "Masked token cross entropy: (loss_sum, num_tokens, lse)";
   let description = [{

@@ -365,6 +365,18 @@ public:
     b.create<rt::KernelOp>(op->getLoc(), name, inputs, outputs, b.getDictionaryAttr(attrs),
                            inPlace.empty() ? DenseI32ArrayAttr() : b.getDenseI32ArrayAttr(inPlace));
   }
+  void collective(StringRef kind, StringRef axis, Value input, Value output) override {
+    // Synchronous: the tensor value is complete when the op returns.
+    b.create<rt::CollectiveOp>(op->getLoc(), b.getStringAttr(kind), b.getStringAttr(axis),
+                               ValueRange{input}, ValueRange{output}, b.getStringAttr("sum"),
+                               b.getI64IntegerAttr(-1));
+  }
+  void fail(const Twine &message) override {
+    if (error.empty())
+      error = message.str();
+  }
+  /// The first message of fail(), or "".
+  std::string error;
 
 private:
   OpBuilder &b;
@@ -447,6 +459,8 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       op.setLoc(loc);
       k.emitKernels(e);
       op.setLoc(saved);
+      if (!e.error.empty())
+        return op.emitOpError() << "cannot be lowered to rt: " << e.error;
       continue;
     }
     if (auto acc = dyn_cast<sched::AccumulateGradOp>(&op)) {
