@@ -8,6 +8,7 @@
 #include "passes/Memory/Passes.h"
 #include "passes/Optimizer/Passes.h"
 #include "passes/Pipeline/Passes.h"
+#include "passes/Sharding/Passes.h"
 
 namespace mlir::trainc {
 inline void registerAllPasses() {
@@ -17,6 +18,7 @@ inline void registerAllPasses() {
   registerOptimizerPasses();
   registerExportPasses();
   registerMemoryPasses();
+  registerShardingPasses();
 }
 } // namespace mlir::trainc
 

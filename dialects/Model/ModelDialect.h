@@ -3,6 +3,7 @@
 #define TRAINC_DIALECTS_MODEL_MODELDIALECT_H
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/AffineMap.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
@@ -42,6 +43,41 @@ public:
   NamedAttribute intAttr(StringRef name, int64_t v);
   NamedAttribute floatAttr(StringRef name, double v);
 };
+
+/// How a split of one loop of an op's iteration space combines (ShardingRuleOpInterface).
+enum class LoopSplit : uint8_t {
+  /// Operands and results indexed by the loop are sliced; results not indexed by it become
+  /// partial sums (an all-reduce or reduce-scatter restores them).
+  Sum,
+  /// As Sum, but results not indexed by it combine by log-sum-exp (a MAX and a SUM all-reduce:
+  /// Megatron's vocab-parallel cross entropy). Results that do not depend on the loop at all
+  /// (cross entropy's token count) are the same on every split.
+  LogSumExp,
+  /// The loop may not be split: the op needs its whole extent (norm statistics over the hidden
+  /// dim, rotary pairs inside a head, attention keys, SwiGLU's gate/up pairing).
+  Whole,
+};
+
+/// An op's sharding rule: loops and, per operand and result, an affine map from the loops to its
+/// dimensions (a map with no results: not indexed by any loop, i.e. replicated, such as the
+/// dropout key). E.g. linear: loops (l0, l1, n, k: sum), x (l0, l1, k), w (n, k), y (l0, l1, n).
+struct ShardingRule {
+  struct Loop {
+    std::string name;
+    int64_t extent = 0;
+    LoopSplit split = LoopSplit::Sum;
+  };
+  SmallVector<Loop> loops;
+  SmallVector<AffineMap> operands, results;
+  /// One line, e.g. "loops (l0=2, l1=9, n=48, k=16:sum) ins [l0, l1, k] [n, k] outs [l0, l1, n]".
+  std::string str() const;
+};
+
+/// Checks `rule` against `op`'s shapes: one map per operand and result, as many map results as
+/// the operand's rank, every loop's extent equal to the dimension it indexes directly, and every
+/// index expression inside its dimension at the loops' first and last index. Emits an error on
+/// `op` naming the operand and dimension otherwise.
+LogicalResult verifyShardingRule(Operation *op, const ShardingRule &rule);
 
 /// Element count of a statically shaped type.
 int64_t numElements(Type t);

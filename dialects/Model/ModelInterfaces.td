@@ -41,14 +41,17 @@ def Model_CostOpInterface : OpInterface<"CostOpInterface"> {
 
 def Model_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   let description = [{
-    How the op shards under Megatron tensor parallelism: a short rule string naming, per operand and
-    result, the sharded dimension and the collective the layout implies (for example column-parallel
-    linear: "x[...,K] w[N/tp,K] -> y[...,N/tp]"). Declared now; the sharding pass of the tensor
-    parallel issue consumes it.
+    How the op may be split across a mesh axis, as structured data in the vocabulary of MLIR's
+    mesh ShardingInterface / linalg: the op's loops (name, extent, how a split combines) and one
+    affine map per operand and result from the loops to its dimensions (ShardingRule in
+    ModelDialect.h). Splitting a loop slices every operand and result indexed by it; results not
+    indexed by it become partial (summed, or combined by log-sum-exp). Megatron's layouts are
+    splits of these loops: column-parallel linear splits n, row-parallel k, vocab-parallel
+    embedding v, attention the heads. The sharding pass of the tensor-parallel issue consumes it.
   }];
   let cppNamespace = "::mlir::trainc::model";
   let methods = [
-    InterfaceMethod<"The op's tensor-parallel sharding rule.", "::llvm::StringRef",
+    InterfaceMethod<"The op's sharding rule.", "::mlir::trainc::model::ShardingRule",
       "getShardingRule", (ins)>,
   ];
 }

@@ -148,7 +148,6 @@ LogicalResult ReshapeOp::verify() {
 }
 double ReshapeOp::getFlops() { return 0; }
 double ReshapeOp::getBytesMoved() { return 0; }
-StringRef ReshapeOp::getShardingRule() { return "follows the sharded dim of the input"; }
 void ReshapeOp::emitKernels(KernelEmitter &e) {
   e.aliasResult(0, e.reshape(e.operand(0), shapeOf(getResult())));
 }
@@ -175,10 +174,6 @@ LogicalResult EmbeddingOp::verify() {
 double EmbeddingOp::getFlops() { return 0; }
 double EmbeddingOp::getBytesMoved() {
   return byteSize(getIds().getType()) + 2 * byteSize(getResult().getType());
-}
-StringRef EmbeddingOp::getShardingRule() {
-  return "vocab-parallel: table[V/tp, H]; out-of-shard ids give 0; y all-reduced (or "
-         "reduce-scattered along s under sequence parallelism) over tp";
 }
 void EmbeddingOp::emitKernels(KernelEmitter &e) {
   e.kernel("embedding", {e.operand(0), e.operand(1)}, {e.result(0)},
@@ -232,11 +227,6 @@ double LinearOp::getFlops() {
          double(shapeOf(getWeight())[1]);
 }
 double LinearOp::getBytesMoved() { return bytesOf(*this); }
-StringRef LinearOp::getShardingRule() {
-  return "column-parallel: w[N/tp, K], b[N/tp], y[..., N/tp] (x all-gathered along s under "
-         "sequence parallelism); row-parallel: x[..., K/tp], w[N, K/tp], y all-reduced (or "
-         "reduce-scattered along s), bias added after the reduction";
-}
 void LinearOp::emitKernels(KernelEmitter &e) {
   int64_t k = shapeOf(getInput()).back(), n = shapeOf(getWeight())[0], r = rowsOf(getInput());
   Value x = e.reshape(e.operand(0), {r, k});
@@ -337,10 +327,6 @@ LogicalResult LayerNormOp::verify() {
 }
 double LayerNormOp::getFlops() { return 0; }
 double LayerNormOp::getBytesMoved() { return bytesOf(*this); }
-StringRef LayerNormOp::getShardingRule() {
-  return "replicated over tp; under sequence parallelism x[s/tp] and the weight gradient is "
-         "partial (all-reduced over tp in finalize)";
-}
 void LayerNormOp::emitKernels(KernelEmitter &e) {
   e.kernel("layer_norm", {e.operand(0), e.operand(1), e.operand(2)},
            {e.result(0), e.result(1), e.result(2)}, {e.floatAttr("eps", getEps().convertToDouble())});
@@ -372,10 +358,6 @@ LogicalResult RMSNormOp::verify() {
 }
 double RMSNormOp::getFlops() { return 0; }
 double RMSNormOp::getBytesMoved() { return bytesOf(*this); }
-StringRef RMSNormOp::getShardingRule() {
-  return "replicated over tp; under sequence parallelism x[s/tp] and the weight gradient is "
-         "partial (all-reduced over tp in finalize)";
-}
 void RMSNormOp::emitKernels(KernelEmitter &e) {
   e.kernel("rms_norm", {e.operand(0), e.operand(1)}, {e.result(0), e.result(1)},
            {e.floatAttr("eps", getEps().convertToDouble())});
@@ -425,7 +407,6 @@ LogicalResult RopeOp::verify() {
 }
 double RopeOp::getFlops() { return 0; }
 double RopeOp::getBytesMoved() { return bytesOf(*this); }
-StringRef RopeOp::getShardingRule() { return "head-sharded: x[b, s, heads/tp, d]"; }
 void RopeOp::emitKernels(KernelEmitter &e) {
   e.kernel("rope", {e.operand(0), e.operand(1)}, {e.result(0)},
            {e.floatAttr("base", getBase().convertToDouble()), e.intAttr("rotary_dim", getRotaryDim())});
@@ -481,10 +462,6 @@ LogicalResult AttentionOp::verify() {
 }
 double AttentionOp::getFlops() { return attentionFlops(getQuery(), getCausal()); }
 double AttentionOp::getBytesMoved() { return bytesOf(*this); }
-StringRef AttentionOp::getShardingRule() {
-  return "head-sharded: q[b, s, heads/tp, d], k and v[b, s, groups/tp, d] (kv heads replicated "
-         "when tp > groups)";
-}
 void AttentionOp::emitKernels(KernelEmitter &e) {
   e.kernel("attention", {e.operand(0), e.operand(1), e.operand(2)}, {e.result(0), e.result(1)},
            {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble())});
@@ -531,7 +508,6 @@ LogicalResult GeluOp::verify() {
 }
 double GeluOp::getFlops() { return 0; }
 double GeluOp::getBytesMoved() { return bytesOf(*this); }
-StringRef GeluOp::getShardingRule() { return "elementwise: follows the input's sharding"; }
 void GeluOp::emitKernels(KernelEmitter &e) {
   e.kernel("gelu", {e.operand(0)}, {e.result(0)}, {e.intAttr("approximate", getApproximate())});
 }
@@ -563,9 +539,6 @@ LogicalResult SwigluOp::verify() {
 }
 double SwigluOp::getFlops() { return 0; }
 double SwigluOp::getBytesMoved() { return bytesOf(*this); }
-StringRef SwigluOp::getShardingRule() {
-  return "each tp rank holds matching halves: x[..., 2F/tp] -> y[..., F/tp]";
-}
 void SwigluOp::emitKernels(KernelEmitter &e) {
   e.kernel("swiglu", {e.operand(0)}, {e.result(0)});
 }
@@ -600,7 +573,6 @@ LogicalResult AddOp::verify() {
 }
 double AddOp::getFlops() { return 0; }
 double AddOp::getBytesMoved() { return bytesOf(*this); }
-StringRef AddOp::getShardingRule() { return "elementwise: operands share one sharding"; }
 void AddOp::emitKernels(KernelEmitter &e) {
   e.kernel("add", {e.operand(0), e.operand(1)}, {e.result(0)});
 }
@@ -616,10 +588,6 @@ LogicalResult DropoutOp::verify() {
 }
 double DropoutOp::getFlops() { return 0; }
 double DropoutOp::getBytesMoved() { return bytesOf(*this); }
-StringRef DropoutOp::getShardingRule() {
-  return "elementwise; the mask is keyed by global element index, so it is the same for any "
-         "sharding";
-}
 void DropoutOp::emitKernels(KernelEmitter &e) {
   e.kernel("dropout", {e.operand(0), e.operand(1)}, {e.result(0)},
            {e.floatAttr("p", getP().convertToDouble()), e.intAttr("op_id", getOpId())});
@@ -675,10 +643,6 @@ LogicalResult CrossEntropyOp::verify() {
 }
 double CrossEntropyOp::getFlops() { return 0; }
 double CrossEntropyOp::getBytesMoved() { return bytesOf(*this); }
-StringRef CrossEntropyOp::getShardingRule() {
-  return "vocab-parallel: logits[N, V/tp]; max (MAX), sum-exp and target logit (SUM) all-reduced "
-         "over tp; padded vocab columns masked out";
-}
 void CrossEntropyOp::emitKernels(KernelEmitter &e) {
   e.kernel("cross_entropy", {e.operand(0), e.operand(1), e.operand(2)},
            {e.result(0), e.result(1), e.result(2)},
@@ -855,7 +819,6 @@ LogicalResult CopyToRegionOp::verify() {
 }
 double CopyToRegionOp::getFlops() { return 0; }
 double CopyToRegionOp::getBytesMoved() { return 0; }
-StringRef CopyToRegionOp::getShardingRule() { return "elementwise: follows the input's sharding"; }
 void CopyToRegionOp::emitKernels(KernelEmitter &e) { e.aliasResult(0, e.operand(0)); }
 SmallVector<Value> CopyToRegionOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])
@@ -874,4 +837,286 @@ void mlir::trainc::model::registerCollectiveInterfaces(DialectRegistry &registry
                                            CollectiveCostModel<mesh::ReduceScatterOp>,
                                            CollectiveKernelModel<mesh::ReduceScatterOp>>(*ctx);
   });
+}
+
+//===----------------------------------------------------------------------===//
+// Sharding rules (ShardingRuleOpInterface)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Collects loops, then operand and result index expressions; build() makes the maps.
+class RuleBuilder {
+public:
+  explicit RuleBuilder(MLIRContext *ctx) : ctx(ctx) {}
+  AffineExpr loop(const std::string &name, int64_t extent, LoopSplit split = LoopSplit::Sum) {
+    rule.loops.push_back({name, extent, split});
+    return getAffineDimExpr(unsigned(rule.loops.size() - 1), ctx);
+  }
+  /// One loop per dimension of `shape` before `keep` trailing ones, named prefix0, prefix1, ...
+  SmallVector<AffineExpr> leading(ArrayRef<int64_t> shape, size_t keep, StringRef prefix = "l") {
+    SmallVector<AffineExpr> e;
+    for (size_t i = 0; i + keep < shape.size(); ++i)
+      e.push_back(loop((prefix + Twine(i)).str(), shape[i]));
+    return e;
+  }
+  /// The row-major flattening of `dims` with extents `shape`.
+  static AffineExpr flatten(ArrayRef<AffineExpr> dims, ArrayRef<int64_t> shape, MLIRContext *c) {
+    AffineExpr e = getAffineConstantExpr(0, c);
+    for (auto [d, n] : llvm::zip(dims, shape))
+      e = e * n + d;
+    return e;
+  }
+  void operand(ArrayRef<AffineExpr> e) { ins.emplace_back(e.begin(), e.end()); }
+  void result(ArrayRef<AffineExpr> e) { outs.emplace_back(e.begin(), e.end()); }
+  ShardingRule build() {
+    unsigned n = unsigned(rule.loops.size());
+    for (auto &e : ins)
+      rule.operands.push_back(AffineMap::get(n, 0, e, ctx));
+    for (auto &e : outs)
+      rule.results.push_back(AffineMap::get(n, 0, e, ctx));
+    return rule;
+  }
+  MLIRContext *ctx;
+
+private:
+  ShardingRule rule;
+  SmallVector<SmallVector<AffineExpr>> ins, outs;
+};
+
+template <typename A, typename B>
+SmallVector<AffineExpr> cat(const A &a, const B &b) {
+  SmallVector<AffineExpr> r(a.begin(), a.end());
+  r.append(b.begin(), b.end());
+  return r;
+}
+
+/// Every operand and result indexed by the same loops (one per dimension of the result; operands
+/// without loops, such as the dropout key, are replicated).
+ShardingRule elementwise(Operation *op) {
+  RuleBuilder r(op->getContext());
+  SmallVector<AffineExpr> all = r.leading(shapeOf(op->getResult(0)), 0, "d");
+  for (Value v : op->getOperands())
+    r.operand(isa<FloatType>(ty(v).getElementType()) ? ArrayRef<AffineExpr>(all)
+                                                       : ArrayRef<AffineExpr>());
+  r.result(all);
+  return r.build();
+}
+
+/// norms: leading loops, the hidden dim whole; statistics indexed by the flattened rows.
+ShardingRule normRule(Operation *op, unsigned numParams) {
+  RuleBuilder r(op->getContext());
+  ArrayRef<int64_t> shape = shapeOf(op->getOperand(0));
+  SmallVector<AffineExpr> lead = r.leading(shape, 1);
+  AffineExpr h = r.loop("h", shape.back(), LoopSplit::Whole);
+  AffineExpr rows = RuleBuilder::flatten(lead, shape.drop_back(), r.ctx);
+  r.operand(cat(lead, ArrayRef<AffineExpr>{h}));
+  for (unsigned i = 0; i < numParams; ++i)
+    r.operand({h});
+  r.result(cat(lead, ArrayRef<AffineExpr>{h}));
+  for (unsigned i = 1; i < op->getNumResults(); ++i)
+    r.result({rows});
+  return r.build();
+}
+
+} // namespace
+
+std::string ShardingRule::str() const {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << "loops (";
+  for (auto [i, l] : llvm::enumerate(loops)) {
+    os << (i ? ", " : "") << l.name << "=" << l.extent;
+    if (l.split == LoopSplit::LogSumExp)
+      os << ":logsumexp";
+    else if (l.split == LoopSplit::Whole)
+      os << ":whole";
+  }
+  os << ")";
+  auto print = [&](const char *what, ArrayRef<AffineMap> maps) {
+    os << " " << what;
+    for (AffineMap m : maps) {
+      os << " [";
+      for (auto [i, e] : llvm::enumerate(m.getResults())) {
+        std::string t;
+        llvm::raw_string_ostream es(t);
+        e.print(es);
+        // d<i> -> the loop's name.
+        for (int64_t k = int64_t(loops.size()) - 1; k >= 0; --k) {
+          std::string d = "d" + std::to_string(k);
+          const std::string &name = loops[size_t(k)].name;
+          for (size_t pos = t.find(d); pos != std::string::npos;
+               pos = t.find(d, pos + name.size()))
+            t.replace(pos, d.size(), name);
+        }
+        os << (i ? ", " : "") << t;
+      }
+      os << "]";
+    }
+  };
+  print("ins", operands);
+  print("outs", results);
+  return out;
+}
+
+LogicalResult mlir::trainc::model::verifyShardingRule(Operation *op, const ShardingRule &rule) {
+  if (rule.operands.size() != op->getNumOperands() || rule.results.size() != op->getNumResults())
+    return op->emitOpError() << "sharding rule has " << rule.operands.size() << " operand and "
+                             << rule.results.size() << " result maps for "
+                             << op->getNumOperands() << " operands and " << op->getNumResults()
+                             << " results";
+  SmallVector<int64_t> first(rule.loops.size(), 0), last;
+  for (const ShardingRule::Loop &l : rule.loops) {
+    if (l.extent <= 0)
+      return op->emitOpError() << "sharding rule: loop " << l.name << " has extent " << l.extent;
+    last.push_back(l.extent - 1);
+  }
+  auto check = [&](Value v, AffineMap m, const Twine &what) -> LogicalResult {
+    ArrayRef<int64_t> shape = shapeOf(v);
+    if (m.getNumDims() != rule.loops.size())
+      return op->emitOpError() << "sharding rule: the map of " << what << " has " << m.getNumDims()
+                               << " dims for " << rule.loops.size() << " loops";
+    if (m.getNumResults() != 0 && m.getNumResults() != shape.size())
+      return op->emitOpError() << "sharding rule: the map of " << what << " has "
+                               << m.getNumResults() << " results for rank " << shape.size();
+    SmallVector<int64_t> lo = m.compose(first), hi = m.compose(last);
+    for (unsigned d = 0; d < m.getNumResults(); ++d) {
+      if (auto dim = dyn_cast<AffineDimExpr>(m.getResult(d)))
+        if (rule.loops[dim.getPosition()].extent != shape[d])
+          return op->emitOpError()
+                 << "sharding rule: loop " << rule.loops[dim.getPosition()].name << " has extent "
+                 << rule.loops[dim.getPosition()].extent << " but indexes dim " << d << " of "
+                 << what << " of size " << shape[d];
+      if (lo[d] < 0 || hi[d] >= shape[d])
+        return op->emitOpError() << "sharding rule: dim " << d << " of " << what
+                                 << " is indexed from " << lo[d] << " to " << hi[d]
+                                 << ", outside its size " << shape[d];
+    }
+    return success();
+  };
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    if (failed(check(v, rule.operands[i], "operand " + Twine(i))))
+      return failure();
+  for (auto [i, v] : llvm::enumerate(op->getResults()))
+    if (failed(check(v, rule.results[i], "result " + Twine(i))))
+      return failure();
+  return success();
+}
+
+ShardingRule ReshapeOp::getShardingRule() {
+  // Loops over the result; the input index is the same linear position, delinearised.
+  RuleBuilder r(getContext());
+  ArrayRef<int64_t> in = shapeOf(getInput()), outShape = shapeOf(getResult());
+  SmallVector<AffineExpr> out = r.leading(outShape, 0, "d");
+  AffineExpr linear = RuleBuilder::flatten(out, outShape, getContext());
+  SmallVector<AffineExpr> idx;
+  int64_t stride = 1;
+  for (int64_t d = int64_t(in.size()) - 1; d >= 0; --d) {
+    AffineExpr e = linear.floorDiv(stride);
+    if (d > 0)
+      e = e % in[size_t(d)];
+    idx.insert(idx.begin(), e);
+    stride *= in[size_t(d)];
+  }
+  r.operand(idx);
+  r.result(out);
+  return r.build();
+}
+
+ShardingRule EmbeddingOp::getShardingRule() {
+  // Vocab-parallel (Megatron's VocabParallelEmbedding): split v; ids outside the shard give zero
+  // rows, so each rank's output is a partial sum.
+  RuleBuilder r(getContext());
+  SmallVector<AffineExpr> lead = r.leading(shapeOf(getIds()), 0);
+  AffineExpr h = r.loop("h", shapeOf(getTable())[1]);
+  AffineExpr v = r.loop("v", shapeOf(getTable())[0]);
+  r.operand({v, h});
+  r.operand(lead);
+  r.result(cat(lead, ArrayRef<AffineExpr>{h}));
+  return r.build();
+}
+
+ShardingRule LinearOp::getShardingRule() {
+  // Column-parallel splits n (w and b by rows, y by columns); row-parallel splits k (x by
+  // columns, w by columns; y is a partial sum, and the bias must be added after the reduction).
+  RuleBuilder r(getContext());
+  ArrayRef<int64_t> x = shapeOf(getInput());
+  SmallVector<AffineExpr> lead = r.leading(x, 1);
+  AffineExpr n = r.loop("n", shapeOf(getWeight())[0]);
+  AffineExpr k = r.loop("k", x.back());
+  r.operand(cat(lead, ArrayRef<AffineExpr>{k}));
+  r.operand({n, k});
+  if (getBias())
+    r.operand({n});
+  r.result(cat(lead, ArrayRef<AffineExpr>{n}));
+  return r.build();
+}
+
+ShardingRule LayerNormOp::getShardingRule() { return normRule(*this, 2); }
+ShardingRule RMSNormOp::getShardingRule() { return normRule(*this, 1); }
+
+ShardingRule RopeOp::getShardingRule() {
+  // x [b, s, heads, d]: any of b, s, heads; the head dim holds the rotary pairs.
+  RuleBuilder r(getContext());
+  ArrayRef<int64_t> x = shapeOf(getInput());
+  AffineExpr b = r.loop("b", x[0]), s = r.loop("s", x[1]), h = r.loop("heads", x[2]);
+  AffineExpr d = r.loop("d", x[3], LoopSplit::Whole);
+  r.operand({b, s, h, d});
+  r.operand({b, s});
+  r.result({b, s, h, d});
+  return r.build();
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  // Heads (Megatron's TP): query head h reads key/value group h / (heads / groups), so a split
+  // of the heads splits the groups when tp divides them (kv heads are replicated otherwise).
+  RuleBuilder r(getContext());
+  ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey());
+  AffineExpr b = r.loop("b", q[0]), s = r.loop("s", q[1]), h = r.loop("heads", q[2]);
+  AffineExpr d = r.loop("d", q[3], LoopSplit::Whole);
+  AffineExpr t = r.loop("t", k[1], LoopSplit::Whole);
+  AffineExpr g = h.floorDiv(q[2] / k[2]);
+  r.operand({b, s, h, d});
+  r.operand({b, t, g, d});
+  r.operand({b, t, g, d});
+  r.result({b, s, h, d});
+  r.result({b, h, s});
+  return r.build();
+}
+
+ShardingRule GeluOp::getShardingRule() { return elementwise(*this); }
+ShardingRule AddOp::getShardingRule() { return elementwise(*this); }
+ShardingRule DropoutOp::getShardingRule() {
+  // The mask is keyed by the global element index: the same for any split.
+  return elementwise(*this);
+}
+ShardingRule CopyToRegionOp::getShardingRule() { return elementwise(*this); }
+
+ShardingRule SwigluOp::getShardingRule() {
+  // y[..., f] = silu(x[..., f]) * x[..., F + f]: a split of f gives each rank matching gate and
+  // up halves (the loop `half` picks one).
+  RuleBuilder r(getContext());
+  ArrayRef<int64_t> y = shapeOf(getResult());
+  SmallVector<AffineExpr> lead = r.leading(y, 1);
+  AffineExpr f = r.loop("f", y.back());
+  AffineExpr half = r.loop("half", 2, LoopSplit::Whole);
+  r.operand(cat(lead, ArrayRef<AffineExpr>{half * y.back() + f}));
+  r.result(cat(lead, ArrayRef<AffineExpr>{f}));
+  return r.build();
+}
+
+ShardingRule CrossEntropyOp::getShardingRule() {
+  // Vocab-parallel (Megatron's vocab_parallel_cross_entropy): split v, combine by log-sum-exp
+  // (MAX, then SUM all-reduces); a split of the tokens n makes loss_sum and num_tokens partial sums.
+  RuleBuilder r(getContext());
+  ArrayRef<int64_t> l = shapeOf(getLogits());
+  AffineExpr n = r.loop("n", l[0]);
+  AffineExpr v = r.loop("v", l[1], LoopSplit::LogSumExp);
+  r.operand({n, v});
+  r.operand({n});
+  r.operand({n});
+  r.result({});
+  r.result({});
+  r.result({n});
+  return r.build();
 }

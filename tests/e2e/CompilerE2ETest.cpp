@@ -10,9 +10,17 @@
 //===----------------------------------------------------------------------===//
 
 #include "CompiledPlan.h"
+#include "compiler/Driver.h"
+#include "dialects/Model/ModelDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
 
 using namespace trainc;
 using namespace trainc::test;
+using namespace mlir;
+namespace model = mlir::trainc::model;
 
 namespace {
 
@@ -245,3 +253,47 @@ TEST(ProgramSize, GrowsAdditivelyInLayersAndMicrobatches) {
 }
 
 } // namespace
+
+TEST(ShardingRule, VerifierNamesTheInconsistentOperandAndDim) {
+  // A linear's rule with one thing wrong at a time must be refused with the operand named.
+  MLIRContext ctx;
+  mlir::trainc::loadTraincDialects(ctx);
+  const char *text = R"mlir(
+    func.func @f(%x: tensor<2x5x8xf32>, %w: tensor<6x8xf32>) -> tensor<2x5x6xf32> {
+      %y = model.linear %x, %w : (tensor<2x5x8xf32>, tensor<6x8xf32>) -> tensor<2x5x6xf32>
+      return %y : tensor<2x5x6xf32>
+    })mlir";
+  OwningOpRef<ModuleOp> m = parseSourceString<ModuleOp>(text, &ctx);
+  ASSERT_TRUE(m);
+  Operation *linear = nullptr;
+  m->walk([&](model::LinearOp op) { linear = op; });
+  ASSERT_NE(linear, nullptr);
+  auto rule = [&] { return cast<model::ShardingRuleOpInterface>(linear).getShardingRule(); };
+  std::string message;
+  ScopedDiagnosticHandler h(&ctx, [&](Diagnostic &d) {
+    message = d.str();
+    return success();
+  });
+  EXPECT_TRUE(succeeded(model::verifyShardingRule(linear, rule())));
+  model::ShardingRule wrongExtent = rule();
+  wrongExtent.loops[3].extent = 7; // k
+  EXPECT_TRUE(failed(model::verifyShardingRule(linear, wrongExtent)));
+  EXPECT_NE(message.find("loop k has extent 7 but indexes dim 2 of operand 0 of size 8"),
+            std::string::npos)
+      << message;
+  model::ShardingRule missing = rule();
+  missing.operands.pop_back();
+  EXPECT_TRUE(failed(model::verifyShardingRule(linear, missing)));
+  EXPECT_NE(message.find("1 operand and 1 result maps for 2 operands and 1 results"),
+            std::string::npos)
+      << message;
+  model::ShardingRule outside = rule();
+  outside.results[0] = AffineMap::get(
+      4, 0,
+      {getAffineDimExpr(0, &ctx), getAffineDimExpr(1, &ctx), getAffineDimExpr(2, &ctx) + 1},
+      &ctx);
+  EXPECT_TRUE(failed(model::verifyShardingRule(linear, outside)));
+  EXPECT_NE(message.find("dim 2 of result 0 is indexed from 1 to 6, outside its size 6"),
+            std::string::npos)
+      << message;
+}
