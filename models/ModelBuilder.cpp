@@ -134,15 +134,19 @@ LogicalResult ModelIRBuilder::build() {
   auto fn = b.create<func::FuncOp>(loc, opts.functionName,
                                    b.getFunctionType(argTypes, {scalar, scalar}));
   // All argument attributes at once (setArgAttr rebuilds the whole list: quadratic in layers).
+  // Each parameter's attributes once, as a module-level declaration; the arguments name it.
   SmallVector<DictionaryAttr> argAttrs;
-  for (const Param &p : params) {
-    SmallVector<NamedAttribute> a{b.getNamedAttr("model.param", b.getStringAttr(p.name)),
-                                  b.getNamedAttr("model.init", b.getStringAttr(p.init))};
-    if (p.init == "normal")
-      a.push_back(b.getNamedAttr("model.init_std", b.getF64FloatAttr(p.std)));
-    if (p.noWd)
-      a.push_back(b.getNamedAttr("model.no_weight_decay", b.getUnitAttr()));
-    argAttrs.push_back(b.getDictionaryAttr(a));
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(fn);
+    for (const Param &p : params) {
+      b.create<model::ParameterOp>(loc, b.getStringAttr(p.name), TypeAttr::get(t(p.shape)),
+                                   b.getStringAttr(p.init),
+                                   p.init == "normal" ? b.getF64FloatAttr(p.std) : FloatAttr(),
+                                   p.noWd ? b.getUnitAttr() : UnitAttr());
+      argAttrs.push_back(
+          b.getDictionaryAttr({b.getNamedAttr("model.param", b.getStringAttr(p.name))}));
+    }
   }
   for (const std::string &name : inputs)
     argAttrs.push_back(

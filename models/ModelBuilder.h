@@ -4,8 +4,9 @@
 // input/output embeddings) or a Llama (RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases,
 // untied) from one ModelConfig, following Megatron-LM's GPTModel and its parameter names.
 //
-// Arguments: every parameter (attribute model.param = Megatron name, model.init = "normal" |
-// "ones" | "zeros", model.init_std, model.no_weight_decay on biases and norm weights), then the
+// Parameters are declared once at module level (model.parameter @<Megatron name>: init =
+// "normal" | "ones" | "zeros", init_std, no_weight_decay on biases and norm weights).
+// Arguments: every parameter (model.param = its name), then the
 // inputs of one microbatch (model.input = "tokens", "position_ids", "labels", "loss_mask" and,
 // with dropout, "rng"). Results: (loss_sum, num_tokens) of cross entropy over the padded
 // vocabulary with padding columns masked out.

@@ -12,6 +12,10 @@
 #include "mlir/Dialect/Mesh/IR/MeshDialect.h"
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
 
+namespace mlir::func {
+class FuncOp;
+} // namespace mlir::func
+
 namespace mlir::trainc::model {
 
 /// Receives the kernel calls of one op being lowered to buffers (implemented by the lowering pass).
@@ -78,6 +82,13 @@ struct ShardingRule {
 /// index expression inside its dimension at the loops' first and last index. Emits an error on
 /// `op` naming the operand and dimension otherwise.
 LogicalResult verifyShardingRule(Operation *op, const ShardingRule &rule);
+
+/// The declared attributes of the parameter held by argument `arg` of `fn` (its
+/// `model.param = "<name>"`): init, init_std, no_weight_decay, from the module's
+/// `model.parameter @<name>` (looked up from `from`), or from the argument's own `model.init`,
+/// `model.init_std`, `model.no_weight_decay` when there is no declaration (hand-written IR).
+/// Null when the argument is not a parameter.
+DictionaryAttr parameterAttrs(Operation *from, func::FuncOp fn, unsigned arg);
 
 /// Element count of a statically shaped type.
 int64_t numElements(Type t);

@@ -6,6 +6,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <type_traits>
 
@@ -1119,4 +1120,40 @@ ShardingRule CrossEntropyOp::getShardingRule() {
   r.result({});
   r.result({n});
   return r.build();
+}
+
+//===----------------------------------------------------------------------===//
+// Parameter declarations
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParameterOp::verify() {
+  StringRef init = getInit();
+  if (init != "normal" && init != "ones" && init != "zeros")
+    return emitOpError() << "init '" << init << "' is not one of normal, ones, zeros";
+  if (init == "normal" && (!getInitStd() || getInitStd()->convertToDouble() <= 0))
+    return emitOpError() << "init 'normal' needs init_std > 0";
+  if (init != "normal" && getInitStd())
+    return emitOpError() << "init_std is only meaningful with init 'normal', not '" << init << "'";
+  return success();
+}
+
+DictionaryAttr mlir::trainc::model::parameterAttrs(Operation *from, func::FuncOp fn, unsigned arg) {
+  Builder b(fn.getContext());
+  auto name = fn.getArgAttrOfType<StringAttr>(arg, "model.param");
+  if (!name)
+    return {};
+  if (auto decl = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(
+          from, FlatSymbolRefAttr::get(fn.getContext(), name.getValue()))) {
+    SmallVector<NamedAttribute> a{b.getNamedAttr("init", decl.getInitAttr())};
+    if (decl.getInitStdAttr())
+      a.push_back(b.getNamedAttr("init_std", decl.getInitStdAttr()));
+    if (decl.getNoWeightDecay())
+      a.push_back(b.getNamedAttr("no_weight_decay", b.getUnitAttr()));
+    return b.getDictionaryAttr(a);
+  }
+  SmallVector<NamedAttribute> a;
+  for (StringRef k : {"model.init", "model.init_std", "model.no_weight_decay"})
+    if (Attribute v = fn.getArgAttr(arg, k))
+      a.push_back(b.getNamedAttr(k.drop_front(6), v));
+  return b.getDictionaryAttr(a);
 }

@@ -13,6 +13,7 @@
 include "mlir/IR/OpBase.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
 include "ModelInterfaces.td"
 
 def Model_Dialect : Dialect {
@@ -39,6 +40,23 @@ class Model_FwdOp<string mnemonic, list<Trait> traits = []>
     : Model_Op<mnemonic, !listconcat(traits, [
         DeclareOpInterfaceMethods<Model_VJPOpInterface>,
         DeclareOpInterfaceMethods<Model_ShardingRuleOpInterface>])>;
+
+def Model_ParameterOp : Op<Model_Dialect, "parameter", [Symbol]> {
+  let summary = "A parameter's declaration: global name, type, initialisation and weight decay";
+  let description = [{
+    One per parameter at module level (Megatron's global name as the symbol): the attributes a
+    parameter has once, wherever it is used. Function arguments that hold it carry only
+    `model.param = "<name>"`.
+    ```mlir
+    model.parameter @"decoder.layers.0.mlp.linear_fc1.weight" {init = "normal", init_std = 2.0e-02 : f64} : tensor<64x16xf32>
+    model.parameter @"decoder.final_layernorm.weight" {init = "ones", no_weight_decay} : tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyRankedTensor>:$type, StrAttr:$init,
+                   OptionalAttr<F64Attr>:$init_std, UnitAttr:$no_weight_decay);
+  let assemblyFormat = "$sym_name attr-dict `:` $type";
+  let hasVerifier = 1;
+}
 
 def FloatTensor : RankedTensorOf<[F32, F64, BF16]>;
 def IdTensor : RankedTensorOf<[I32]>;

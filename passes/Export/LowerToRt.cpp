@@ -262,9 +262,8 @@ LogicalResult Lowering::collectParams() {
         p.gradType = MemRefType::get(cast<ShapedType>(t).getShape(),
                                      model::statsElementType(cast<ShapedType>(t).getElementType()));
         SmallVector<NamedAttribute> info{b.getNamedAttr("name", name)};
-        for (StringRef a : {"model.init", "model.init_std", "model.no_weight_decay"})
-          if (Attribute v = fn.getArgAttr(i, a))
-            info.push_back(b.getNamedAttr(a.drop_front(6), v));
+        if (DictionaryAttr declared = model::parameterAttrs(module, fn, i))
+          info.append(declared.begin(), declared.end());
         auto it = layoutIndex.find(p.name);
         if (layout.op && it == layoutIndex.end())
           return fn.emitOpError() << "parameter '" << p.name
@@ -873,9 +872,11 @@ LogicalResult Lowering::run() {
   if (module.getBody()->empty())
     return module.emitError() << "trainc-lower-to-rt: empty module";
   insertBefore = &module.getBody()->front();
+  // Parameter declarations are erased at the end: their names are free for the buffers.
   for (Operation &op : *module.getBody())
     if (auto name = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()))
-      created.insert(name.getValue());
+      if (!isa<model::ParameterOp>(op))
+        created.insert(name.getValue());
   if (failed(collectParams()))
     return failure();
   SmallVector<func::FuncOp> iterations;
@@ -899,6 +900,8 @@ LogicalResult Lowering::run() {
   for (func::FuncOp fn : module.getOps<func::FuncOp>())
     if (!fn->hasAttr("rt.stage") && !fn->hasAttr("rt.entry") && !fn->hasAttr("rt.entry_point"))
       dead.push_back(fn);
+  for (model::ParameterOp p : module.getOps<model::ParameterOp>())
+    dead.push_back(p); // the rt.buffer param_info carries what they declared
   for (Operation *op : dead)
     op->erase();
   if (layout.op) {

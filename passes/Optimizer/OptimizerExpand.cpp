@@ -2,6 +2,8 @@
 
 #include "passes/Optimizer/Passes.h"
 
+#include "dialects/Model/ModelDialect.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
@@ -31,7 +33,8 @@ struct OptimizerExpandPass : mlir::trainc::impl::OptimizerExpandPassBase<Optimiz
       for (unsigned i = 0; i < fn.getNumArguments(); ++i)
         if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
           if (seen.insert(name.getValue()).second)
-            params.push_back({name, bool(fn.getArgAttr(i, "model.no_weight_decay"))});
+            params.push_back(
+                {name, bool(model::parameterAttrs(module, fn, i).get("no_weight_decay"))});
     });
     WalkResult r = module.walk([&](sched::OptimizerStepOp op) {
       if (params.empty()) {

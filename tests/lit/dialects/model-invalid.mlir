@@ -531,3 +531,21 @@ func.func @ce_grad_logits(%logits: tensor<110xf32>, %labels: tensor<10xi32>, %ma
   %0 = model.cross_entropy_grad %logits, %labels, %mask, %lse, %d : (tensor<110xf32>, tensor<10xi32>, tensor<10xf32>, tensor<10xf32>, tensor<f32>) -> tensor<110xf32>
   return
 }
+
+// -----
+
+// Tests that a parameter declaration names a known initialisation.
+// expected-error@+1 {{'model.parameter' op init 'uniform' is not one of normal, ones, zeros}}
+model.parameter @w {init = "uniform"} : tensor<4xf32>
+
+// -----
+
+// Tests that a normal initialisation has a positive std.
+// expected-error@+1 {{'model.parameter' op init 'normal' needs init_std > 0}}
+model.parameter @w {init = "normal"} : tensor<4xf32>
+
+// -----
+
+// Tests that a std goes only with init 'normal'.
+// expected-error@+1 {{'model.parameter' op init_std is only meaningful with init 'normal', not 'ones'}}
+model.parameter @w {init = "ones", init_std = 0.02 : f64} : tensor<4xf32>
