@@ -67,6 +67,16 @@ void printSummary(const schema::Program &p) {
               p.format_version(), p.producer().c_str(), (long long)p.mesh().rank(),
               (long long)p.mesh().world_size(), p.buffers_size(), p.functions_size(), instrs,
               (unsigned long long)p.arena_bytes());
+  if (p.has_plan()) {
+    int inputs = 0;
+    for (const auto &b : p.buffers())
+      inputs += b.has_host_input();
+    std::printf("plan: micro batch %u, %u microbatches, global batch %llu, seq %u, vocab %u, "
+                "%d host inputs\n",
+                p.plan().micro_batch_size(), p.plan().num_microbatches(),
+                (unsigned long long)p.plan().global_batch_size(), p.plan().seq_length(),
+                p.plan().vocab_size(), inputs);
+  }
 }
 
 int cmdValidate(int argc, char **argv) {

@@ -356,6 +356,26 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
       meta["parallel." + k] = v;
     meta["plan.fingerprint"] = planFingerprint(cfg, options);
   }
+  // What the training loop reads (typed, the same for every rank; the DP size and rank are the
+  // mesh's). The export tagged the input buffers (Buffer.host_input); the validator checks them
+  // against this plan.
+  {
+    const cfgns::TrainingConfig &t = cfg.training;
+    for (auto [field, v] : {std::pair<const char *, int64_t>{"micro_batch_size", t.micro_batch_size},
+                            {"num_microbatches", t.num_microbatches},
+                            {"seq_length", cfg.model.seq_length},
+                            {"vocab_size", cfg.model.vocab_size}})
+      if (v <= 0 || v > int64_t(UINT32_MAX))
+        return emitError(module.getLoc())
+               << "internal error: the finalized config's " << field << " is " << v
+               << ", expected 1 to 2^32-1";
+    schema::PlanInfo &info = *program.mutable_plan();
+    info.set_micro_batch_size(uint32_t(t.micro_batch_size));
+    info.set_num_microbatches(uint32_t(t.num_microbatches));
+    info.set_global_batch_size(uint64_t(t.global_batch_size));
+    info.set_seq_length(uint32_t(cfg.model.seq_length));
+    info.set_vocab_size(uint32_t(cfg.model.vocab_size));
+  }
   // One rank at a time: specialise, validate with the runtime's own validator, feed the
   // whole-plan verifier, write. Only one program is held (plus allRanks' copies when asked).
   if (!options.outputDir.empty())

@@ -338,6 +338,24 @@ LogicalResult Exporter::run() {
     uint64_t bytes = uint64_t(t.getNumElements()) * ((t.getElementTypeBitWidth() + 7) / 8);
     buf->set_byte_size(bytes);
     kindBytes[b.getKind().str()] += bytes;
+    if (b.getKind() == "input") {
+      // The lowering names a microbatch's input buffer "<model.input>.<microbatch>"; the host
+      // fills it by role and microbatch (Buffer.host_input), not by name.
+      auto [role, mb] = b.getSymName().rsplit('.');
+      unsigned microbatch = 0;
+      if (role.empty() || mb.empty() || mb.getAsInteger(10, microbatch))
+        return b.emitOpError() << "export: internal error: input buffer '" << b.getSymName()
+                               << "' is not named <model.input>.<microbatch>";
+      schema::InputRole r = schema::INPUT_ROLE_UNSPECIFIED;
+      if (role.lower() != role.str() || !schema::InputRole_Parse(role.upper(), &r) ||
+          r == schema::INPUT_ROLE_UNSPECIFIED)
+        return b.emitOpError() << "export: input buffer '" << b.getSymName() << "': model.input '"
+                               << role
+                               << "' is not an input the runtime fills (expected tokens, "
+                                  "position_ids, labels, loss_mask or rng)";
+      buf->mutable_host_input()->set_role(r);
+      buf->mutable_host_input()->set_microbatch(microbatch);
+    }
     if (auto name = b->getAttrOfType<StringAttr>("param_name")) {
       schema::Parameter *q = p.add_parameters();
       q->set_name(name.str());

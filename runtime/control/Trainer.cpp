@@ -267,7 +267,13 @@ struct Trainer::Impl {
   /// This rank's place on the data-parallel axis (Megatron's pretraining sampler).
   int64_t dpRank = 0, dpSize = 1;
   DType scalarType = DType::F32;
-  bool hasRng = false;
+  /// An INPUT buffer the host fills (Buffer.host_input), by microbatch.
+  struct HostBuffer {
+    schema::InputRole role;
+    int buffer;
+    DType dtype;
+  };
+  std::vector<std::vector<HostBuffer>> inputs;
   std::vector<double> losses, gradNorms;
   std::vector<EvalResult> evals;
   std::ofstream batchesOut, lossesOut;
@@ -308,17 +314,10 @@ struct Trainer::Impl {
                          std::vector<int32_t> *record) {
     std::vector<int32_t> sample(size_t(seq + 1)), tok(size_t(mbs * seq)), lab(size_t(mbs * seq)),
         pos(size_t(mbs * seq));
-    std::vector<char> mask(size_t(mbs * seq) * dtypeSize(scalarType));
-    for (int64_t i = 0; i < mbs * seq; ++i) {
+    std::vector<float> mask32(size_t(mbs * seq), 1.0f);
+    std::vector<double> mask64(size_t(mbs * seq), 1.0);
+    for (int64_t i = 0; i < mbs * seq; ++i)
       pos[size_t(i)] = int32_t(i % seq);
-      if (scalarType == DType::F64) {
-        double one = 1;
-        std::memcpy(mask.data() + 8 * i, &one, 8);
-      } else {
-        float one = 1;
-        std::memcpy(mask.data() + 4 * i, &one, 4);
-      }
-    }
     for (int64_t m = 0; m < numMicrobatches; ++m) {
       for (int64_t b = 0; b < mbs; ++b) {
         ds.sample(first + (m * dpSize + dpRank) * mbs + b, sample.data());
@@ -327,21 +326,28 @@ struct Trainer::Impl {
         std::memcpy(tok.data() + b * seq, sample.data(), size_t(seq) * 4);
         std::memcpy(lab.data() + b * seq, sample.data() + 1, size_t(seq) * 4);
       }
-      std::string sfx = "." + std::to_string(m);
-      for (auto [name, data] : {std::pair<const char *, const void *>{"tokens", tok.data()},
-                                {"labels", lab.data()},
-                                {"position_ids", pos.data()}}) {
-        int buf = buffer(name + sfx);
-        if (buf >= 0)
-          if (absl::Status s = ex->writeBuffer(buf, data, tok.size() * 4); !s.ok())
-            return s;
-      }
-      if (int buf = buffer("loss_mask" + sfx); buf >= 0)
-        if (absl::Status s = ex->writeBuffer(buf, mask.data(), mask.size()); !s.ok())
-          return s;
-      if (int buf = buffer("rng" + sfx); buf >= 0) {
-        int64_t rng[3] = {opts.seed, iteration, m};
-        if (absl::Status s = ex->writeBuffer(buf, rng, sizeof(rng)); !s.ok())
+      const int64_t rng[3] = {opts.seed, iteration, m};
+      for (const HostBuffer &h : inputs[size_t(m)]) {
+        // The validator checked each role's dtype and shape against the plan.
+        const void *data = nullptr;
+        size_t bytes = tok.size() * 4;
+        switch (h.role) {
+        case schema::TOKENS: data = tok.data(); break;
+        case schema::LABELS: data = lab.data(); break;
+        case schema::POSITION_IDS: data = pos.data(); break;
+        case schema::LOSS_MASK:
+          data = h.dtype == DType::F64 ? static_cast<const void *>(mask64.data()) : mask32.data();
+          bytes = mask32.size() * dtypeSize(h.dtype);
+          break;
+        case schema::RNG:
+          data = rng;
+          bytes = sizeof(rng);
+          break;
+        default:
+          return absl::InternalError(absl::StrCat("host input role ", int(h.role),
+                                                  " passed validation but has no filler"));
+        }
+        if (absl::Status s = ex->writeBuffer(h.buffer, data, bytes); !s.ok())
           return s;
       }
     }
@@ -528,14 +534,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
       im->dpRank = prog.mesh().coords(a);
       im->dpSize = prog.mesh().axis_sizes(a);
     }
-  im->mbs = metaInt(prog, "training.micro_batch_size", 0);
-  im->numMicrobatches = metaInt(prog, "training.num_microbatches", 0);
-  im->gbs = metaInt(prog, "training.global_batch_size", 0);
-  im->seq = metaInt(prog, "model.seq_length", 0);
-  if (im->mbs <= 0 || im->numMicrobatches <= 0 || im->seq <= 0)
+  if (!prog.has_plan())
     return absl::InvalidArgumentError(absl::StrCat(
-        im->programPath, ": the program does not record its micro batch size, number of "
-                 "microbatches and sequence length (was it written by trainc compile?)"));
+        im->programPath,
+        ": the program has no plan (Program.plan: micro batch size, number of microbatches, "
+        "sequence length), which trainrun needs",
+        prog.format_version() < 2
+            ? absl::StrCat("; it is format version ", prog.format_version(),
+                           ", older than the plan (version 2): recompile it with trainc compile")
+            : " (was it written by trainc compile?)"));
+  im->mbs = int64_t(prog.plan().micro_batch_size());
+  im->numMicrobatches = int64_t(prog.plan().num_microbatches());
+  im->gbs = int64_t(prog.plan().global_batch_size());
+  im->seq = int64_t(prog.plan().seq_length());
   if (options.seqLength != 0 && options.seqLength != im->seq)
     return absl::InvalidArgumentError(absl::StrCat(
         "--seq-length ", options.seqLength, options.seqLength > im->seq ? " is larger than" : " differs from",
@@ -566,7 +577,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     return s;
   if (int lr = im->buffer("lr"); lr >= 0)
     im->scalarType = DType(int(prog.buffers(lr).dtype()));
-  im->hasRng = im->buffer("rng.0") >= 0;
+  // The validator checked the host inputs against the plan: every microbatch of a role present.
+  im->inputs.assign(size_t(im->numMicrobatches), {});
+  for (int b = 0; b < prog.buffers_size(); ++b)
+    if (prog.buffers(b).has_host_input()) {
+      const schema::HostInput &h = prog.buffers(b).host_input();
+      im->inputs[h.microbatch()].push_back({h.role(), b, DType(int(prog.buffers(b).dtype()))});
+    }
   if (absl::Status s = initializeParameters(*im->ex, uint64_t(options.seed)); !s.ok())
     return s;
   log << " done (" << absl::StrFormat("%.2f", seconds(t0, std::chrono::steady_clock::now()))
@@ -578,7 +595,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   d.split = options.split;
   d.seqLength = im->seq;
   d.seed = uint64_t(options.seed);
-  d.vocabSize = metaInt(prog, "model.vocab_size", kByteVocabSize);
+  d.vocabSize = int64_t(prog.plan().vocab_size());
   absl::StatusOr<Datasets> ds = buildDatasets(d);
   if (!ds.ok())
     return ds.status();

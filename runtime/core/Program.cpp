@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace trainc::rt {
@@ -247,6 +249,7 @@ private:
 
   absl::Status checkHeader();
   absl::Status checkBuffers();
+  absl::Status checkPlan();
   absl::Status checkParameters();
   absl::Status checkFunctionsStatic();
   absl::Status checkInstructionStatic(int fn, int idx);
@@ -356,6 +359,92 @@ absl::Status Validator::checkBuffers() {
     if (b.offset() > p.arena_bytes() || b.byte_size() > p.arena_bytes() - b.offset())
       return top(absl::StrCat(what, ": offset ", b.offset(), " + ", b.byte_size(),
                               " bytes is outside the arena of ", p.arena_bytes(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::checkPlan() {
+  if (!p.has_plan()) {
+    for (int i = 0; i < p.buffers_size(); ++i)
+      if (p.buffers(i).has_host_input())
+        return top(absl::StrCat("buffer ", i, " '", p.buffers(i).name(),
+                                "': host_input is set but the program has no plan (Program.plan)"));
+    return absl::OkStatus();
+  }
+  const schema::PlanInfo &plan = p.plan();
+  for (auto [field, value] : {std::pair<const char *, uint64_t>{"micro_batch_size",
+                                                                plan.micro_batch_size()},
+                              {"num_microbatches", plan.num_microbatches()},
+                              {"global_batch_size", plan.global_batch_size()},
+                              {"seq_length", plan.seq_length()},
+                              {"vocab_size", plan.vocab_size()}})
+    if (value == 0)
+      return top(absl::StrCat("plan: ", field, " is 0, expected a positive value"));
+  int64_t dp = 1;
+  for (int a = 0; a < p.mesh().axis_names_size(); ++a)
+    if (p.mesh().axis_names(a) == "dp")
+      dp = p.mesh().axis_sizes(a);
+  // mbs x m < 2^64 (two u32); dp <= 2^20 (checkHeader).
+  uint64_t perRank = uint64_t(plan.micro_batch_size()) * plan.num_microbatches();
+  if (perRank > UINT64_MAX / uint64_t(dp) || perRank * uint64_t(dp) != plan.global_batch_size())
+    return top(absl::StrCat("plan: global_batch_size ", plan.global_batch_size(),
+                            " differs from micro_batch_size ", plan.micro_batch_size(),
+                            " x num_microbatches ", plan.num_microbatches(),
+                            " x the DP size ", dp, " (mesh axis 'dp')"));
+  const int64_t rows = plan.micro_batch_size(), seq = plan.seq_length();
+  // Per role: the microbatches seen and the buffer holding each.
+  std::map<int, std::map<uint32_t, int>> seen;
+  for (int i = 0; i < p.buffers_size(); ++i) {
+    const schema::Buffer &b = p.buffers(i);
+    std::string what = absl::StrCat("buffer ", i, " '", b.name(), "'");
+    if (!b.has_host_input()) {
+      if (b.kind() == schema::INPUT)
+        return top(absl::StrCat(what, ": an INPUT buffer needs host_input (its role and "
+                                      "microbatch) in a program with a plan"));
+      continue;
+    }
+    if (b.kind() != schema::INPUT)
+      return top(absl::StrCat(what, ": host_input is set on a buffer of kind ",
+                              schema::BufferKind_Name(b.kind()), ", expected INPUT"));
+    const schema::HostInput &h = b.host_input();
+    if (h.role() <= schema::INPUT_ROLE_UNSPECIFIED || h.role() > schema::RNG)
+      return top(absl::StrCat(what, ": host_input.role ", int(h.role()),
+                              " is not a valid input role (expected TOKENS, POSITION_IDS, LABELS, "
+                              "LOSS_MASK or RNG)"));
+    const std::string role = schema::InputRole_Name(h.role());
+    if (h.microbatch() >= plan.num_microbatches())
+      return top(absl::StrCat(what, ": host_input.microbatch ", h.microbatch(),
+                              " is outside [0, num_microbatches ", plan.num_microbatches(), ")"));
+    auto [at, fresh] = seen[int(h.role())].try_emplace(h.microbatch(), i);
+    if (!fresh)
+      return top(absl::StrCat(what, ": host input ", role, " of microbatch ", h.microbatch(),
+                              " is also buffer ", at->second, " '",
+                              p.buffers(at->second).name(), "'"));
+    DType t = toDType(b.dtype());
+    bool rng = h.role() == schema::RNG, mask = h.role() == schema::LOSS_MASK;
+    bool dtypeOk = rng    ? t == DType::I64
+                   : mask ? t == DType::F32 || t == DType::F64
+                          : t == DType::I32;
+    if (!dtypeOk)
+      return top(absl::StrCat(what, ": host input ", role, " has dtype ", dtypeName(t),
+                              ", expected ", rng ? "i64" : mask ? "f32 or f64" : "i32"));
+    std::vector<int64_t> want = rng ? std::vector<int64_t>{3} : std::vector<int64_t>{rows, seq};
+    if (!std::equal(b.shape().begin(), b.shape().end(), want.begin(), want.end()))
+      return top(absl::StrCat(
+          what, ": host input ", role, " has shape ",
+          shapeString(b.shape().data(), std::min(b.shape_size(), kMaxRank)), ", expected ",
+          shapeString(want.data(), int(want.size())),
+          rng ? " (seed, iteration, microbatch)" : " ([micro_batch_size, seq_length] of the plan)"));
+  }
+  for (const auto &[role, mbs] : seen) {
+    if (mbs.size() == plan.num_microbatches())
+      continue;
+    uint32_t missing = 0;
+    while (mbs.count(missing))
+      ++missing;
+    return top(absl::StrCat("host input ", schema::InputRole_Name(schema::InputRole(role)),
+                            " has no buffer for microbatch ", missing, " (num_microbatches ",
+                            plan.num_microbatches(), ": one buffer per microbatch)"));
   }
   return absl::OkStatus();
 }
@@ -776,6 +865,8 @@ absl::Status Validator::run() {
   if (absl::Status s = checkHeader(); !s.ok())
     return s;
   if (absl::Status s = checkBuffers(); !s.ok())
+    return s;
+  if (absl::Status s = checkPlan(); !s.ok())
     return s;
   if (absl::Status s = checkParameters(); !s.ok())
     return s;

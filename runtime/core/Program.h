@@ -24,7 +24,7 @@ namespace trainc::rt {
 class Backend;
 
 /// The newest program format this runtime reads. Version history is in docs/runtime.md.
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 constexpr char kProgramMagic[8] = {'T', 'R', 'A', 'I', 'N', 'C', 'P', 'G'};
 constexpr size_t kProgramHeaderSize = 24;
 
@@ -45,7 +45,8 @@ absl::StatusOr<schema::Program> readProgramFile(const std::string &path);
 /// inside their bases, kernel names, operand counts, attributes, dtypes and shapes against the kernel
 /// signature (Kernel.h), undeclared overlaps between outputs and inputs, call bindings against the
 /// callee's arguments, acyclic calls, async tokens started and waited in order, balanced graph-capture
-/// regions. When `backend` is given, every kernel must also be implemented by it.
+/// regions, and the plan (Program.plan) against the host-input buffers (Buffer.host_input). When
+/// `backend` is given, every kernel must also be implemented by it.
 /// The error names the function, the instruction index, its source location and the field.
 absl::Status validateProgram(const schema::Program &program, const Backend *backend = nullptr);
 

@@ -55,6 +55,27 @@ int ProgramBuilder::addBuffer(const std::string &name, schema::BufferKind kind, 
   return program.buffers_size() - 1;
 }
 
+void ProgramBuilder::setPlan(uint32_t microBatchSize, uint32_t numMicrobatches,
+                             uint32_t seqLength, uint32_t vocabSize) {
+  uint64_t dp = 1;
+  const schema::Mesh &m = program.mesh();
+  for (int a = 0; a < m.axis_names_size(); ++a)
+    if (m.axis_names(a) == "dp")
+      dp = uint64_t(m.axis_sizes(a));
+  schema::PlanInfo *plan = program.mutable_plan();
+  plan->set_micro_batch_size(microBatchSize);
+  plan->set_num_microbatches(numMicrobatches);
+  plan->set_global_batch_size(uint64_t(microBatchSize) * numMicrobatches * dp);
+  plan->set_seq_length(seqLength);
+  plan->set_vocab_size(vocabSize);
+}
+
+void ProgramBuilder::setHostInput(int buffer, schema::InputRole role, uint32_t microbatch) {
+  schema::HostInput *h = program.mutable_buffers(buffer)->mutable_host_input();
+  h->set_role(role);
+  h->set_microbatch(microbatch);
+}
+
 schema::Operand ProgramBuilder::buf(int index) {
   schema::Operand o;
   o.set_buffer(uint32_t(index));

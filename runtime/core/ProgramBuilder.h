@@ -57,6 +57,12 @@ public:
   /// Appends a buffer at the next 64-byte aligned arena offset; returns its index.
   int addBuffer(const std::string &name, schema::BufferKind kind, DType dtype,
                 const std::vector<int64_t> &shape);
+  /// Sets Program.plan; the global batch is micro_batch_size x num_microbatches x the mesh's dp
+  /// size (call setMesh first).
+  void setPlan(uint32_t microBatchSize, uint32_t numMicrobatches, uint32_t seqLength,
+               uint32_t vocabSize);
+  /// Marks INPUT buffer `buffer` as the host input `role` of `microbatch`.
+  void setHostInput(int buffer, schema::InputRole role, uint32_t microbatch);
   /// The whole buffer / a view of `shape` at element `offset`.
   static schema::Operand buf(int index);
   static schema::Operand buf(int index, uint64_t offset, const std::vector<int64_t> &shape);

@@ -6,6 +6,8 @@
 //   parameters after one step; with ragged loss masks the default mode is the exact global
 //   per-token gradient and the legacy mode Megatron's mean of per-microbatch means.
 // - Programs are O(layers + microbatches): instruction counts grow additively.
+// - The export tags every input buffer with its host role and microbatch, and a compiled plan
+//   carries the training plan (Program.plan) the runtime reads instead of metadata.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +16,14 @@
 #include "dialects/Model/ModelDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+
+#include "compiler/Export.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
 
@@ -250,6 +260,68 @@ TEST(ProgramSize, GrowsAdditivelyInLayersAndMicrobatches) {
   EXPECT_EQ(at(4, 8) - at(4, 2), at(2, 8) - at(2, 2));
   // Per extra microbatch: a forward and a backward unit in train_step and a call in eval_step.
   EXPECT_EQ(at(2, 8) - at(2, 2), 18u);
+}
+
+TEST(Export, TagsInputBuffersWithTheirHostRoleAndMicrobatch) {
+  auto exportBuffer = [](const std::string &name, std::string &error) {
+    mlir::MLIRContext ctx;
+    mlir::trainc::loadTraincDialects(ctx);
+    std::string text = "module attributes {rt.arena_bytes = 64 : i64} {\n"
+                       "  rt.buffer @" + name +
+                       " {kind = \"input\", offset = 0 : i64} : memref<2x3xi32>\n"
+                       "  func.func @train_step() attributes {rt.entry} { return }\n}\n";
+    mlir::OwningOpRef<mlir::ModuleOp> m = mlir::parseSourceString<mlir::ModuleOp>(text, &ctx);
+    EXPECT_TRUE(m) << text;
+    mlir::ScopedDiagnosticHandler h(&ctx, [&](mlir::Diagnostic &d) {
+      error = d.str();
+      return mlir::success();
+    });
+    return mlir::trainc::exportProgram(*m);
+  };
+  std::string error;
+  auto p = exportBuffer("position_ids.3", error);
+  ASSERT_TRUE(mlir::succeeded(p)) << error;
+  ASSERT_TRUE(p->buffers(0).has_host_input());
+  EXPECT_EQ(p->buffers(0).host_input().role(), schema::POSITION_IDS);
+  EXPECT_EQ(p->buffers(0).host_input().microbatch(), 3u);
+  // A model.input the runtime cannot fill, and a name the lowering does not write.
+  EXPECT_TRUE(mlir::failed(exportBuffer("segment_ids.0", error)));
+  EXPECT_EQ(error, "'rt.buffer' op export: input buffer 'segment_ids.0': model.input "
+                   "'segment_ids' is not an input the runtime fills (expected tokens, "
+                   "position_ids, labels, loss_mask or rng)");
+  EXPECT_TRUE(mlir::failed(exportBuffer("tokens", error)));
+  EXPECT_EQ(error, "'rt.buffer' op export: internal error: input buffer 'tokens' is not named "
+                   "<model.input>.<microbatch>");
+}
+
+TEST(Export, CompiledPlansCarryTheTrainingPlan) {
+  // Global batch 6 of micro batch 1 on one rank: 6 microbatches of tokens, position_ids, labels
+  // and loss_mask.
+  config::PlanConfig cfg;
+  std::vector<schema::Program> ranks = CompiledPlan::compileAllRanks(
+      "tiny-llama", {"--micro-batch-size", "1", "--global-batch-size", "6"}, &cfg);
+  ASSERT_EQ(ranks.size(), 1u);
+  const schema::Program *p = &ranks[0];
+  ASSERT_TRUE(p->has_plan());
+  EXPECT_EQ(p->plan().micro_batch_size(), 1u);
+  EXPECT_EQ(p->plan().num_microbatches(), 6u);
+  EXPECT_EQ(p->plan().global_batch_size(), 6u);
+  EXPECT_EQ(int64_t(p->plan().seq_length()), cfg.model.seq_length);
+  EXPECT_EQ(int64_t(p->plan().vocab_size()), cfg.model.vocab_size);
+  std::map<schema::InputRole, int> perRole;
+  for (const schema::Buffer &b : p->buffers())
+    if (b.kind() == schema::INPUT) {
+      ASSERT_TRUE(b.has_host_input()) << b.name();
+      EXPECT_EQ(b.name(), absl::StrCat(absl::AsciiStrToLower(
+                                           schema::InputRole_Name(b.host_input().role())),
+                                       ".", b.host_input().microbatch()));
+      ++perRole[b.host_input().role()];
+    }
+  std::map<schema::InputRole, int> want = {
+      {schema::TOKENS, 6}, {schema::POSITION_IDS, 6}, {schema::LABELS, 6}, {schema::LOSS_MASK, 6}};
+  EXPECT_EQ(perRole, want);
+  // The metadata stays, for provenance and trainrun's flag defaults.
+  EXPECT_EQ(p->metadata().at("training.micro_batch_size"), "1");
 }
 
 } // namespace

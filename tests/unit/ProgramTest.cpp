@@ -154,12 +154,13 @@ TEST(Validator, RefusesNewerFormatVersion) {
   Program p = base.b.finish();
   p.set_format_version(kFormatVersion + 1);
   std::string m = validateMessage(p);
-  EXPECT_NE(m.find("format_version 2 is not supported"), std::string::npos) << m;
+  const std::string newer = std::to_string(kFormatVersion + 1);
+  EXPECT_NE(m.find("format_version " + newer + " is not supported"), std::string::npos) << m;
   // And at file level, before parsing the payload.
   std::string bytes = serializeProgram(p);
   auto parsed = parseProgram(bytes);
   ASSERT_FALSE(parsed.ok());
-  EXPECT_NE(parsed.status().message().find("program format version 2 is not supported"),
+  EXPECT_NE(parsed.status().message().find("program format version " + newer + " is not supported"),
             std::string::npos)
       << parsed.status();
 }
@@ -441,6 +442,150 @@ TEST(Init, SlicesGetTheirPartOfTheGlobalTensorAndF16IsRefused) {
   absl::Status st = initializeParameters(**exh, 1);
   EXPECT_EQ(st.message(), "parameter 'h': buffer 'h' is f16, which the runtime does not "
                           "initialise (f32, f64 or bf16 expected)");
+}
+
+/// A training plan on a dp 2 mesh: micro batch 2, 2 microbatches, seq 3 (global batch 8) and the
+/// host inputs tokens.<m> (i32 [2, 3]), loss_mask.<m> (f32 [2, 3]) and rng.<m> (i64 [3]):
+/// buffers 0..2 are microbatch 0's, 3..5 microbatch 1's.
+Program plannedProgram() {
+  ProgramBuilder b;
+  b.setMesh({"dp"}, {2}, 0);
+  for (uint32_t m = 0; m < 2; ++m) {
+    std::string sfx = "." + std::to_string(m);
+    b.setHostInput(b.addBuffer("tokens" + sfx, schema::INPUT, DType::I32, {2, 3}), schema::TOKENS,
+                   m);
+    b.setHostInput(b.addBuffer("loss_mask" + sfx, schema::INPUT, DType::F32, {2, 3}),
+                   schema::LOSS_MASK, m);
+    b.setHostInput(b.addBuffer("rng" + sfx, schema::INPUT, DType::I64, {3}), schema::RNG, m);
+  }
+  b.setPlan(2, 2, 3, 16);
+  b.addFunction("main");
+  return b.finish();
+}
+
+/// Sets buffer `i`'s shape (and byte size) to `shape`.
+void reshapeBuffer(Program &p, int i, std::vector<int64_t> shape) {
+  schema::Buffer &buf = *p.mutable_buffers(i);
+  buf.clear_shape();
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    buf.add_shape(d);
+    n *= d;
+  }
+  buf.set_byte_size(uint64_t(n) * dtypeSize(DType(int(buf.dtype()))));
+}
+
+TEST(Validator, AcceptsAPlanWithEveryHostInputOfEveryMicrobatch) {
+  Program p = plannedProgram();
+  EXPECT_EQ(p.plan().global_batch_size(), 8u);
+  EXPECT_EQ(validateMessage(p), "");
+  // A program without a plan and without host inputs is a plain executor program.
+  Baseline base;
+  EXPECT_FALSE(base.b.finish().has_plan());
+}
+
+TEST(Validator, RefusesAPlanFieldOfZero) {
+  for (const char *field :
+       {"micro_batch_size", "num_microbatches", "global_batch_size", "seq_length", "vocab_size"}) {
+    Program p = plannedProgram();
+    schema::PlanInfo &plan = *p.mutable_plan();
+    const google::protobuf::FieldDescriptor *f = plan.GetDescriptor()->FindFieldByName(field);
+    ASSERT_NE(f, nullptr) << field;
+    plan.GetReflection()->ClearField(&plan, f);
+    EXPECT_EQ(validateMessage(p),
+              std::string("plan: ") + field + " is 0, expected a positive value");
+  }
+}
+
+TEST(Validator, RefusesAGlobalBatchOtherThanMicroBatchTimesMicrobatchesTimesDP) {
+  Program p = plannedProgram();
+  p.mutable_plan()->set_global_batch_size(4);
+  EXPECT_EQ(validateMessage(p), "plan: global_batch_size 4 differs from micro_batch_size 2 x "
+                                "num_microbatches 2 x the DP size 2 (mesh axis 'dp')");
+}
+
+TEST(Validator, RefusesAHostInputWithoutAPlan) {
+  Program p = plannedProgram();
+  p.clear_plan();
+  EXPECT_EQ(validateMessage(p),
+            "buffer 0 'tokens.0': host_input is set but the program has no plan (Program.plan)");
+}
+
+TEST(Validator, RefusesAnInputBufferWithoutHostInputInAPlannedProgram) {
+  Program p = plannedProgram();
+  p.mutable_buffers(4)->clear_host_input();
+  EXPECT_EQ(validateMessage(p), "buffer 4 'loss_mask.1': an INPUT buffer needs host_input (its "
+                                "role and microbatch) in a program with a plan");
+}
+
+TEST(Validator, RefusesHostInputOnABufferThatIsNotAnInput) {
+  Program p = plannedProgram();
+  p.mutable_buffers(2)->set_kind(schema::SCALAR);
+  EXPECT_EQ(validateMessage(p),
+            "buffer 2 'rng.0': host_input is set on a buffer of kind SCALAR, expected INPUT");
+}
+
+TEST(Validator, RefusesAnInvalidHostInputRole) {
+  Program p = plannedProgram();
+  p.mutable_buffers(0)->mutable_host_input()->set_role(schema::InputRole(9));
+  EXPECT_EQ(validateMessage(p), "buffer 0 'tokens.0': host_input.role 9 is not a valid input role "
+                                "(expected TOKENS, POSITION_IDS, LABELS, LOSS_MASK or RNG)");
+  p.mutable_buffers(0)->mutable_host_input()->set_role(schema::INPUT_ROLE_UNSPECIFIED);
+  EXPECT_NE(validateMessage(p).find("host_input.role 0 is not a valid input role"),
+            std::string::npos);
+}
+
+TEST(Validator, RefusesAHostInputMicrobatchOutsideThePlan) {
+  Program p = plannedProgram();
+  p.mutable_buffers(3)->mutable_host_input()->set_microbatch(2);
+  EXPECT_EQ(validateMessage(p), "buffer 3 'tokens.1': host_input.microbatch 2 is outside [0, "
+                                "num_microbatches 2)");
+}
+
+TEST(Validator, RefusesTheSameHostInputTwice) {
+  Program p = plannedProgram();
+  p.mutable_buffers(3)->mutable_host_input()->set_microbatch(0);
+  EXPECT_EQ(validateMessage(p), "buffer 3 'tokens.1': host input TOKENS of microbatch 0 is also "
+                                "buffer 0 'tokens.0'");
+}
+
+TEST(Validator, RefusesARoleMissingAMicrobatch) {
+  // tokens.1 becomes LABELS: TOKENS lacks microbatch 1 (and LABELS microbatch 0).
+  Program p = plannedProgram();
+  p.mutable_buffers(3)->mutable_host_input()->set_role(schema::LABELS);
+  EXPECT_EQ(validateMessage(p), "host input TOKENS has no buffer for microbatch 1 "
+                                "(num_microbatches 2: one buffer per microbatch)");
+  // More microbatches in the plan than the buffers cover.
+  p = plannedProgram();
+  p.mutable_plan()->set_num_microbatches(3);
+  p.mutable_plan()->set_global_batch_size(12);
+  EXPECT_EQ(validateMessage(p), "host input TOKENS has no buffer for microbatch 2 "
+                                "(num_microbatches 3: one buffer per microbatch)");
+}
+
+TEST(Validator, RefusesAHostInputOfTheWrongShape) {
+  Program p = plannedProgram();
+  reshapeBuffer(p, 0, {2, 4});
+  EXPECT_EQ(validateMessage(p), "buffer 0 'tokens.0': host input TOKENS has shape [2, 4], "
+                                "expected [2, 3] ([micro_batch_size, seq_length] of the plan)");
+  p = plannedProgram();
+  reshapeBuffer(p, 5, {4});
+  EXPECT_EQ(validateMessage(p), "buffer 5 'rng.1': host input RNG has shape [4], expected [3] "
+                                "(seed, iteration, microbatch)");
+}
+
+TEST(Validator, RefusesAHostInputOfTheWrongDType) {
+  Program p = plannedProgram();
+  p.mutable_buffers(1)->set_dtype(schema::I32);
+  EXPECT_EQ(validateMessage(p),
+            "buffer 1 'loss_mask.0': host input LOSS_MASK has dtype i32, expected f32 or f64");
+  p = plannedProgram();
+  p.mutable_buffers(0)->set_dtype(schema::F32);
+  EXPECT_EQ(validateMessage(p),
+            "buffer 0 'tokens.0': host input TOKENS has dtype f32, expected i32");
+  p = plannedProgram();
+  p.mutable_buffers(2)->set_dtype(schema::F64);
+  EXPECT_EQ(validateMessage(p), "buffer 2 'rng.0': host input RNG has dtype f64, expected i64");
 }
 
 TEST(Validator, RefusesMoreArgumentsThanTheExecutorCanBind) {

@@ -40,13 +40,14 @@ schema::Program lrEchoProgram(double update) {
   b.kernel(main, "fill", {}, {ProgramBuilder::buf(nt)}, {AttrArg("value", 1.0)});
   b.kernel(main, "fill", {}, {ProgramBuilder::buf(up)}, {AttrArg("value", update)});
   b.hostIO(main, schema::READ_OUTPUTS, "outputs");
+  b.setPlan(/*microBatchSize=*/2, /*numMicrobatches=*/1, /*seqLength=*/8, /*vocabSize=*/256);
   schema::Program p = b.finish();
+  // What trainc compile records of its flags (provenance; trainrun quotes it when a compile-time
+  // flag is given to it). The trainer reads the plan, not these.
   auto &m = *p.mutable_metadata();
   m["training.micro_batch_size"] = "2";
-  m["training.num_microbatches"] = "1";
   m["training.global_batch_size"] = "2";
   m["model.seq_length"] = "8";
-  m["model.vocab_size"] = "256";
   return p;
 }
 
@@ -100,17 +101,57 @@ TEST(Trainer, RefusesAProgramThatFailsValidation) {
   EXPECT_NE(t.status().message().find("is outside the arena"), std::string::npos) << t.status();
 }
 
-TEST(Trainer, RefusesAProgramWithoutTrainingMetadata) {
+TEST(Trainer, RefusesAProgramWithoutAPlan) {
   schema::Program p = lrEchoProgram(1.0);
-  p.mutable_metadata()->clear();
-  std::string dir = writePlan("trainer-nometa", p);
+  p.clear_plan();
+  std::string dir = writePlan("trainer-noplan", p);
   auto opts = control::parseRunOptions(p, {"--mock-data", "--train-iters", "1", "--lr", "1e-3"});
   ASSERT_TRUE(opts.ok());
   std::ostringstream log;
   auto t = control::Trainer::create(dir, *opts, log);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("does not record its micro batch size"), std::string::npos)
+  EXPECT_NE(t.status().message().find("rank0.pb: the program has no plan (Program.plan: micro "
+                                      "batch size, number of microbatches, sequence length), "
+                                      "which trainrun needs (was it written by trainc compile?)"),
+            std::string::npos)
       << t.status();
+  // A format version 1 file (written before the plan existed) is told to recompile.
+  p.set_format_version(1);
+  dir = writePlan("trainer-v1", p);
+  t = control::Trainer::create(dir, *opts, log);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("it is format version 1, older than the plan (version 2): "
+                                      "recompile it with trainc compile"),
+            std::string::npos)
+      << t.status();
+}
+
+TEST(Trainer, FillsInputBuffersByRoleAndMicrobatchNotByName) {
+  // loss_sum = sum of both microbatches' loss masks (all ones: 2 x 2 x 8), whatever the buffers
+  // are called.
+  ProgramBuilder b;
+  b.addBuffer("lr", schema::SCALAR, DType::F32, {});
+  int ls = b.addBuffer("loss_sum", schema::OUTPUT, DType::F32, {});
+  int nt = b.addBuffer("num_tokens", schema::OUTPUT, DType::F32, {});
+  int up = b.addBuffer("update_successful", schema::OUTPUT, DType::F32, {});
+  int m1 = b.addBuffer("second", schema::INPUT, DType::F32, {2, 8});
+  int m0 = b.addBuffer("first", schema::INPUT, DType::F32, {2, 8});
+  b.setHostInput(m0, schema::LOSS_MASK, 0);
+  b.setHostInput(m1, schema::LOSS_MASK, 1);
+  b.setPlan(2, 2, 8, 256);
+  int main = b.addFunction("train_step");
+  b.hostIO(main, schema::FILL_INPUTS, "batch");
+  b.kernel(main, "sum_squares", {ProgramBuilder::buf(m0)}, {ProgramBuilder::buf(ls)});
+  b.kernel(main, "sum_squares", {ProgramBuilder::buf(m1)}, {ProgramBuilder::buf(ls)},
+           {AttrArg("beta", 1.0)});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(nt)}, {AttrArg("value", 1.0)});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(up)}, {AttrArg("value", 1.0)});
+  b.hostIO(main, schema::READ_OUTPUTS, "outputs");
+  schema::Program p = b.finish();
+  std::vector<double> losses = run(writePlan("trainer-roles", p), p);
+  ASSERT_EQ(losses.size(), 6u);
+  for (double l : losses)
+    EXPECT_EQ(l, 32.0);
 }
 
 TEST(Trainer, TraceRecordsTheProfileWindowOnly) {
