@@ -216,6 +216,10 @@ const std::vector<FlagSpec> &flagTable() {
          return Error::success();
        }},
       setBool("--mock-data", runtime(&RuntimeDefaults::mock_data)),
+      setBool("--check-for-nan-in-loss-and-grad",
+              runtime(&RuntimeDefaults::check_for_nan_in_loss_and_grad)),
+      setBool("--no-check-for-nan-in-loss-and-grad",
+              runtime(&RuntimeDefaults::check_for_nan_in_loss_and_grad), false),
       string("--split", runtime(&RuntimeDefaults::split)),
       string("--tokenizer-type", runtime(&RuntimeDefaults::tokenizer_type)),
       string("--tokenizer-model", runtime(&RuntimeDefaults::tokenizer_model)),
@@ -259,11 +263,9 @@ const std::vector<FlagSpec> &flagTable() {
       // nothing (the computed function is the same).
       // DDP switches whose behaviour is trainc's fixed choice: gradients always accumulate and
       // reduce in fp32 (main_grad), the DP average is applied after the sum (legacy mode) or
-      // replaced by the global token count (default), NaN losses are counted in the log.
+      // replaced by the global token count (default).
       ignored("--accumulate-allreduce-grads-in-fp32"),
       ignored("--ddp-average-in-collective"),
-      ignored("--check-for-nan-in-loss-and-grad"),
-      ignored("--no-check-for-nan-in-loss-and-grad"),
       ignored("--use-mcore-models"),
       ignored("--transformer-impl", Arity::One),
       ignored("--use-flash-attn"),

@@ -307,6 +307,7 @@ KeyValues RuntimeDefaults::toKeyValues() const {
       {"train_samples", str(train_samples)},
       {"data_path", llvm::join(data_path, " ")},
       {"mock_data", str(mock_data)},
+      {"check_for_nan_in_loss_and_grad", str(check_for_nan_in_loss_and_grad)},
       {"split", split},
       {"tokenizer_type", tokenizer_type},
       {"tokenizer_model", tokenizer_model},

@@ -172,6 +172,10 @@ struct RuntimeDefaults {
   std::string load;
   /// Seeds initialisation and dropout (a device scalar of the iteration program).
   int64_t seed = 1234;
+  /// Megatron's --check-for-nan-in-loss-and-grad (default on): a NaN or Inf loss or grad norm
+  /// stops the run with an error naming the iteration and the rank; off, such an iteration is
+  /// skipped (no update) and counted in the log.
+  bool check_for_nan_in_loss_and_grad = true;
 
   /// Field name -> value; doubles in shortest round-trip form, booleans "true"/"false",
   /// data_path joined by single spaces; lr only when given.

@@ -78,7 +78,9 @@ int usage(const std::string &msg = "") {
          "  --lr-warmup-iters | --lr-warmup-samples, --lr-decay-iters | --lr-decay-samples,\n"
          "  --weight-decay, --log-interval, --eval-interval, --eval-iters, --seed,\n"
          "  --seq-length (must equal the compiled one), --dump-dir DIR, --trace DIR\n"
-         "  (Chrome trace per rank), --profile-step-start N, --profile-step-end M\n";
+         "  (Chrome trace per rank), --profile-step-start N, --profile-step-end M,\n"
+         "  --[no-]check-for-nan-in-loss-and-grad (default on: a NaN/Inf loss or grad norm is an\n"
+         "  error)\n";
   return 2;
 }
 

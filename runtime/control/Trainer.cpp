@@ -93,6 +93,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.evalInterval = metaInt(p, "runtime.eval_interval", o.evalInterval);
   o.evalIters = metaInt(p, "runtime.eval_iters", o.evalIters);
   o.seed = metaInt(p, "runtime.seed", o.seed);
+  o.checkForNanInLossAndGrad =
+      meta(p, "runtime.check_for_nan_in_loss_and_grad", "true") == "true";
 
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
@@ -139,6 +141,10 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
         s = absl::InvalidArgumentError("--data-path expects one or more files or directories");
     } else if (flag == "--mock-data") {
       o.mockData = true;
+    } else if (flag == "--check-for-nan-in-loss-and-grad") {
+      o.checkForNanInLossAndGrad = true;
+    } else if (flag == "--no-check-for-nan-in-loss-and-grad") {
+      o.checkForNanInLossAndGrad = false;
     } else if (flag == "--split") {
       s = next(o.split);
     } else if (flag == "--seq-length") {
@@ -662,7 +668,7 @@ absl::Status Trainer::train() {
         im.ex->setTiming(false);
     }
     double lr = im.schedule->lr(scheduled);
-    double loss = 0, norm = 0, update = 0;
+    double loss = 0, norm = 0, update = 0, tokens = 0;
     std::vector<int32_t> record;
     auto t0 = std::chrono::steady_clock::now();
     absl::Status s = im.ex->run([&](schema::HostIOKind kind, const std::string &) -> absl::Status {
@@ -677,13 +683,29 @@ absl::Status Trainer::train() {
           return f;
         return im.writeScalar("step", double(successful + 1));
       }
-      loss = im.readScalar("loss_sum") / im.readScalar("num_tokens");
+      tokens = im.readScalar("num_tokens");
+      loss = im.readScalar("loss_sum") / tokens;
       norm = im.readScalar("grad_norm");
       update = im.readScalar("update_successful");
       return absl::OkStatus();
     });
     if (!s.ok())
       return fail(absl::Status(s.code(), absl::StrCat("iteration ", it, ": ", s.message())));
+    // Megatron's --check-for-nan-in-loss-and-grad. The loss and the grad norm are reduced over
+    // the data-parallel ranks, so every rank stops at the same iteration (none waits for a peer).
+    if (o.checkForNanInLossAndGrad && (!std::isfinite(loss) || !std::isfinite(norm))) {
+      auto what = [](double v) { return std::isnan(v) ? "NaN" : "Inf"; };
+      std::string found =
+          tokens == 0 ? "the global batch has no unmasked token (lm loss = 0 / 0)"
+          : !std::isfinite(loss)
+              ? absl::StrCat("found ", what(loss), " in the loss (lm loss: ", loss,
+                             ", grad norm: ", norm, ")")
+              : absl::StrCat("found ", what(norm), " in the grad norm (lm loss: ", loss, ")");
+      return fail(absl::DataLossError(absl::StrCat(
+          "iteration ", it, ", rank ", im.comm->rank(), ": ", found,
+          "; --check-for-nan-in-loss-and-grad is on (Megatron's default): pass "
+          "--no-check-for-nan-in-loss-and-grad to skip such iterations instead")));
+    }
     double dt = seconds(t0, std::chrono::steady_clock::now());
     consumed += im.gbs;
     bool ok = update != 0;

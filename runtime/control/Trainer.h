@@ -49,6 +49,10 @@ struct RunOptions {
   /// [start, end) only (1-based; 0 = from the first / to the last), which bounds the trace's
   /// memory on long runs.
   int64_t profileStepStart = 0, profileStepEnd = 0;
+  /// Megatron's --check-for-nan-in-loss-and-grad (default on): a NaN or Inf loss or grad norm is
+  /// an error naming the iteration and the rank. Off: the iteration is skipped (the program's
+  /// update predicate already refuses a non-finite grad norm) and counted in the log.
+  bool checkForNanInLossAndGrad = true;
 };
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then

@@ -134,6 +134,7 @@ TEST(Trainer, FillsInputBuffersByRoleAndMicrobatchNotByName) {
   int ls = b.addBuffer("loss_sum", schema::OUTPUT, DType::F32, {});
   int nt = b.addBuffer("num_tokens", schema::OUTPUT, DType::F32, {});
   int up = b.addBuffer("update_successful", schema::OUTPUT, DType::F32, {});
+  int gn = b.addBuffer("grad_norm", schema::OUTPUT, DType::F32, {}); // finite: the NaN check passes
   int m1 = b.addBuffer("second", schema::INPUT, DType::F32, {2, 8});
   int m0 = b.addBuffer("first", schema::INPUT, DType::F32, {2, 8});
   b.setHostInput(m0, schema::LOSS_MASK, 0);
@@ -146,6 +147,7 @@ TEST(Trainer, FillsInputBuffersByRoleAndMicrobatchNotByName) {
            {AttrArg("beta", 1.0)});
   b.kernel(main, "fill", {}, {ProgramBuilder::buf(nt)}, {AttrArg("value", 1.0)});
   b.kernel(main, "fill", {}, {ProgramBuilder::buf(up)}, {AttrArg("value", 1.0)});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(gn)}, {AttrArg("value", 1.0)});
   b.hostIO(main, schema::READ_OUTPUTS, "outputs");
   schema::Program p = b.finish();
   std::vector<double> losses = run(writePlan("trainer-roles", p), p);
