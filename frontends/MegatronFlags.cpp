@@ -294,6 +294,8 @@ llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
   PlanConfig config;
   if (options.base_model)
     config.model = *options.base_model;
+  if (options.base_micro_batch_size)
+    config.training.micro_batch_size = *options.base_micro_batch_size;
   llvm::StringSet<> seen;
 
   for (size_t i = 0; i < args.size(); ++i) {
@@ -348,6 +350,8 @@ llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
   if (!options.base_model)
     required = {"--num-layers", "--hidden-size", "--num-attention-heads",
                 "--seq-length", "--vocab-size",  "--micro-batch-size"};
+  if (options.base_micro_batch_size)
+    llvm::erase(required, StringRef("--micro-batch-size"));
   for (StringRef name : required)
     if (!seen.contains(name))
       return makeError("missing required flag " + name);

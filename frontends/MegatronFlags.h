@@ -20,6 +20,9 @@ struct FlagParseOptions {
   /// Model values to start from (a preset or a parsed config.json, not finalized); model
   /// flags then override single fields and are no longer required.
   const ModelConfig *base_model = nullptr;
+  /// A micro-batch size the input already fixes (a .mlir model's tokens shape): the default of
+  /// --micro-batch-size, which is then not required.
+  std::optional<int64_t> base_micro_batch_size;
   /// Run checkSupported() on the result. Only tools that inspect a configuration without
   /// compiling it turn this off.
   bool check_supported = true;

@@ -10,6 +10,7 @@
 #include "compiler/Driver.h"
 #include "frontends/HFConfig.h"
 #include "frontends/MegatronFlags.h"
+#include "frontends/ModelModule.h"
 #include "frontends/ModelConfig.h"
 #include "runtime/core/Program.h"
 
@@ -97,6 +98,7 @@ int cmdCompile(std::vector<std::string> args) {
   SourceMgrDiagnosticHandler diag(*new llvm::SourceMgr(), &ctx, llvm::errs());
   OwningOpRef<ModuleOp> module;
   std::optional<cfgns::ModelConfig> base;
+  std::optional<int64_t> mbs; // a .mlir model's tokens shape fixes it
   if (!preset.empty()) {
     base = cfgns::findPreset(preset);
     if (!base)
@@ -108,45 +110,24 @@ int cmdCompile(std::vector<std::string> args) {
       return fail(llvm::toString(m.takeError()));
     base = *m;
   } else if (!mlirFile.empty()) {
-    llvm::SourceMgr sm;
-    std::string err;
-    auto file = llvm::MemoryBuffer::getFile(mlirFile);
-    if (!file)
-      return fail("cannot read '" + mlirFile + "': " + file.getError().message());
-    sm.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
-    SourceMgrDiagnosticHandler handler(sm, &ctx, llvm::errs());
-    module = parseSourceFile<ModuleOp>(sm, &ctx);
-    if (!module)
-      return fail("cannot parse '" + mlirFile + "'");
-    auto fwd = module->lookupSymbol<func::FuncOp>("forward");
-    if (!fwd)
-      return fail("'" + mlirFile + "' has no func.func @forward");
-    // The microbatch size and sequence length come from the tokens input.
-    for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
-      if (auto n = fwd.getArgAttrOfType<StringAttr>(i, "model.input"); n && n.getValue() == "tokens") {
-        auto t = llvm::dyn_cast<RankedTensorType>(fwd.getArgument(i).getType());
-        if (!t || t.getRank() != 2)
-          return fail("@forward's tokens input must be a rank-2 tensor [micro batch, seq]");
-        base = cfgns::findPreset("tiny-gpt");
-        base->seq_length = t.getDimSize(1);
-        base->max_position_embeddings = t.getDimSize(1);
-        bool hasMbs = llvm::any_of(flags, [](const std::string &f) {
-          return llvm::StringRef(f).starts_with("--micro-batch-size");
-        });
-        if (!hasMbs) {
-          flags.insert(flags.begin(), std::to_string(t.getDimSize(0)));
-          flags.insert(flags.begin(), "--micro-batch-size");
-        }
-      }
-    if (!base)
-      return fail("@forward in '" + mlirFile + "' has no argument tagged model.input = \"tokens\"");
+    llvm::Expected<cfgns::ModelModule> in = cfgns::readModelModule(ctx, mlirFile);
+    if (!in)
+      return fail(llvm::toString(in.takeError()));
+    module = std::move(in->module);
+    base = in->base;
+    mbs = in->micro_batch_size;
   }
   cfgns::FlagParseOptions po;
   if (base)
     po.base_model = &*base;
+  po.base_micro_batch_size = mbs;
   llvm::Expected<cfgns::PlanConfig> cfg = cfgns::parseMegatronFlags(flags, po);
   if (!cfg)
     return fail(llvm::toString(cfg.takeError()));
+  if (mbs && cfg->training.micro_batch_size != *mbs)
+    return fail("--micro-batch-size " + std::to_string(cfg->training.micro_batch_size) +
+                " differs from the micro batch of '" + mlirFile + "' (its tokens input has " +
+                std::to_string(*mbs) + " rows)");
   for (const std::string &w : cfg->warnings)
     llvm::errs() << "trainc: warning: " << w << "\n";
   if (!cfg->ignoredFlags.empty())
