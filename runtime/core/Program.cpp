@@ -3,12 +3,14 @@
 #include "runtime/core/Program.h"
 
 #include "runtime/core/Backend.h"
+#include "runtime/core/Crc32c.h"
 #include "runtime/core/Resolve.h"
 
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -30,6 +32,16 @@ uint64_t getLE(std::string_view s, size_t at, int bytes) {
     v |= uint64_t(uint8_t(s[at + i])) << (8 * i);
   return v;
 }
+std::string hex32(uint32_t v) {
+  char buf[11];
+  std::snprintf(buf, sizeof buf, "0x%08x", unsigned(v));
+  return buf;
+}
+std::string supportedVersions() {
+  return kMinFileFormatVersion == kFormatVersion
+             ? absl::StrCat("version ", kFormatVersion)
+             : absl::StrCat("versions ", kMinFileFormatVersion, " to ", kFormatVersion);
+}
 } // namespace
 
 std::string serializeProgram(const schema::Program &program) {
@@ -40,7 +52,7 @@ std::string serializeProgram(const schema::Program &program) {
   copy.SerializeToString(&payload);
   std::string out(kProgramMagic, 8);
   putLE(out, copy.format_version(), 4);
-  putLE(out, 0, 4);
+  putLE(out, crc32c(payload), 4);
   putLE(out, payload.size(), 8);
   out += payload;
   return out;
@@ -66,10 +78,15 @@ absl::StatusOr<schema::Program> parseProgram(std::string_view bytes) {
     return absl::InvalidArgumentError(
         "not a trainc program: the file does not start with the magic \"TRAINCPG\"");
   uint32_t version = uint32_t(getLE(bytes, 8, 4));
-  if (version == 0 || version > kFormatVersion)
+  if (version > kFormatVersion)
     return absl::InvalidArgumentError(
-        absl::StrCat("program format version ", version, " is not supported: this runtime reads "
-                     "versions 1 to ", kFormatVersion, " (recompile the plan with a matching trainc)"));
+        absl::StrCat("program format version ", version, " is not supported: this runtime reads ",
+                     supportedVersions(), " (recompile the plan with a matching trainc)"));
+  if (version < kMinFileFormatVersion)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "program format version ", version, " is not supported: this runtime reads ",
+        supportedVersions(), ", and files before version ", kMinFileFormatVersion,
+        " have no payload checksum (recompile the plan with trainc compile)"));
   uint64_t size = getLE(bytes, 16, 8);
   uint64_t have = bytes.size() - kProgramHeaderSize;
   if (have < size)
@@ -79,6 +96,12 @@ absl::StatusOr<schema::Program> parseProgram(std::string_view bytes) {
     return absl::DataLossError(absl::StrCat("program has ", have - size,
                                             " trailing bytes after the ", size,
                                             "-byte payload"));
+  uint32_t stored = uint32_t(getLE(bytes, 12, 4));
+  uint32_t computed = crc32c(bytes.substr(kProgramHeaderSize));
+  if (computed != stored)
+    return absl::DataLossError(absl::StrCat("payload checksum ", hex32(computed),
+                                            " does not match the header's ", hex32(stored),
+                                            " (the file is corrupted)"));
   schema::Program p;
   if (!p.ParseFromArray(bytes.data() + kProgramHeaderSize, int(size)))
     return absl::DataLossError("program payload is not a valid schema.Program message");

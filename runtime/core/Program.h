@@ -3,9 +3,11 @@
 // A program file is a 24-byte header followed by a serialized schema::Program:
 //   bytes 0..7   magic "TRAINCPG"
 //   bytes 8..11  format version (little-endian u32), equal to Program.format_version
-//   bytes 12..15 reserved (0)
+//   bytes 12..15 CRC32C (Castagnoli) of the payload (little-endian u32; version 3 on, 0 before)
 //   bytes 16..23 payload size in bytes (little-endian u64)
-// The header makes truncation detectable (protobuf alone can parse a prefix cut at a field boundary).
+// The size makes truncation detectable (protobuf alone can parse a prefix cut at a field boundary);
+// the checksum makes a changed payload byte detectable (protobuf parses most of them as another
+// valid message).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TRAINC_RUNTIME_CORE_PROGRAM_H
@@ -23,18 +25,23 @@ namespace trainc::rt {
 
 class Backend;
 
-/// The newest program format this runtime reads. Version history is in docs/runtime.md.
-constexpr uint32_t kFormatVersion = 2;
+/// The program format this runtime reads and writes. Version history is in docs/runtime.md.
+constexpr uint32_t kFormatVersion = 3;
+/// The oldest file format the loader reads: the first with the payload checksum. Older files are
+/// refused with a message to recompile (a message's format_version may still be 1 or 2 in memory).
+constexpr uint32_t kMinFileFormatVersion = 3;
 constexpr char kProgramMagic[8] = {'T', 'R', 'A', 'I', 'N', 'C', 'P', 'G'};
 constexpr size_t kProgramHeaderSize = 24;
 
-/// Serializes `program` with the file header. Sets format_version to kFormatVersion if it is 0.
+/// Serializes `program` with the file header (the payload's CRC32C included). Sets format_version
+/// to kFormatVersion if it is 0.
 std::string serializeProgram(const schema::Program &program);
 absl::Status writeProgramFile(const schema::Program &program, const std::string &path);
 
-/// Parses a header + payload. Errors (InvalidArgument / DataLoss): bad magic, a version newer than
-/// kFormatVersion, a payload shorter than the header says (truncated), trailing bytes, or a payload
-/// that protobuf cannot parse. Does not validate the contents (see validateProgram).
+/// Parses a header + payload. Errors (InvalidArgument / DataLoss): bad magic, a version other than
+/// kMinFileFormatVersion..kFormatVersion, a payload shorter than the header says (truncated),
+/// trailing bytes, a payload whose CRC32C differs from the header's, or a payload that protobuf
+/// cannot parse. Does not validate the contents (see validateProgram).
 absl::StatusOr<schema::Program> parseProgram(std::string_view bytes);
 /// Reads and parses a file; NotFound if it cannot be opened.
 absl::StatusOr<schema::Program> readProgramFile(const std::string &path);

@@ -1,12 +1,16 @@
 //===- ProgramTest.cpp - Program file format, validator, executor --------===//
 
 #include "runtime/comm/Communicator.h"
+#include "runtime/core/Crc32c.h"
 #include "runtime/core/Executor.h"
 #include "runtime/core/Init.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/ProgramBuilder.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
 
 using namespace trainc::rt;
 using trainc::schema::Program;
@@ -173,6 +177,107 @@ TEST(Validator, RefusesTruncatedFile) {
     auto parsed = parseProgram(std::string_view(bytes).substr(0, cut));
     ASSERT_FALSE(parsed.ok()) << cut;
     EXPECT_NE(parsed.status().message().find("truncated"), std::string::npos) << parsed.status();
+  }
+}
+
+TEST(Crc32c, MatchesTheCheckValue) {
+  EXPECT_EQ(crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(crc32c(""), 0u);
+  // 32 zero bytes and 32 0xff bytes (RFC 3720, B.4).
+  EXPECT_EQ(crc32c(std::string(32, '\0')), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(std::string(32, '\xff')), 0x62A8AB43u);
+  // In pieces, across the 8-byte blocks.
+  std::string s = "The quick brown fox jumps over the lazy dog, twice over: 0123456789";
+  for (size_t cut = 0; cut <= s.size(); ++cut)
+    EXPECT_EQ(crc32c(std::string_view(s).substr(cut), crc32c(std::string_view(s).substr(0, cut))),
+              crc32c(s))
+        << cut;
+}
+
+namespace {
+std::string hex(uint32_t v) {
+  char buf[11];
+  std::snprintf(buf, sizeof buf, "0x%08x", unsigned(v));
+  return buf;
+}
+uint32_t headerCrc(const std::string &bytes) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i)
+    v |= uint32_t(uint8_t(bytes[12 + i])) << (8 * i);
+  return v;
+}
+} // namespace
+
+TEST(Validator, WritesThePayloadChecksum) {
+  Baseline base;
+  std::string bytes = serializeProgram(base.b.finish());
+  EXPECT_EQ(uint8_t(bytes[8]), kFormatVersion);
+  EXPECT_EQ(headerCrc(bytes), crc32c(std::string_view(bytes).substr(kProgramHeaderSize)));
+  EXPECT_NE(headerCrc(bytes), 0u);
+}
+
+TEST(Validator, RefusesAFlippedPayloadByte) {
+  Baseline base;
+  std::string bytes = serializeProgram(base.b.finish());
+  ASSERT_TRUE(parseProgram(bytes).ok());
+  const uint32_t stored = headerCrc(bytes);
+  for (size_t at : {kProgramHeaderSize, kProgramHeaderSize + 7, bytes.size() / 2, bytes.size() - 1}) {
+    std::string bad = bytes;
+    bad[at] ^= 0x10;
+    const uint32_t computed = crc32c(std::string_view(bad).substr(kProgramHeaderSize));
+    auto parsed = parseProgram(bad);
+    ASSERT_FALSE(parsed.ok()) << at;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(parsed.status().message(), "payload checksum " + hex(computed) +
+                                             " does not match the header's " + hex(stored) +
+                                             " (the file is corrupted)")
+        << at;
+  }
+  // The file's name leads the message.
+  std::string bad = bytes;
+  bad[bytes.size() / 2] ^= 0x01;
+  const std::string path = ::testing::TempDir() + "/flipped-rank0.pb";
+  std::ofstream(path, std::ios::binary) << bad;
+  auto parsed = readProgramFile(path);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().message().rfind(path + ": payload checksum 0x", 0), 0u)
+      << parsed.status();
+  std::remove(path.c_str());
+}
+
+TEST(Validator, RefusesAFlippedHeaderByte) {
+  Baseline base;
+  std::string bytes = serializeProgram(base.b.finish());
+  for (size_t at = 0; at < kProgramHeaderSize; ++at)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = bytes;
+      bad[at] ^= char(1 << bit);
+      EXPECT_FALSE(parseProgram(bad).ok()) << "byte " << at << " bit " << bit;
+    }
+  // A changed checksum byte is named as such.
+  std::string bad = bytes;
+  bad[13] ^= 0x40;
+  auto parsed = parseProgram(bad);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find(" does not match the header's " + hex(headerCrc(bad))),
+            std::string::npos)
+      << parsed.status();
+}
+
+TEST(Validator, RefusesFilesWithoutAChecksum) {
+  // Versions 1 and 2 wrote 0 where the checksum now is: recompile them.
+  Baseline base;
+  for (uint32_t v : {1u, 2u}) {
+    Program p = base.b.finish();
+    p.set_format_version(v);
+    auto parsed = parseProgram(serializeProgram(p));
+    ASSERT_FALSE(parsed.ok()) << v;
+    EXPECT_NE(parsed.status().message().find(
+                  "program format version " + std::to_string(v) +
+                  " is not supported: this runtime reads version 3, and files before version 3 "
+                  "have no payload checksum (recompile the plan with trainc compile)"),
+              std::string::npos)
+        << parsed.status();
   }
 }
 

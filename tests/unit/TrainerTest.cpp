@@ -115,13 +115,16 @@ TEST(Trainer, RefusesAProgramWithoutAPlan) {
                                       "which trainrun needs (was it written by trainc compile?)"),
             std::string::npos)
       << t.status();
-  // A format version 1 file (written before the plan existed) is told to recompile.
+  // A format version 1 file (written before the plan and the payload checksum existed) is told to
+  // recompile, by the loader.
   p.set_format_version(1);
   dir = writePlan("trainer-v1", p);
   t = control::Trainer::create(dir, *opts, log);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("it is format version 1, older than the plan (version 2): "
-                                      "recompile it with trainc compile"),
+  EXPECT_NE(t.status().message().find("rank0.pb: program format version 1 is not supported: this "
+                                      "runtime reads version 3, and files before version 3 have "
+                                      "no payload checksum (recompile the plan with trainc "
+                                      "compile)"),
             std::string::npos)
       << t.status();
 }
