@@ -308,6 +308,8 @@ struct Child {
   std::string outBuf, errBuf, lastErr;
   bool exited = false;
   int status = 0;
+  /// trainrun itself sent it a signal (stopping the job after another rank failed).
+  bool signalledByUs = false;
 };
 
 void writeAllFd(int fd, const std::string &s) {
@@ -482,8 +484,10 @@ int spawn(const Flags &f, const char *argv0) {
   int interruptedBy = 0;
   auto terminateAll = [&](int sig) {
     for (Child &c : children)
-      if (!c.exited)
+      if (!c.exited) {
         ::kill(c.pid, sig);
+        c.signalledByUs = true;
+      }
     if (!killAt)
       killAt = Clock::now() + std::chrono::seconds(5);
   };
@@ -556,8 +560,10 @@ int spawn(const Flags &f, const char *argv0) {
     }
     if (killAt && Clock::now() >= *killAt)
       for (Child &c : children)
-        if (!c.exited)
+        if (!c.exited) {
           ::kill(c.pid, SIGKILL);
+          c.signalledByUs = true;
+        }
     // A child's output pipe stays open only while it runs; after SIGKILL nothing can hold it.
   }
   if (server)
@@ -568,6 +574,15 @@ int spawn(const Flags &f, const char *argv0) {
     return 128 + interruptedBy;
   }
   if (failed) {
+    // The root cause first: a rank killed by a signal trainrun did not send (kill -9, the OOM
+    // killer) rather than a peer that failed because its connection to it dropped, which may be
+    // reaped in the same pass or a moment before it.
+    if (!WIFSIGNALED(failed->status))
+      for (Child &c : children)
+        if (c.exited && WIFSIGNALED(c.status) && !c.signalledByUs) {
+          failed = &c;
+          break;
+        }
     std::string msg = describeStatus(*failed);
     std::string last = failed->lastErr;
     const std::string prefix = "trainrun: error: ";
