@@ -2,6 +2,9 @@
 
 #include "runtime/core/Program.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "runtime/core/Backend.h"
 #include "runtime/core/Crc32c.h"
 #include "runtime/core/Resolve.h"
@@ -45,13 +48,29 @@ std::string supportedVersions() {
 } // namespace
 
 std::string serializeProgram(const schema::Program &program) {
-  schema::Program copy = program;
-  if (copy.format_version() == 0)
-    copy.set_format_version(kFormatVersion);
+  // Deterministic: map fields (metadata, entry points) in key order, so that one plan compiled
+  // twice gives the same bytes and the same checksum.
+  auto serialize = [](const schema::Program &p) {
+    std::string payload;
+    {
+      google::protobuf::io::StringOutputStream sos(&payload);
+      google::protobuf::io::CodedOutputStream cos(&sos);
+      cos.SetSerializationDeterministic(true);
+      p.SerializeToCodedStream(&cos);
+    }
+    return payload;
+  };
+  uint32_t version = program.format_version();
   std::string payload;
-  copy.SerializeToString(&payload);
+  if (version == 0) {
+    schema::Program copy = program;
+    copy.set_format_version(version = kFormatVersion);
+    payload = serialize(copy);
+  } else {
+    payload = serialize(program);
+  }
   std::string out(kProgramMagic, 8);
-  putLE(out, copy.format_version(), 4);
+  putLE(out, version, 4);
   putLE(out, crc32c(payload), 4);
   putLE(out, payload.size(), 8);
   out += payload;
