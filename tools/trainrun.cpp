@@ -215,6 +215,9 @@ std::string localAddressToward(const std::string &host, int port) {
 /// Env-var mode: one rank of a job whose processes an outer launcher (or trainrun's spawn mode)
 /// started.
 int runRankFromEnv(const Flags &f) {
+  // A write to a peer that died must be an error naming the collective, not a silent death of
+  // this rank by SIGPIPE (which would also hide which rank failed first).
+  std::signal(SIGPIPE, SIG_IGN);
   const bool torch = env("RANK") || env("WORLD_SIZE");
   const char *rankVar = torch ? "RANK" : "SLURM_PROCID";
   const char *worldVar = torch ? "WORLD_SIZE" : "SLURM_NTASKS";
@@ -308,8 +311,8 @@ struct Child {
   std::string outBuf, errBuf, lastErr;
   bool exited = false;
   int status = 0;
-  /// trainrun itself sent it a signal (stopping the job after another rank failed).
-  bool signalledByUs = false;
+  /// The last signal trainrun sent it (stopping the job after another rank failed), or 0.
+  int sentSignal = 0;
 };
 
 void writeAllFd(int fd, const std::string &s) {
@@ -486,7 +489,7 @@ int spawn(const Flags &f, const char *argv0) {
     for (Child &c : children)
       if (!c.exited) {
         ::kill(c.pid, sig);
-        c.signalledByUs = true;
+        c.sentSignal = sig;
       }
     if (!killAt)
       killAt = Clock::now() + std::chrono::seconds(5);
@@ -562,7 +565,7 @@ int spawn(const Flags &f, const char *argv0) {
       for (Child &c : children)
         if (!c.exited) {
           ::kill(c.pid, SIGKILL);
-          c.signalledByUs = true;
+          c.sentSignal = SIGKILL;
         }
     // A child's output pipe stays open only while it runs; after SIGKILL nothing can hold it.
   }
@@ -576,10 +579,11 @@ int spawn(const Flags &f, const char *argv0) {
   if (failed) {
     // The root cause first: a rank killed by a signal trainrun did not send (kill -9, the OOM
     // killer) rather than a peer that failed because its connection to it dropped, which may be
-    // reaped in the same pass or a moment before it.
+    // reaped in the same pass or a moment before it (the dead rank is then sent the SIGTERM that
+    // stops the job, but it died of another signal).
     if (!WIFSIGNALED(failed->status))
       for (Child &c : children)
-        if (c.exited && WIFSIGNALED(c.status) && !c.signalledByUs) {
+        if (c.exited && WIFSIGNALED(c.status) && WTERMSIG(c.status) != c.sentSignal) {
           failed = &c;
           break;
         }
