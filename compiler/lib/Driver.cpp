@@ -252,10 +252,10 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   } else {
     module->setAttr(sched::kPlanAttrName, fromFlags);
   }
-  // The device mesh: a mesh.mesh symbol with Megatron's axes (tp, cp, ep, dp, pp), the one the
-  // tensor collectives name and the export derives its groups from.
+  // The rank table (Megatron's tp-cp-ep-dp-pp order) and the device mesh: a mesh.mesh symbol
+  // with its axes, the one the tensor collectives name and the export derives its groups from.
+  cfgns::RankTable table(cfg.parallel);
   {
-    cfgns::RankTable table(cfg.parallel);
     SmallVector<int64_t> shape(table.axisSizes().begin(), table.axisSizes().end());
     Builder b(&ctx);
     SmallVector<Attribute> names;
@@ -322,8 +322,6 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     if (failed(runPhase(module, ph, plan)) || failed(dump(module, n++, ph.name)))
       return failure();
 
-  // The rank table (Megatron's tp-cp-ep-dp-pp order).
-  cfgns::RankTable table(cfg.parallel);
   const int64_t world = table.worldSize();
   auto placementOf = [&](int64_t rank) {
     RankPlacement place;

@@ -65,6 +65,14 @@ struct StashLayout {
   }
 };
 
+/// A sum collective of `kind` on the communicator group `group` (a mesh axis name); async with
+/// `token` >= 0, synchronous with -1.
+void createCollective(OpBuilder &b, Location loc, StringRef kind, StringRef group, Value in,
+                      Value out, int64_t token) {
+  b.create<rt::CollectiveOp>(loc, b.getStringAttr(kind), b.getStringAttr(group), ValueRange{in},
+                             ValueRange{out}, b.getStringAttr("sum"), b.getI64IntegerAttr(token));
+}
+
 struct ParamInfo {
   std::string name;
   MemRefType type, gradType;
@@ -90,10 +98,7 @@ struct DpLayout {
   int64_t stateOffset(int64_t b) const { return bound(b) / (distributed() ? dp() : 1); }
   /// The bucket holding layout parameter i.
   int64_t bucketOf(size_t i) const {
-    int64_t b = 0;
-    while (b + 1 < numBuckets() && bound(b + 1) <= geo.offsets[i])
-      ++b;
-    return b;
+    return int64_t(llvm::upper_bound(geo.bounds, geo.offsets[i]) - geo.bounds.begin()) - 1;
   }
 };
 
@@ -153,9 +158,7 @@ private:
   }
   void collective(OpBuilder &ob, Location loc, StringRef kind, Value in, Value out,
                   int64_t token) {
-    ob.create<rt::CollectiveOp>(loc, ob.getStringAttr(kind), ob.getStringAttr("dp"),
-                                ValueRange{in}, ValueRange{out}, ob.getStringAttr("sum"),
-                                ob.getI64IntegerAttr(token));
+    createCollective(ob, loc, kind, "dp", in, out, token);
   }
   LogicalResult lowerDataParallelOp(OpBuilder &ob, Location loc, Operation &op);
   void lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm);
@@ -366,9 +369,7 @@ public:
   }
   void collective(StringRef kind, StringRef axis, Value input, Value output) override {
     // Synchronous: the tensor value is complete when the op returns.
-    b.create<rt::CollectiveOp>(op->getLoc(), b.getStringAttr(kind), b.getStringAttr(axis),
-                               ValueRange{input}, ValueRange{output}, b.getStringAttr("sum"),
-                               b.getI64IntegerAttr(-1));
+    createCollective(b, op->getLoc(), kind, axis, input, output, /*token=*/-1);
   }
   void fail(const Twine &message) override {
     if (error.empty())
@@ -826,8 +827,7 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
                               << "; mixed precision (fp32 master weights) is not supported yet";
   SmallVector<NamedAttribute> attrs{f64("beta1", adam.getBeta1().convertToDouble()),
                                     f64("beta2", adam.getBeta2().convertToDouble()),
-                                    f64("eps", adam.getEps().convertToDouble()),
-                                    i64("decay", adam.getDecay() ? 1 : 0)};
+                                    f64("eps", adam.getEps().convertToDouble())};
   auto update = [&](Value w, Value g, Value m, Value v) {
     return kernel(ob, loc, "adamw",
            {w, g, m, v, ref(ob, loc, scalar("lr", "scalar")),
@@ -842,6 +842,7 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
     Value m = ref(ob, loc, p.expAvg);
     Value v = ref(ob, loc, p.expAvgSq);
     Value g = gradRef(ob, loc, p);
+    attrs.push_back(i64("decay", adam.getDecay() ? 1 : 0));
     update(w, g, m, v);
     return success();
   }
@@ -856,8 +857,8 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
   int64_t k = it2->second.first;
   const SmallVector<int64_t> &bucketSegments = it2->second.second;
   const int64_t size = layout.shardSize(k);
-  attrs.pop_back(); // `decay` is per segment
-  attrs.push_back(b.getNamedAttr(
+  attrs.push_back(b.getNamedAttr( // each segment has its own decay flag
+
       "segments", b.getDenseI64ArrayAttr(rt::shardSegments(bucketSegments, 0, size))));
   int64_t state = layout.stateOffset(k);
   Value w = shardOf(ob, loc, layout.params, k);
