@@ -544,11 +544,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     return absl::InvalidArgumentError(absl::StrCat(
         im->programPath,
         ": the program has no plan (Program.plan: micro batch size, number of microbatches, "
-        "sequence length), which trainrun needs",
-        prog.format_version() < 2
-            ? absl::StrCat("; it is format version ", prog.format_version(),
-                           ", older than the plan (version 2): recompile it with trainc compile")
-            : " (was it written by trainc compile?)"));
+        "sequence length), which trainrun needs (was it written by trainc compile?)"));
   im->mbs = int64_t(prog.plan().micro_batch_size());
   im->numMicrobatches = int64_t(prog.plan().num_microbatches());
   im->gbs = int64_t(prog.plan().global_batch_size());
