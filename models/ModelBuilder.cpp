@@ -193,35 +193,124 @@ LogicalResult ModelIRBuilder::build() {
     x = b.create<model::AddOp>(embLoc, x.getType(), x, pe);
   }
   x = drop(x, embLoc);
-  int64_t rd = int64_t(double(D) * cfg.rotary_percent);
-  for (int64_t l = 0; l < L; ++l) {
-    std::string p = "decoder.layers." + std::to_string(l) + ".";
-    const Layer &y = layers[l];
-    Location la = at(p + "self_attention", line++);
-    Value h = norm(x, y.ln1, y.ln1b, at(p + "input_layernorm", line++));
+
+  // The decoder layer once, as @decoder_layer(x, its parameters, [position_ids], [key]) -> x,
+  // and one call per layer. Layer l's dropout sites keep the op ids of a flat model: its key is
+  // the microbatch's rng shifted by the sites of the layers before it (model.rng_offset).
+  const Layer &y0 = layers[0];
+  SmallVector<unsigned> slots; // layer 0's parameter indices, in argument order
+  for (unsigned i : {y0.ln1, y0.ln1b, y0.wq, y0.wk, y0.wv, y0.bq, y0.bk, y0.bv, y0.wo, y0.bo,
+                     y0.ln2, y0.ln2b, y0.w1, y0.b1, y0.w2, y0.b2})
+    if (i != 0)
+      slots.push_back(i);
+  const std::string prefix0 = "decoder.layers.0.";
+  SmallVector<Type> layerArgs = {x.getType()};
+  SmallVector<DictionaryAttr> layerArgAttrs = {b.getDictionaryAttr({})};
+  for (unsigned i : slots) {
+    layerArgs.push_back(t(params[i].shape));
+    layerArgAttrs.push_back(b.getDictionaryAttr({b.getNamedAttr(
+        "model.layer_param", b.getStringAttr(params[i].name.substr(prefix0.size())))}));
+  }
+  if (rope) {
+    layerArgs.push_back(pos.getType());
+    layerArgAttrs.push_back(b.getDictionaryAttr({}));
+  }
+  Type keyType = t({4}, b.getI64Type());
+  if (dropout) {
+    layerArgs.push_back(keyType);
+    layerArgAttrs.push_back(b.getDictionaryAttr({}));
+  }
+  const int64_t firstLayerOpId = opId;
+  func::FuncOp layerFn;
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(fn);
+    layerFn = b.create<func::FuncOp>(at("decoder.layers", 0), "decoder_layer",
+                                     b.getFunctionType(layerArgs, {x.getType()}));
+    layerFn.setPrivate();
+    layerFn->setAttr("model.layer", b.getStringAttr("decoder.layers"));
+    layerFn.setAllArgAttrs(layerArgAttrs);
+    Block *lb = layerFn.addEntryBlock();
+    b.setInsertionPointToStart(lb);
+    llvm::DenseMap<unsigned, Value> local; // parameter index (of layer 0) -> argument
+    for (auto [k, i] : llvm::enumerate(slots))
+      local[i] = lb->getArgument(unsigned(k) + 1);
+    auto LP = [&](unsigned i) { return local.lookup(i); };
+    Value lpos = rope ? lb->getArgument(unsigned(slots.size()) + 1) : Value();
+    Value key = dropout ? lb->getArgument(lb->getNumArguments() - 1) : Value();
+    opId = 0;
+    auto ldrop = [&](Value v, Location l) -> Value {
+      if (!dropout)
+        return v;
+      return b.create<model::DropoutOp>(l, v.getType(), v, key,
+                                        b.getF64FloatAttr(cfg.hidden_dropout),
+                                        b.getI64IntegerAttr(firstLayerOpId + ++opId));
+    };
+    auto lnorm = [&](Value v, unsigned w, unsigned bb, Location l) -> Value {
+      Type rows = t({B * S}, stats);
+      if (rms)
+        return b.create<model::RMSNormOp>(l, TypeRange{v.getType(), rows}, v, LP(w),
+                                          b.getF64FloatAttr(cfg.norm_epsilon))
+            .getResult();
+      return b.create<model::LayerNormOp>(l, TypeRange{v.getType(), rows, rows}, v, LP(w),
+                                          LP(bb), b.getF64FloatAttr(cfg.norm_epsilon))
+          .getResult();
+    };
+    auto llinear = [&](Value v, unsigned w, std::optional<unsigned> bb, int64_t out, Location l) {
+      SmallVector<int64_t> shape(cast<RankedTensorType>(v.getType()).getShape());
+      shape.back() = out;
+      return b.create<model::LinearOp>(l, t(shape), v, LP(w), bb ? LP(*bb) : Value()).getResult();
+    };
+    int64_t rd = int64_t(double(D) * cfg.rotary_percent);
+    const Layer &y = y0;
+    std::string p = "decoder.layers.";
+    Value lx = lb->getArgument(0);
+    Location la = at(p + "self_attention", 1);
+    Value h = lnorm(lx, y.ln1, y.ln1b, at(p + "input_layernorm", 2));
     auto ob = [&](unsigned i) { return bias ? std::optional<unsigned>(i) : std::nullopt; };
-    Value q = reshape(linear(h, y.wq, ob(y.bq), NH * D, la), {B, S, NH, D}, la);
-    Value k = reshape(linear(h, y.wk, ob(y.bk), NG * D, la), {B, S, NG, D}, la);
-    Value v = reshape(linear(h, y.wv, ob(y.bv), NG * D, la), {B, S, NG, D}, la);
+    Value q = reshape(llinear(h, y.wq, ob(y.bq), NH * D, la), {B, S, NH, D}, la);
+    Value k = reshape(llinear(h, y.wk, ob(y.bk), NG * D, la), {B, S, NG, D}, la);
+    Value v = reshape(llinear(h, y.wv, ob(y.bv), NG * D, la), {B, S, NG, D}, la);
     if (rope) {
-      q = b.create<model::RopeOp>(la, q.getType(), q, pos, b.getF64FloatAttr(cfg.rotary_base),
+      q = b.create<model::RopeOp>(la, q.getType(), q, lpos, b.getF64FloatAttr(cfg.rotary_base),
                                   b.getI64IntegerAttr(rd == D ? 0 : rd));
-      k = b.create<model::RopeOp>(la, k.getType(), k, pos, b.getF64FloatAttr(cfg.rotary_base),
+      k = b.create<model::RopeOp>(la, k.getType(), k, lpos, b.getF64FloatAttr(cfg.rotary_base),
                                   b.getI64IntegerAttr(rd == D ? 0 : rd));
     }
     auto attn = b.create<model::AttentionOp>(la, TypeRange{q.getType(), t({B, NH, S}, stats)}, q,
                                              k, v, b.getBoolAttr(true), b.getF64FloatAttr(0.0));
     Value o = reshape(attn.getResult(), {B, S, NH * D}, la);
-    Value a = drop(linear(o, y.wo, ob(y.bo), H, la), la);
-    x = b.create<model::AddOp>(la, x.getType(), x, a);
-    Location lm = at(p + "mlp", line++);
-    Value h2 = norm(x, y.ln2, y.ln2b, at(p + "pre_mlp_layernorm", line++));
-    Value u = linear(h2, y.w1, ob(y.b1), cfg.swiglu ? 2 * F : F, lm);
-    Value g = cfg.swiglu ? Value(b.create<model::SwigluOp>(lm, t({B, S, F}), u))
-                         : Value(b.create<model::GeluOp>(lm, u.getType(), u,
-                                                          b.getBoolAttr(cfg.openai_gelu)));
-    Value f = drop(linear(g, y.w2, ob(y.b2), H, lm), lm);
-    x = b.create<model::AddOp>(lm, x.getType(), x, f);
+    Value a = ldrop(llinear(o, y.wo, ob(y.bo), H, la), la);
+    lx = b.create<model::AddOp>(la, lx.getType(), lx, a);
+    Location lm = at(p + "mlp", 3);
+    Value h2 = lnorm(lx, y.ln2, y.ln2b, at(p + "pre_mlp_layernorm", 4));
+    Value u = llinear(h2, y.w1, ob(y.b1), cfg.swiglu ? 2 * F : F, lm);
+    Value gate = cfg.swiglu ? Value(b.create<model::SwigluOp>(lm, t({B, S, F}), u))
+                            : Value(b.create<model::GeluOp>(lm, u.getType(), u,
+                                                             b.getBoolAttr(cfg.openai_gelu)));
+    Value f = ldrop(llinear(gate, y.w2, ob(y.b2), H, lm), lm);
+    lx = b.create<model::AddOp>(lm, lx.getType(), lx, f);
+    b.create<func::ReturnOp>(lm, lx);
+  }
+  const int64_t sitesPerLayer = opId;
+  opId = firstLayerOpId + sitesPerLayer * L;
+
+  for (int64_t l = 0; l < L; ++l) {
+    Location lc = at("decoder.layers." + std::to_string(l), line++);
+    const Layer &y = layers[l];
+    SmallVector<Value> args = {x};
+    for (unsigned i : {y.ln1, y.ln1b, y.wq, y.wk, y.wv, y.bq, y.bk, y.bv, y.wo, y.bo, y.ln2,
+                       y.ln2b, y.w1, y.b1, y.w2, y.b2})
+      if (i != 0)
+        args.push_back(P(i));
+    if (rope)
+      args.push_back(pos);
+    if (dropout)
+      args.push_back(b.create<model::RngOffsetOp>(lc, keyType, rng,
+                                                  b.getI64IntegerAttr(sitesPerLayer * l)));
+    auto call = b.create<func::CallOp>(lc, layerFn, args);
+    call->setAttr("model.layer_index", b.getI64IntegerAttr(l));
+    x = call.getResult(0);
   }
   Location lo = at("output_layer", line++);
   Value hf = norm(x, lnf, lnfb, at("decoder.final_layernorm", line++));

@@ -90,6 +90,11 @@ LogicalResult verifyShardingRule(Operation *op, const ShardingRule &rule);
 /// Null when the argument is not a parameter.
 DictionaryAttr parameterAttrs(Operation *from, func::FuncOp fn, unsigned arg);
 
+/// Whether `op` is cheaper to recompute in a backward than to stash for it: views (model.reshape),
+/// constants (model ops without operands) and dropout keys (model.rng_offset). Used wherever a
+/// forward is split from its backward (autodiff of called functions, the schedule's units).
+bool isCheaperToRecompute(Operation *op);
+
 /// Element count of a statically shaped type.
 int64_t numElements(Type t);
 /// Bytes of a statically shaped tensor or memref type.

@@ -579,11 +579,23 @@ void AddOp::emitKernels(KernelEmitter &e) {
 }
 SmallVector<Value> AddOp::buildVJP(OpBuilder &b, ValueRange g) { return {g[0], g[0]}; }
 
+/// Checks that `rng` is a dropout key: tensor<3xi64> or rng_offset's tensor<4xi64>.
+bool mlir::trainc::model::isCheaperToRecompute(Operation *op) {
+  return isa<ReshapeOp, RngOffsetOp>(op) ||
+         (op->getNumOperands() == 0 && isa<ModelDialect>(op->getDialect()));
+}
+
+static LogicalResult verifyRngKey(Operation *op, Value rng) {
+  if (numElements(rng.getType()) == 4)
+    return expectShape(op, rng, {4}, "rng (seed, iteration, microbatch, op_id offset)");
+  return expectShape(op, rng, {3}, "rng (seed, iteration, microbatch)");
+}
+
 LogicalResult DropoutOp::verify() {
   double p = getP().convertToDouble();
   if (!(p >= 0 && p < 1))
     return emitOpError() << "p = " << p << ", expected 0 <= p < 1";
-  if (failed(expectShape(*this, getRng(), {3}, "rng (seed, iteration, microbatch)")))
+  if (failed(verifyRngKey(*this, getRng())))
     return failure();
   return expectShape(*this, getResult(), shapeOf(getInput()), "result");
 }
@@ -604,9 +616,23 @@ LogicalResult DropoutGradOp::verify() {
   double p = getP().convertToDouble();
   if (!(p >= 0 && p < 1))
     return emitOpError() << "p = " << p << ", expected 0 <= p < 1";
-  if (failed(expectShape(*this, getRng(), {3}, "rng (seed, iteration, microbatch)")))
+  if (failed(verifyRngKey(*this, getRng())))
     return failure();
   return expectShape(*this, getResult(), shapeOf(getGrad()), "result");
+}
+
+LogicalResult RngOffsetOp::verify() {
+  if (failed(verifyRngKey(*this, getRng())))
+    return failure();
+  if (getOffset() < 0)
+    return emitOpError() << "offset = " << getOffset() << ", expected >= 0";
+  return expectShape(*this, getResult(), {4}, "result (seed, iteration, microbatch, op_id offset)");
+}
+double RngOffsetOp::getFlops() { return 0; }
+double RngOffsetOp::getBytesMoved() { return 0; }
+SmallVector<Value> RngOffsetOp::buildVJP(OpBuilder &, ValueRange) { return {Value()}; }
+void RngOffsetOp::emitKernels(KernelEmitter &e) {
+  e.kernel("rng_offset", {e.operand(0)}, {e.result(0)}, {e.intAttr("offset", getOffset())});
 }
 double DropoutGradOp::getFlops() { return 0; }
 double DropoutGradOp::getBytesMoved() { return bytesOf(*this); }
@@ -1092,6 +1118,14 @@ ShardingRule DropoutOp::getShardingRule() {
   return elementwise(*this);
 }
 ShardingRule CopyToRegionOp::getShardingRule() { return elementwise(*this); }
+ShardingRule RngOffsetOp::getShardingRule() {
+  // A key is the same on every rank: its one loop may not be split.
+  RuleBuilder r(getContext());
+  AffineExpr k = r.loop("key", 4, LoopSplit::Whole);
+  r.operand({});
+  r.result({k});
+  return r.build();
+}
 
 ShardingRule SwigluOp::getShardingRule() {
   // y[..., f] = silu(x[..., f]) * x[..., F + f]: a split of f gives each rank matching gate and

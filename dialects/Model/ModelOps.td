@@ -201,13 +201,30 @@ def Model_AddOp : Model_FwdOp<"add"> {
 def Model_DropoutOp : Model_FwdOp<"dropout"> {
   let summary = "Dropout with a counter-based mask keyed by (seed, iteration, microbatch, op_id, index)";
   let description = [{
-    rng is tensor<3xi64>: seed, iteration, microbatch.
+    rng is tensor<3xi64> (seed, iteration, microbatch) or the tensor<4xi64> key of
+    `model.rng_offset`, whose last element is added to op_id.
     ```mlir
     %y = model.dropout %x, %rng {p = 1.0e-01 : f64, op_id = 3 : i64} : (tensor<2x9x16xf32>, tensor<3xi64>) -> tensor<2x9x16xf32>
     ```
   }];
   let arguments = (ins FloatTensor:$input, RngTensor:$rng, F64Attr:$p, I64Attr:$op_id);
   let results = (outs FloatTensor:$result);
+}
+
+def Model_RngOffsetOp : Model_FwdOp<"rng_offset"> {
+  let summary = "A dropout key whose op ids are shifted by `offset`: one per layer call";
+  let description = [{
+    The key (seed, iteration, microbatch, op_id offset) for the dropout sites of a function
+    called once per layer: the caller of layer l passes `offset` = the op ids of the sites before
+    it, so each site keeps the op id it would have in a flat model, and the masks do not depend on
+    how the model is structured. The offsets of a [4] input add up. No gradient flows through
+    a key; its sharding rule replicates it.
+    ```mlir
+    %key = model.rng_offset %rng {offset = 4 : i64} : (tensor<3xi64>) -> tensor<4xi64>
+    ```
+  }];
+  let arguments = (ins RngTensor:$rng, I64Attr:$offset);
+  let results = (outs RngTensor:$result);
 }
 
 def Model_CopyToRegionOp : Model_FwdOp<"copy_to_region"> {

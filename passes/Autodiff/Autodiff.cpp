@@ -1,4 +1,14 @@
 //===- Autodiff.cpp - Reverse-mode autodiff by VJP rules ------------------===//
+//
+// The forward function is cloned into `output` and a reverse sweep appended to it: each op's
+// VJPOpInterface gives the gradients of its operands. A func.call is differentiated through its
+// callee, which is split once into
+//   @f.fwd(args)                          -> (results, residuals)
+//   @f.bwd(used args, residuals, d results) -> (d float args)
+// so that a function called per layer stays one function: the forward part of `output` calls
+// @f.fwd, its backward part @f.bwd with the residuals of the same call.
+//
+//===----------------------------------------------------------------------===//
 
 #include "passes/Autodiff/Passes.h"
 
@@ -6,6 +16,10 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 #define DEBUG_TYPE "trainc-autodiff"
 
@@ -18,6 +32,303 @@ using namespace mlir;
 using namespace mlir::trainc;
 
 namespace {
+
+bool isFloatTensor(Type t) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  return rt && isa<FloatType>(rt.getElementType());
+}
+
+/// The split derivative of one called function.
+struct Derivative {
+  func::FuncOp fwd, bwd;
+  unsigned numResults = 0;          // results of the original function
+  SmallVector<unsigned> usedArgs;   // original arguments @f.bwd takes again, in order
+  SmallVector<unsigned> gradArgs;   // float arguments whose gradients @f.bwd returns, in order
+};
+
+class Differentiator {
+public:
+  explicit Differentiator(ModuleOp module) : module(module), b(module.getContext()) {}
+
+  /// Replaces every func.call before `boundary` in `body` by a call of its callee's @f.fwd
+  /// (differentiating the callee first) and inserts the reverse sweep of the ops before
+  /// `boundary` at `ip`, seeded by `grads`. On return `grads` holds the gradient of every value
+  /// that received one.
+  LogicalResult sweep(Block &body, Operation *boundary, Operation *ip,
+                      llvm::DenseMap<Value, Value> &grads);
+
+private:
+  /// The first half of sweep: the calls before `boundary` become calls of @f.fwd.
+  LogicalResult replaceCalls(Block &body, Operation *boundary);
+  /// The second half of sweep: the reverse sweep.
+  LogicalResult reverse(Block &body, Operation *boundary, Operation *ip,
+                        llvm::DenseMap<Value, Value> &grads);
+  FailureOr<const Derivative *> derive(func::FuncOp f);
+  /// Sums `g` into the gradient of `v`.
+  void addGrad(llvm::DenseMap<Value, Value> &grads, Value v, Value g);
+
+  ModuleOp module;
+  OpBuilder b;
+  llvm::StringMap<Derivative> derivatives; // by the original function's name
+  llvm::StringMap<const Derivative *> byForward; // by the name of @f.fwd
+  llvm::StringSet<> inProgress;
+};
+
+void Differentiator::addGrad(llvm::DenseMap<Value, Value> &grads, Value v, Value g) {
+  if (!g)
+    return;
+  auto it = grads.find(v);
+  if (it == grads.end()) {
+    grads[v] = g;
+    return;
+  }
+  it->second = b.create<model::AddOp>(g.getLoc(), g.getType(), it->second, g);
+}
+
+LogicalResult Differentiator::sweep(Block &body, Operation *boundary, Operation *ip,
+                                    llvm::DenseMap<Value, Value> &grads) {
+  if (failed(replaceCalls(body, boundary)))
+    return failure();
+  return reverse(body, boundary, ip, grads);
+}
+
+LogicalResult Differentiator::replaceCalls(Block &body, Operation *boundary) {
+  SmallVector<func::CallOp> calls;
+  for (Operation &op : body)
+    if (auto c = dyn_cast<func::CallOp>(op); c && op.isBeforeInBlock(boundary))
+      calls.push_back(c);
+  for (func::CallOp c : calls) {
+    auto callee = module.lookupSymbol<func::FuncOp>(c.getCallee());
+    if (!callee || callee.isDeclaration())
+      return c.emitOpError() << "calls @" << c.getCallee()
+                             << ", which has no body to differentiate";
+    FailureOr<const Derivative *> d = derive(callee);
+    if (failed(d))
+      return failure();
+    b.setInsertionPoint(c);
+    auto nc = b.create<func::CallOp>(c.getLoc(), (*d)->fwd, c.getOperands());
+    nc->setDiscardableAttrs(c->getDiscardableAttrDictionary());
+    c.replaceAllUsesWith(nc.getResults().take_front(c.getNumResults()));
+    c.erase();
+  }
+  return success();
+}
+
+LogicalResult Differentiator::reverse(Block &body, Operation *boundary, Operation *ip,
+                                      llvm::DenseMap<Value, Value> &grads) {
+  SmallVector<Operation *> forwardOps;
+  for (Operation &op : body) {
+    if (&op == boundary)
+      break;
+    forwardOps.push_back(&op);
+  }
+  b.setInsertionPoint(ip);
+  for (Operation *op : llvm::reverse(forwardOps)) {
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      auto it = grads.find(r);
+      resultGrads.push_back(it == grads.end() ? Value() : it->second);
+      any |= it != grads.end();
+    }
+    if (!any)
+      continue;
+    if (auto c = dyn_cast<func::CallOp>(op)) {
+      const Derivative *d = byForward.lookup(c.getCallee());
+      SmallVector<Value> args;
+      for (unsigned i : d->usedArgs)
+        args.push_back(c.getOperand(i));
+      llvm::append_range(args, c.getResults().drop_front(d->numResults));
+      for (unsigned i = 0; i < d->numResults; ++i)
+        args.push_back(resultGrads[i] ? resultGrads[i]
+                                      : Value(b.create<model::FillOp>(
+                                            c.getLoc(), c.getResult(i).getType(),
+                                            b.getF64FloatAttr(0.0))));
+      auto bc = b.create<func::CallOp>(c.getLoc(), d->bwd, args);
+      bc->setDiscardableAttrs(c->getDiscardableAttrDictionary());
+      for (auto [i, g] : llvm::zip(d->gradArgs, bc.getResults()))
+        addGrad(grads, c.getOperand(i), g);
+      continue;
+    }
+    auto vjp = dyn_cast<model::VJPOpInterface>(op);
+    if (!vjp && op->getNumOperands() == 0)
+      continue; // a constant: the gradient stops here
+    if (!vjp)
+      return op->emitOpError() << "has no VJP rule (VJPOpInterface) but a gradient flows into it";
+    SmallVector<Value> operandGrads = vjp.buildVJP(b, resultGrads);
+    if (operandGrads.size() != op->getNumOperands())
+      return op->emitOpError() << "VJP rule returned " << operandGrads.size()
+                               << " gradients for " << op->getNumOperands() << " operands";
+    for (auto [v, g] : llvm::zip(op->getOperands(), operandGrads))
+      addGrad(grads, v, g);
+  }
+  return success();
+}
+
+FailureOr<const Derivative *> Differentiator::derive(func::FuncOp f) {
+  StringRef name = f.getSymName();
+  if (auto it = derivatives.find(name); it != derivatives.end())
+    return &it->second;
+  if (!inProgress.insert(name).second)
+    return f.emitOpError() << "@" << name
+                           << " calls itself; autodiff needs an acyclic call graph";
+  OpBuilder::InsertionGuard guard(b);
+
+  // The joint function: a clone of f whose extra arguments are the results' gradients.
+  b.setInsertionPoint(f);
+  auto joint = cast<func::FuncOp>(b.clone(*f));
+  joint.setSymName((name + ".joint").str());
+  Block &body = joint.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  const unsigned numArgs = body.getNumArguments();
+  llvm::DenseMap<Value, Value> grads;
+  SmallVector<Value> dys;
+  for (Value r : ret.getOperands()) {
+    Value dy = body.addArgument(r.getType(), r.getLoc());
+    dys.push_back(dy);
+    if (isFloatTensor(r.getType()))
+      addGrad(grads, r, dy);
+  }
+  {
+    if (failed(replaceCalls(body, ret)))
+      return failure();
+    llvm::DenseSet<Operation *> inForward;
+    for (Operation &op : body.without_terminator())
+      inForward.insert(&op);
+    if (failed(reverse(body, ret, ret, grads)))
+      return failure();
+    b.setInsertionPoint(ret);
+    Derivative d;
+    d.numResults = ret.getNumOperands();
+    SmallVector<Value> dargs;
+    for (unsigned i = 0; i < numArgs; ++i) {
+      if (!isFloatTensor(body.getArgument(i).getType()))
+        continue;
+      Value g = grads.lookup(body.getArgument(i));
+      if (!g)
+        g = b.create<model::FillOp>(ret.getLoc(), body.getArgument(i).getType(),
+                                    b.getF64FloatAttr(0.0));
+      d.gradArgs.push_back(i);
+      dargs.push_back(g);
+    }
+
+    // Split: forward ops, backward ops (the reverse sweep's), residuals between them.
+    SmallVector<Operation *> fwdOps, bwdOps;
+    for (Operation &op : body.without_terminator())
+      (inForward.contains(&op) ? fwdOps : bwdOps).push_back(&op);
+    llvm::SetVector<Value> residuals;
+    llvm::SetVector<Operation *> remat;
+    llvm::SmallSetVector<unsigned, 8> used;
+    SmallVector<Value> work(dargs.begin(), dargs.end());
+    for (Operation *op : bwdOps)
+      llvm::append_range(work, op->getOperands());
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (auto arg = dyn_cast<BlockArgument>(v)) {
+        if (arg.getArgNumber() < numArgs)
+          used.insert(arg.getArgNumber());
+        continue;
+      }
+      Operation *def = v.getDefiningOp();
+      if (!inForward.contains(def))
+        continue;
+      if (model::isCheaperToRecompute(def)) {
+        if (remat.insert(def))
+          llvm::append_range(work, def->getOperands());
+        continue;
+      }
+      residuals.insert(v);
+    }
+    d.usedArgs.assign(used.begin(), used.end());
+    llvm::sort(d.usedArgs);
+    SmallVector<Value> res(residuals.begin(), residuals.end());
+    llvm::sort(res, [](Value x, Value y) {
+      Operation *a = x.getDefiningOp(), *c = y.getDefiningOp();
+      if (a != c)
+        return a->isBeforeInBlock(c);
+      return cast<OpResult>(x).getResultNumber() < cast<OpResult>(y).getResultNumber();
+    });
+
+    // @f.fwd(args) -> (results, residuals)
+    b.setInsertionPoint(f);
+    SmallVector<Type> fwdTypes(f.getResultTypes());
+    for (Value v : res)
+      fwdTypes.push_back(v.getType());
+    d.fwd = b.create<func::FuncOp>(f.getLoc(), (name + ".fwd").str(),
+                                   b.getFunctionType(f.getArgumentTypes(), fwdTypes));
+    d.fwd.setPrivate();
+    for (NamedAttribute a : f->getDiscardableAttrs())
+      d.fwd->setAttr(a.getName(), a.getValue());
+    d.fwd->setAttr("model.derivative", b.getStringAttr("forward"));
+    d.fwd.setAllArgAttrs(f.getAllArgAttrs());
+    {
+      Block *entry = d.fwd.addEntryBlock();
+      IRMapping map;
+      for (unsigned i = 0; i < numArgs; ++i)
+        map.map(body.getArgument(i), entry->getArgument(i));
+      OpBuilder fb = OpBuilder::atBlockEnd(entry);
+      for (Operation *op : fwdOps)
+        fb.clone(*op, map);
+      SmallVector<Value> out;
+      for (Value v : ret.getOperands())
+        out.push_back(map.lookupOrDefault(v));
+      for (Value v : res)
+        out.push_back(map.lookup(v));
+      fb.create<func::ReturnOp>(ret.getLoc(), out);
+    }
+
+    // @f.bwd(used args, residuals, d results) -> (d float args)
+    SmallVector<Type> bwdArgs, bwdResults;
+    SmallVector<DictionaryAttr> bwdArgAttrs;
+    for (unsigned i : d.usedArgs) {
+      bwdArgs.push_back(body.getArgument(i).getType());
+      bwdArgAttrs.push_back(f.getArgAttrDict(i) ? f.getArgAttrDict(i) : b.getDictionaryAttr({}));
+    }
+    for (Value v : res) {
+      bwdArgs.push_back(v.getType());
+      bwdArgAttrs.push_back(b.getDictionaryAttr({}));
+    }
+    for (Value dy : dys) {
+      bwdArgs.push_back(dy.getType());
+      bwdArgAttrs.push_back(b.getDictionaryAttr({}));
+    }
+    for (Value g : dargs)
+      bwdResults.push_back(g.getType());
+    d.bwd = b.create<func::FuncOp>(f.getLoc(), (name + ".bwd").str(),
+                                   b.getFunctionType(bwdArgs, bwdResults));
+    d.bwd.setPrivate();
+    for (NamedAttribute a : f->getDiscardableAttrs())
+      d.bwd->setAttr(a.getName(), a.getValue());
+    d.bwd->setAttr("model.derivative", b.getStringAttr("backward"));
+    d.bwd.setAllArgAttrs(bwdArgAttrs);
+    {
+      Block *entry = d.bwd.addEntryBlock();
+      IRMapping map;
+      unsigned k = 0;
+      for (unsigned i : d.usedArgs)
+        map.map(body.getArgument(i), entry->getArgument(k++));
+      for (Value v : res)
+        map.map(v, entry->getArgument(k++));
+      for (Value dy : dys)
+        map.map(dy, entry->getArgument(k++));
+      OpBuilder bb = OpBuilder::atBlockEnd(entry);
+      SmallVector<Operation *> ops(remat.begin(), remat.end());
+      llvm::sort(ops, [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
+      llvm::append_range(ops, bwdOps);
+      for (Operation *op : ops)
+        bb.clone(*op, map);
+      SmallVector<Value> out;
+      for (Value g : dargs)
+        out.push_back(map.lookup(g));
+      bb.create<func::ReturnOp>(ret.getLoc(), out);
+    }
+    joint.erase();
+    inProgress.erase(name);
+    auto [it, fresh] = derivatives.try_emplace(name, std::move(d));
+    byForward[it->second.fwd.getSymName()] = &it->second;
+    return &it->second;
+  }
+}
 
 struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
   using AutodiffPassBase::AutodiffPassBase;
@@ -51,55 +362,16 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     Value lossSum = ret.getOperand(0);
 
-    // Reverse sweep. Gradients of values with several uses are summed with model.add.
-    llvm::DenseMap<Value, Value> grads;
-    auto addGrad = [&](Value v, Value g) {
-      if (!g)
-        return;
-      auto it = grads.find(v);
-      if (it == grads.end()) {
-        grads[v] = g;
-        return;
-      }
-      it->second = b.create<model::AddOp>(g.getLoc(), g.getType(), it->second, g);
-    };
     b.setInsertionPoint(ret);
     auto seed = b.create<model::FillOp>(ret.getLoc(), lossSum.getType(), b.getF64FloatAttr(1.0));
     seed->setAttr("model.loss_seed", b.getUnitAttr());
+    llvm::DenseMap<Value, Value> grads;
     grads[lossSum] = seed;
-
-    SmallVector<Operation *> forwardOps;
-    for (Operation &op : body.without_terminator())
-      if (&op != seed.getOperation())
-        forwardOps.push_back(&op);
-    for (Operation *op : llvm::reverse(forwardOps)) {
-      SmallVector<Value> resultGrads;
-      bool any = false;
-      for (Value r : op->getResults()) {
-        auto it = grads.find(r);
-        resultGrads.push_back(it == grads.end() ? Value() : it->second);
-        any |= it != grads.end();
-      }
-      if (!any)
-        continue;
-      auto vjp = dyn_cast<model::VJPOpInterface>(op);
-      if (!vjp && op->getNumOperands() == 0)
-        continue; // a constant: the gradient stops here
-      if (!vjp) {
-        op->emitOpError() << "has no VJP rule (VJPOpInterface) but a gradient flows into it";
-        return signalPassFailure();
-      }
-      SmallVector<Value> operandGrads = vjp.buildVJP(b, resultGrads);
-      if (operandGrads.size() != op->getNumOperands()) {
-        op->emitOpError() << "VJP rule returned " << operandGrads.size() << " gradients for "
-                          << op->getNumOperands() << " operands";
-        return signalPassFailure();
-      }
-      for (auto [v, g] : llvm::zip(op->getOperands(), operandGrads))
-        addGrad(v, g);
-    }
-
+    Differentiator diff(module);
+    if (failed(diff.sweep(body, seed, ret, grads)))
+      return signalPassFailure();
     // Return (loss_sum, num_tokens, grads of parameters in argument order).
+    b.setInsertionPoint(ret);
     SmallVector<Value> results(ret.getOperands());
     SmallVector<Type> types(fb.getResultTypes());
     SmallVector<Attribute> resultAttrs = {b.getDictionaryAttr({}), b.getDictionaryAttr({})};

@@ -102,6 +102,8 @@ struct DpLayout {
   }
 };
 
+struct BodyState;
+
 /// Module-level state of the lowering: the buffer table and the well-known buffers.
 class Lowering {
 public:
@@ -204,6 +206,13 @@ private:
   SmallVector<rt::BufferOp> stashSlot(func::FuncOp fwd, int64_t slot);
   LogicalResult lowerStage(func::FuncOp fn);
   LogicalResult lowerIteration(func::FuncOp fn);
+  /// A function called from a stage (a layer, or a half of its derivative) as `<name>.rt` in
+  /// destination-passing style: one memref argument per argument, then one per result, which
+  /// the callee writes. Lowered once, whatever the number of calls; errors name the op.
+  FailureOr<func::FuncOp> lowerCallee(StringRef name);
+  /// The ops of a function body that stages and callees share: model ops (KernelOpInterface) and
+  /// calls. Returns false for an op it does not handle.
+  FailureOr<bool> lowerCommonOp(Operation &op, Location loc, BodyState &st);
 
   ModuleOp module;
   OpBuilder b;
@@ -217,6 +226,10 @@ private:
   llvm::StringMap<SmallVector<unsigned>> stageInputs; // arg numbers tagged model.input
   llvm::StringMap<SmallVector<unsigned>> stageStash;  // arg numbers tagged sched.stash
   llvm::StringMap<double> stageFlops, stageBytes;
+  /// Lowered callees and their FLOPs and bytes per call.
+  llvm::StringMap<func::FuncOp> callees;
+  llvm::StringMap<double> calleeFlops, calleeBytes;
+  llvm::StringSet<> lowering; // callees being lowered (recursion check)
   llvm::StringMap<rt::BufferOp> inputBuffers;     // "<input>.<mb>"
   /// Stash slots: buffers per (slot, layout), and how many slots the iteration uses (their size
   /// is the memory planner's: rt.group_bytes).
@@ -338,6 +351,38 @@ LogicalResult Lowering::collectParams() {
   return success();
 }
 
+/// The lowering of one function body: the value map, where returned values go (a forward unit's
+/// stash slot views, a callee's result arguments), the instruction counter and the FLOPs.
+struct BodyState {
+  BodyState(func::FuncOp fn, OpBuilder &ob) : fn(fn), ob(ob) {}
+  func::FuncOp fn;
+  OpBuilder &ob;
+  IRMapping map;
+  /// Returned value -> its (first) result index; the buffer that result is written to.
+  llvm::DenseMap<Value, size_t> outIndex;
+  std::function<Value(size_t)> outTarget;
+  SmallVector<Value> outView;
+  int counter = 0;
+  double flops = 0, bytes = 0;
+
+  /// Indexes the operands of `fn`'s return.
+  void indexResults() {
+    outView.assign(fn.getNumResults(), Value());
+    if (fn.getNumResults() == 0)
+      return;
+    auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+    for (auto [k, v] : llvm::enumerate(ret.getOperands()))
+      outIndex.try_emplace(v, k);
+  }
+  /// The buffer of result `r` of an op: the result buffer when `r` is returned, else null.
+  Value outputFor(Value r) {
+    auto it = outIndex.find(r);
+    if (it == outIndex.end())
+      return {};
+    return outView[it->second] = outTarget(it->second);
+  }
+};
+
 /// Lowers model ops through KernelOpInterface into rt ops of one function.
 class Emitter : public model::KernelEmitter {
 public:
@@ -407,7 +452,8 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   Block *entry = nf.addEntryBlock();
   OpBuilder ob(module.getContext());
   ob.setInsertionPointToStart(entry);
-  IRMapping map;
+  BodyState st(fn, ob);
+  IRMapping &map = st.map;
   for (auto [k, i] : llvm::enumerate(stageInputs[fname])) {
     map.map(fn.getArgument(i), entry->getArgument(k));
     nf.setArgAttr(k, "rt.input", fn.getArgAttr(i, "model.input"));
@@ -424,45 +470,23 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   for (auto [k, i] : llvm::enumerate(stageStash[fname]))
     map.map(fn.getArgument(i), stashView(fn.getNumResults() + k));
   // A forward unit's stash results are written straight into the caller's slot buffers.
-  llvm::DenseMap<Value, size_t> outIndex;
-  if (fn.getNumResults() > 0) {
-    auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
-    for (auto [k, v] : llvm::enumerate(ret.getOperands()))
-      outIndex.try_emplace(v, k);
-  }
-  SmallVector<Value> outView(fn.getNumResults());
+  st.outTarget = stashView;
+  st.indexResults();
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)
     if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
       map.map(fn.getArgument(i), valueRef(ob, fn.getLoc(), params[paramIndex[name.getValue()]]));
 
-  int counter = 0;
-  double flops = 0, bytes = 0;
+  int &counter = st.counter;
   for (Operation &op : fn.getBody().front()) {
     // Instructions keep the location of the op they come from, named by it.
     Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
                                 op.getLoc());
-    ++counter;
-    if (auto cost = dyn_cast<model::CostOpInterface>(&op)) {
-      flops += cost.getFlops();
-      bytes += cost.getBytesMoved();
-    }
-    if (auto k = dyn_cast<model::KernelOpInterface>(&op)) {
-      std::string base = (fname + "." + op.getName().stripDialect() + "." + Twine(counter)).str();
-      Emitter e(ob, &op, map, [&](unsigned i) -> Value {
-        if (auto it = outIndex.find(op.getResult(i)); it != outIndex.end())
-          return outView[it->second] = stashView(it->second);
-        std::string n = op.getNumResults() == 1 ? base : base + "." + std::to_string(i);
-        return ref(ob, loc, addBuffer(n, memrefOf(op.getResult(i).getType()), "activation"));
-      });
-      OpBuilder::InsertionGuard g(ob);
-      Location saved = op.getLoc();
-      op.setLoc(loc);
-      k.emitKernels(e);
-      op.setLoc(saved);
-      if (!e.error.empty())
-        return op.emitOpError() << "cannot be lowered to rt: " << e.error;
+    FailureOr<bool> common = lowerCommonOp(op, loc, st);
+    if (failed(common))
+      return failure();
+    if (*common)
       continue;
-    }
+    ++counter;
     if (auto acc = dyn_cast<sched::AccumulateGradOp>(&op)) {
       auto it = paramIndex.find(acc.getParam());
       if (it == paramIndex.end())
@@ -509,7 +533,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     if (isa<func::ReturnOp>(op)) {
       // Stash values that are views of other buffers (or returned twice) are copied out.
       for (auto [k, v] : llvm::enumerate(op.getOperands()))
-        if (!outView[k] || map.lookup(v) != outView[k])
+        if (!st.outView[k] || map.lookup(v) != st.outView[k])
           kernel(ob, loc, "copy", {map.lookup(v)}, {stashView(k)});
       ob.create<func::ReturnOp>(op.getLoc());
       continue;
@@ -521,9 +545,124 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     }
     return op.emitOpError() << "cannot be lowered to rt (no KernelOpInterface)";
   }
-  stageFlops[fname] = flops;
-  stageBytes[fname] = bytes;
+  stageFlops[fname] = st.flops;
+  stageBytes[fname] = st.bytes;
   return success();
+}
+
+FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &st) {
+  OpBuilder &ob = st.ob;
+  StringRef fname = st.fn.getSymName();
+  ++st.counter;
+  if (auto cost = dyn_cast<model::CostOpInterface>(&op)) {
+    st.flops += cost.getFlops();
+    st.bytes += cost.getBytesMoved();
+  }
+  auto newBuffer = [&](Value r, const std::string &name) -> Value {
+    if (Value out = st.outputFor(r))
+      return out;
+    return ref(ob, loc, addBuffer(name, memrefOf(r.getType()), "activation"));
+  };
+  if (auto k = dyn_cast<model::KernelOpInterface>(&op)) {
+    std::string base =
+        (fname + "." + op.getName().stripDialect() + "." + Twine(st.counter)).str();
+    Emitter e(ob, &op, st.map, [&](unsigned i) -> Value {
+      return newBuffer(op.getResult(i),
+                       op.getNumResults() == 1 ? base : base + "." + std::to_string(i));
+    });
+    OpBuilder::InsertionGuard g(ob);
+    Location saved = op.getLoc();
+    op.setLoc(loc);
+    k.emitKernels(e);
+    op.setLoc(saved);
+    if (!e.error.empty())
+      return op.emitOpError() << "cannot be lowered to rt: " << e.error;
+    return true;
+  }
+  if (auto call = dyn_cast<func::CallOp>(&op)) {
+    FailureOr<func::FuncOp> callee = lowerCallee(call.getCallee());
+    if (failed(callee))
+      return failure();
+    // Destination passing: the caller owns the result buffers.
+    SmallVector<Value> args;
+    for (Value v : call.getOperands())
+      args.push_back(st.map.lookup(v));
+    std::string base = (fname + ".call." + Twine(st.counter)).str();
+    for (Value r : call.getResults()) {
+      Value out = newBuffer(r, call.getNumResults() == 1
+                                   ? base
+                                   : base + "." + std::to_string(cast<OpResult>(r).getResultNumber()));
+      st.map.map(r, out);
+      args.push_back(out);
+    }
+    auto c = ob.create<func::CallOp>(loc, callee->getSymName(), TypeRange{}, args);
+    if (auto l = call->getAttrOfType<IntegerAttr>("model.layer_index"))
+      c->setAttr("rt.layer_index", l);
+    st.flops += calleeFlops[call.getCallee()];
+    st.bytes += calleeBytes[call.getCallee()];
+    return true;
+  }
+  --st.counter;
+  return false;
+}
+
+FailureOr<func::FuncOp> Lowering::lowerCallee(StringRef name) {
+  if (auto it = callees.find(name); it != callees.end())
+    return it->second;
+  auto fn = module.lookupSymbol<func::FuncOp>(name);
+  if (!fn || fn.isDeclaration())
+    return module.emitError() << "trainc-lower-to-rt: @" << name
+                              << " is called but is not a function with a body";
+  if (fn->hasAttr("sched.stage"))
+    return fn.emitOpError() << "@" << name << " is a stage function; stages are not called";
+  if (!lowering.insert(name).second)
+    return fn.emitOpError() << "@" << name << " calls itself; programs have no recursion";
+  SmallVector<Type> argTypes;
+  for (Type t : fn.getArgumentTypes())
+    argTypes.push_back(memrefOf(t));
+  for (Type t : fn.getResultTypes())
+    argTypes.push_back(memrefOf(t));
+  OpBuilder mb(module.getContext());
+  mb.setInsertionPoint(fn);
+  auto nf = mb.create<func::FuncOp>(fn.getLoc(), (name + ".rt").str(),
+                                    mb.getFunctionType(argTypes, {}));
+  nf->setAttr("rt.function", mb.getUnitAttr());
+  if (auto kind = fn->getAttrOfType<StringAttr>("model.layer"))
+    nf->setAttr("rt.layer", kind);
+  const unsigned firstOut = fn.getNumArguments();
+  for (unsigned k = 0; k < fn.getNumResults(); ++k)
+    nf.setArgAttr(firstOut + k, "rt.result", mb.getI64IntegerAttr(k));
+  Block *entry = nf.addEntryBlock();
+  OpBuilder ob(module.getContext());
+  ob.setInsertionPointToStart(entry);
+  BodyState st(fn, ob);
+  st.map.map(fn.getArguments(), entry->getArguments().take_front(firstOut));
+  st.outTarget = [&](size_t k) -> Value { return entry->getArgument(firstOut + unsigned(k)); };
+  st.indexResults();
+  for (Operation &op : fn.getBody().front()) {
+    Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
+                                op.getLoc());
+    FailureOr<bool> common = lowerCommonOp(op, loc, st);
+    if (failed(common))
+      return failure();
+    if (*common)
+      continue;
+    if (isa<func::ReturnOp>(op)) {
+      // Results that are arguments, views of other buffers or returned twice are copied out.
+      for (auto [k, v] : llvm::enumerate(op.getOperands()))
+        if (!st.outView[k] || st.map.lookup(v) != st.outView[k])
+          kernel(ob, loc, "copy", {st.map.lookup(v)}, {st.outTarget(k)});
+      ob.create<func::ReturnOp>(op.getLoc());
+      continue;
+    }
+    return op.emitOpError() << "cannot be lowered to rt in a called function (only model ops "
+                               "and calls are)";
+  }
+  lowering.erase(name);
+  callees[name] = nf;
+  calleeFlops[name] = st.flops;
+  calleeBytes[name] = st.bytes;
+  return nf;
 }
 
 LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
@@ -899,7 +1038,8 @@ LogicalResult Lowering::run() {
   // Drop everything above rt: the lowered functions replace the originals.
   SmallVector<Operation *> dead;
   for (func::FuncOp fn : module.getOps<func::FuncOp>())
-    if (!fn->hasAttr("rt.stage") && !fn->hasAttr("rt.entry") && !fn->hasAttr("rt.entry_point"))
+    if (!fn->hasAttr("rt.stage") && !fn->hasAttr("rt.function") && !fn->hasAttr("rt.entry") &&
+        !fn->hasAttr("rt.entry_point"))
       dead.push_back(fn);
   for (model::ParameterOp p : module.getOps<model::ParameterOp>())
     dead.push_back(p); // the rt.buffer param_info carries what they declared

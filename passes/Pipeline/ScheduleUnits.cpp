@@ -43,12 +43,6 @@ bool isLossSeed(Operation &op) {
   return isa<sched::LossSeedOp>(op) || (isa<model::FillOp>(op) && op.hasAttr("model.loss_seed"));
 }
 
-/// Ops cheaper to recompute in the backward than to stash: views and constants.
-bool isRematerialisable(Operation *op) {
-  return isa<model::ReshapeOp>(op) ||
-         (op->getNumOperands() == 0 && isa<model::ModelDialect>(op->getDialect()));
-}
-
 /// Copies the discardable attributes of `from` (sched.stage, ...) onto `to`.
 void copyFunctionAttrs(func::FuncOp from, func::FuncOp to) {
   for (NamedAttribute a : from->getDiscardableAttrs())
@@ -120,7 +114,7 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
     Operation *def = v.getDefiningOp();
     if (!def || !inForward.contains(def))
       continue; // an argument (parameter or input: the backward has it) or a backward value
-    if (isRematerialisable(def)) {
+    if (model::isCheaperToRecompute(def)) {
       if (remat.insert(def))
         llvm::append_range(work, def->getOperands());
       continue;

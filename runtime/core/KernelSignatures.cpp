@@ -482,15 +482,27 @@ std::string verifySwigluBackward(const KernelCtx &c) {
 }
 
 std::string verifyDropout(const KernelCtx &c) {
-  // x, rng[3] i64 (seed, iteration, microbatch) -> y
+  // x, rng[3 or 4] i64 (seed, iteration, microbatch[, op_id offset]) -> y
   Check k(c);
   k.floatT(I, 0);
   k.dtype(I, 1, DType::I64);
-  k.numelEq(I, 1, 3, "seed, iteration and microbatch");
+  if (c.in[1].numel != 4)
+    k.numelEq(I, 1, 3, "seed, iteration and microbatch (and an op_id offset: 4)");
   k.sameDType(I, 0, O, 0);
   k.sameNumel(I, 0, O, 0);
   k.attrCond(c.attrs->f(0) >= 0 && c.attrs->f(0) < 1,
              "p = " + std::to_string(c.attrs->f(0)) + ", expected 0 <= p < 1");
+  return k.result();
+}
+
+std::string verifyRngOffset(const KernelCtx &c) {
+  // rng[3 or 4] i64 -> rng[4] i64
+  Check k(c);
+  k.dtype(I, 0, DType::I64);
+  if (c.in[0].numel != 4)
+    k.numelEq(I, 0, 3, "seed, iteration and microbatch (or 4 with an op_id offset)");
+  k.dtype(O, 0, DType::I64);
+  k.numelEq(O, 0, 4, "seed, iteration, microbatch and op_id offset");
   return k.result();
 }
 
@@ -715,6 +727,8 @@ std::vector<KernelSignature> buildTable() {
       {"swiglu_backward", 2, 1, {}, verifySwigluBackward, "dx of swiglu"},
       {"dropout", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}},
        verifyDropout, "y = x * mask / (1 - p), mask from Philox(seed, op_id, iteration, mb, i)"},
+      {"rng_offset", 1, 1, {A{"offset", Int, 0}}, verifyRngOffset,
+       "key = (seed, iteration, microbatch, offset + the input's offset, 0 for a [3] input)"},
       {"dropout_backward", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}},
        verifyDropout, "dx = dy * the same mask / (1 - p)"},
       {"cross_entropy", 3, 3, {A{"vocab_start", Int, 0}, A{"valid_vocab", Int, -1}},

@@ -283,14 +283,27 @@ void swigluBackwardKernel(const KernelCtx &c) {
 
 //===----------------------------------------------------------------------===//
 // dropout: keep element i when u(seed, op_id, iteration, microbatch, i) >= p; scale by 1/(1-p).
-// rng = (seed, iteration, microbatch), an i64 [3] buffer the host fills per microbatch.
+// rng = (seed, iteration, microbatch), an i64 [3] buffer the host fills per microbatch, or the
+// [4] key of rng_offset, whose last element is added to op_id (one layer function's dropout
+// sites, called once per layer, get the layer's op ids).
 //===----------------------------------------------------------------------===//
+
+void rngOffsetKernel(const KernelCtx &c) {
+  const int64_t *in = c.in[0].as<int64_t>();
+  int64_t *out = c.out[0].as<int64_t>();
+  int64_t base = c.in[0].numel == 4 ? in[3] : 0;
+  out[0] = in[0];
+  out[1] = in[1];
+  out[2] = in[2];
+  out[3] = base + c.attrs->i(0);
+}
 
 void dropoutApply(const KernelCtx &c) {
   const TensorView &x = c.in[0];
   const int64_t *rng = c.in[1].as<int64_t>();
   double p = c.attrs->f(0);
-  uint32_t opId = uint32_t(c.attrs->i(1)), mb = uint32_t(rng[2]);
+  int64_t offset = c.in[1].numel == 4 ? rng[3] : 0;
+  uint32_t opId = uint32_t(c.attrs->i(1) + offset), mb = uint32_t(rng[2]);
   dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
@@ -326,6 +339,7 @@ void registerElementwiseKernels(KernelTable &t) {
   // The backward of dropout is the same masked scaling applied to dy.
   t["dropout"] = dropoutApply;
   t["dropout_backward"] = dropoutApply;
+  t["rng_offset"] = rngOffsetKernel;
 }
 
 } // namespace trainc::rt::cpu
