@@ -624,8 +624,8 @@ LogicalResult DropoutGradOp::verify() {
 LogicalResult RngOffsetOp::verify() {
   if (failed(verifyRngKey(*this, getRng())))
     return failure();
-  if (getOffset() < 0)
-    return emitOpError() << "offset = " << getOffset() << ", expected >= 0";
+  if (int64_t(getOffset()) < 0)
+    return emitOpError() << "offset = " << int64_t(getOffset()) << ", expected >= 0";
   return expectShape(*this, getResult(), {4}, "result (seed, iteration, microbatch, op_id offset)");
 }
 double RngOffsetOp::getFlops() { return 0; }

@@ -200,7 +200,7 @@ FailureOr<const Derivative *> Differentiator::derive(func::FuncOp f) {
     b.setInsertionPoint(ret);
     Derivative d;
     d.numResults = ret.getNumOperands();
-    SmallVector<Value> dargs;
+    SmallVector<std::pair<unsigned, Value>> argGrads;
     for (unsigned i = 0; i < numArgs; ++i) {
       if (!isFloatTensor(body.getArgument(i).getType()))
         continue;
@@ -208,6 +208,10 @@ FailureOr<const Derivative *> Differentiator::derive(func::FuncOp f) {
       if (!g)
         g = b.create<model::FillOp>(ret.getLoc(), body.getArgument(i).getType(),
                                     b.getF64FloatAttr(0.0));
+      argGrads.push_back({i, g});
+    }
+    SmallVector<Value> dargs;
+    for (auto &[i, g] : argGrads) {
       d.gradArgs.push_back(i);
       dargs.push_back(g);
     }

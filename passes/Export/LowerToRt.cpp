@@ -209,7 +209,7 @@ private:
   /// A function called from a stage (a layer, or a half of its derivative) as `<name>.rt` in
   /// destination-passing style: one memref argument per argument, then one per result, which
   /// the callee writes. Lowered once, whatever the number of calls; errors name the op.
-  FailureOr<func::FuncOp> lowerCallee(StringRef name);
+  FailureOr<func::FuncOp> lowerCallee(func::CallOp call);
   /// The ops of a function body that stages and callees share: model ops (KernelOpInterface) and
   /// calls. Returns false for an op it does not handle.
   FailureOr<bool> lowerCommonOp(Operation &op, Location loc, BodyState &st);
@@ -580,7 +580,7 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
     return true;
   }
   if (auto call = dyn_cast<func::CallOp>(&op)) {
-    FailureOr<func::FuncOp> callee = lowerCallee(call.getCallee());
+    FailureOr<func::FuncOp> callee = lowerCallee(call);
     if (failed(callee))
       return failure();
     // Destination passing: the caller owns the result buffers.
@@ -606,17 +606,19 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
   return false;
 }
 
-FailureOr<func::FuncOp> Lowering::lowerCallee(StringRef name) {
+FailureOr<func::FuncOp> Lowering::lowerCallee(func::CallOp call) {
+  StringRef name = call.getCallee();
   if (auto it = callees.find(name); it != callees.end())
     return it->second;
   auto fn = module.lookupSymbol<func::FuncOp>(name);
   if (!fn || fn.isDeclaration())
-    return module.emitError() << "trainc-lower-to-rt: @" << name
-                              << " is called but is not a function with a body";
+    return call.emitOpError() << "calls @" << name << ", not a function with a body";
   if (fn->hasAttr("sched.stage"))
-    return fn.emitOpError() << "@" << name << " is a stage function; stages are not called";
+    return call.emitOpError() << "calls the stage function @" << name
+                              << "; stages are called by sched units only";
   if (!lowering.insert(name).second)
-    return fn.emitOpError() << "@" << name << " calls itself; programs have no recursion";
+    return call.emitOpError() << "calls @" << name
+                              << " recursively; a program's call graph is acyclic";
   SmallVector<Type> argTypes;
   for (Type t : fn.getArgumentTypes())
     argTypes.push_back(memrefOf(t));

@@ -34,14 +34,32 @@ LogicalResult verifyModel(ModuleOp m) {
     if (!fwd.getArgAttr(i, "model.param") && !fwd.getArgAttr(i, "model.input"))
       return fwd.emitOpError() << "phase model: argument " << i
                                << " is neither a model.param nor a model.input";
-  WalkResult r = fwd.walk([&](Operation *op) {
-    if (isModelBackward(op) || isa<sched::SchedDialect>(op->getDialect())) {
-      op->emitOpError() << "phase model: backward or schedule op in the forward function";
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return failure(r.wasInterrupted());
+  // The forward function and every function it calls (layers) hold forward ops only.
+  SmallVector<func::FuncOp> work = {fwd};
+  llvm::StringSet<> seen = {fwd.getSymName()};
+  while (!work.empty()) {
+    func::FuncOp fn = work.pop_back_val();
+    WalkResult r = fn.walk([&](Operation *op) {
+      if (isModelBackward(op) || isa<sched::SchedDialect>(op->getDialect())) {
+        op->emitOpError() << "phase model: backward or schedule op in the forward function";
+        return WalkResult::interrupt();
+      }
+      if (auto call = dyn_cast<func::CallOp>(op)) {
+        auto callee = m.lookupSymbol<func::FuncOp>(call.getCallee());
+        if (!callee || callee.isDeclaration()) {
+          call.emitOpError() << "phase model: calls @" << call.getCallee()
+                             << ", not a function with a body in the module";
+          return WalkResult::interrupt();
+        }
+        if (seen.insert(callee.getSymName()).second)
+          work.push_back(callee);
+      }
+      return WalkResult::advance();
+    });
+    if (r.wasInterrupted())
+      return failure();
+  }
+  return success();
 }
 
 LogicalResult verifyAutodiff(ModuleOp m) {

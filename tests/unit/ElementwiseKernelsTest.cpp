@@ -287,6 +287,41 @@ TEST(Elementwise, DropoutIsCounterBasedAndItsBackwardIsTheSameMask) {
   EXPECT_LT(relError(dx, fd), kFdTol);
 }
 
+// A layer function's dropout site with local op id k, given rng_offset's key for layer offset o,
+// draws the mask of op id k + o: the same as the flat model's site.
+TEST(Elementwise, RngOffsetShiftsTheDropoutOpId) {
+  HostTensor x = randomTensor(DType::F32, {257}, 13, 0.5, 1.5);
+  HostTensor rng(DType::I64, {3});
+  rng.set(0, 99);
+  rng.set(1, 4);
+  rng.set(2, 3);
+  HostTensor key(DType::I64, {4}), key2(DType::I64, {4});
+  runKernel("rng_offset", {&rng}, {&key}, {AttrArg("offset", 5)});
+  EXPECT_EQ(key.get(0), 99);
+  EXPECT_EQ(key.get(1), 4);
+  EXPECT_EQ(key.get(2), 3);
+  EXPECT_EQ(key.get(3), 5);
+  runKernel("rng_offset", {&key}, {&key2}, {AttrArg("offset", 2)}); // offsets add up
+  EXPECT_EQ(key2.get(3), 7);
+  HostTensor flat(DType::F32, x.shape), local(DType::F32, x.shape), other(DType::F32, x.shape);
+  runKernel("dropout", {&x, &rng}, {&flat}, {AttrArg("p", 0.5), AttrArg("op_id", 9)});
+  runKernel("dropout", {&x, &key2}, {&local}, {AttrArg("p", 0.5), AttrArg("op_id", 2)});
+  runKernel("dropout", {&x, &key}, {&other}, {AttrArg("p", 0.5), AttrArg("op_id", 2)});
+  int differ = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    EXPECT_EQ(flat.get(i), local.get(i)) << i;
+    differ += (other.get(i) == 0) != (flat.get(i) == 0);
+  }
+  EXPECT_GT(differ, 50); // op id 7 is another site
+  HostTensor bad(DType::I64, {5}), out3(DType::I64, {3});
+  EXPECT_EQ(verifyKernel("rng_offset", {&bad}, {&key}, {AttrArg("offset", 1)}),
+            "input 0: shape [5] has 5 elements, expected 3 (seed, iteration and microbatch (or 4 "
+            "with an op_id offset))");
+  EXPECT_EQ(verifyKernel("rng_offset", {&rng}, {&out3}, {AttrArg("offset", 1)}),
+            "output 0: shape [3] has 3 elements, expected 4 (seed, iteration, microbatch and op_id "
+            "offset)");
+}
+
 TEST(Elementwise, SignatureErrorsNameTheOperand) {
   HostTensor a(DType::F32, {4}), b(DType::F64, {4}), c(DType::F32, {4});
   EXPECT_EQ(verifyKernel("add", {&a, &b}, {&c}), "input 1: dtype f64, expected f32 (as input 0)");

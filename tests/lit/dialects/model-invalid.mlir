@@ -426,6 +426,31 @@ func.func @dropout_rng(%x: tensor<2x5x8xf32>, %rng: tensor<2xi64>) {
 
 // -----
 
+// Tests that rng_offset reads a dropout key and writes a [4] key, with a non-negative offset.
+func.func @rng_offset_input(%rng: tensor<5xi64>) {
+  // expected-error@+1 {{'model.rng_offset' op rng (seed, iteration, microbatch) has shape [5], expected [3]}}
+  %0 = model.rng_offset %rng {offset = 2 : i64} : (tensor<5xi64>) -> tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @rng_offset_result(%rng: tensor<3xi64>) {
+  // expected-error@+1 {{'model.rng_offset' op result (seed, iteration, microbatch, op_id offset) has shape [3], expected [4]}}
+  %0 = model.rng_offset %rng {offset = 2 : i64} : (tensor<3xi64>) -> tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @rng_offset_negative(%rng: tensor<3xi64>) {
+  // expected-error@+1 {{'model.rng_offset' op offset = -1, expected >= 0}}
+  %0 = model.rng_offset %rng {offset = -1 : i64} : (tensor<3xi64>) -> tensor<4xi64>
+  return
+}
+
+// -----
+
 // Tests that dropout's result has the input's shape.
 func.func @dropout_result(%x: tensor<2x5x8xf32>, %rng: tensor<3xi64>) {
   // expected-error@+1 {{'model.dropout' op result has shape [10, 8], expected [2, 5, 8]}}

@@ -161,6 +161,18 @@ func.func @attention_grad(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x4xf32>, %v: 
   return %dq : tensor<2x5x2x4xf32>
 }
 
+// Tests that model.rng_offset round-trips and that dropout takes its [4] key.
+// CHECK-LABEL: func.func @rng_offset
+// CHECK: %[[K:.+]] = model.rng_offset %{{.+}} {offset = 4 : i64} : (tensor<3xi64>) -> tensor<4xi64>
+// CHECK: %[[K2:.+]] = model.rng_offset %[[K]] {offset = 2 : i64} : (tensor<4xi64>) -> tensor<4xi64>
+// CHECK: model.dropout %{{.+}}, %[[K2]] {op_id = 1 : i64, p = 1.000000e-01 : f64} : (tensor<2x5x8xf32>, tensor<4xi64>) -> tensor<2x5x8xf32>
+func.func @rng_offset(%x: tensor<2x5x8xf32>, %rng: tensor<3xi64>) -> tensor<2x5x8xf32> {
+  %k = model.rng_offset %rng {offset = 4 : i64} : (tensor<3xi64>) -> tensor<4xi64>
+  %k2 = model.rng_offset %k {offset = 2 : i64} : (tensor<4xi64>) -> tensor<4xi64>
+  %y = model.dropout %x, %k2 {p = 0.1 : f64, op_id = 1 : i64} : (tensor<2x5x8xf32>, tensor<4xi64>) -> tensor<2x5x8xf32>
+  return %y : tensor<2x5x8xf32>
+}
+
 // Tests that model.gelu_grad, model.swiglu_grad and model.dropout_grad round-trip.
 // CHECK-LABEL: func.func @elementwise_grads
 // CHECK-SAME: (%[[DY:[^:]+]]: tensor<2x5x8xf32>, %[[X:[^:]+]]: tensor<2x5x8xf32>, %[[DH:[^:]+]]: tensor<2x5x4xf32>, %[[RNG:[^:]+]]: tensor<3xi64>)

@@ -1,7 +1,7 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt
 // REQUIRES: compiler
 
-// One case per data-parallel error of trainc-lower-to-rt.
+// One case per data-parallel error of trainc-lower-to-rt, then the errors of calls.
 
 func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
   sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
@@ -61,6 +61,68 @@ sched.grad_buffer {params = ["w"], offsets = array<i64: 0>, sizes = array<i64: 4
 // expected-error@+1 {{'sched.grad_buffer' op is the second sched.grad_buffer; one is supported}}
 sched.grad_buffer {params = ["w"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+  return
+}
+func.func @train_step() attributes {sched.iteration} {
+  sched.microbatch @forward_backward {index = 0 : i64}
+  return
+}
+
+// -----
+
+// The errors of calls inside stages (layer functions).
+func.func private @external(%x: tensor<4xf32>) -> tensor<4xf32>
+func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+  // expected-error@+1 {{'func.call' op calls @external, not a function with a body}}
+  %0 = call @external(%w) : (tensor<4xf32>) -> tensor<4xf32>
+  sched.accumulate_grad %0 {param = "w"} : tensor<4xf32>
+  return
+}
+func.func @train_step() attributes {sched.iteration} {
+  sched.microbatch @forward_backward {index = 0 : i64}
+  return
+}
+
+// -----
+
+func.func private @loop(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'func.call' op calls @loop recursively; a program's call graph is acyclic}}
+  %0 = call @loop(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+  %0 = call @loop(%w) : (tensor<4xf32>) -> tensor<4xf32>
+  sched.accumulate_grad %0 {param = "w"} : tensor<4xf32>
+  return
+}
+func.func @train_step() attributes {sched.iteration} {
+  sched.microbatch @forward_backward {index = 0 : i64}
+  return
+}
+
+// -----
+
+func.func private @layer(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'sched.accumulate_grad' op cannot be lowered to rt in a called function (only model ops and calls are)}}
+  sched.accumulate_grad %x {param = "w"} : tensor<4xf32>
+  return %x : tensor<4xf32>
+}
+func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+  %0 = call @layer(%w) : (tensor<4xf32>) -> tensor<4xf32>
+  sched.accumulate_grad %0 {param = "w"} : tensor<4xf32>
+  return
+}
+func.func @train_step() attributes {sched.iteration} {
+  sched.microbatch @forward_backward {index = 0 : i64}
+  return
+}
+
+// -----
+
+func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+  // expected-error@+1 {{'func.call' op calls the stage function @forward_backward; stages are called by sched units only}}
+  call @forward_backward(%w) : (tensor<4xf32>) -> ()
   sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
   return
 }

@@ -42,3 +42,27 @@ func.func @forward(%l: tensor<f32> {model.input = "l"}) -> (tensor<f32>, tensor<
   sched.accumulate_loss %l, %l {normalization = "per_token"} : tensor<f32>, tensor<f32>
   return %l, %l : tensor<f32>, tensor<f32>
 }
+
+// -----
+
+// Tests that a function @forward calls (a layer) holds forward ops only too.
+func.func private @layer(%w: tensor<4x8xf32>, %dy: tensor<2x4xf32>) -> tensor<2x8xf32> {
+  // expected-error@+1 {{'model.linear_grad_input' op phase model: backward or schedule op in the forward function}}
+  %0 = model.linear_grad_input %dy, %w : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+func.func @forward(%w: tensor<4x8xf32> {model.param = "w"}, %dy: tensor<2x4xf32> {model.input = "dy"}) -> (tensor<f32>, tensor<f32>) {
+  %0 = call @layer(%w, %dy) : (tensor<4x8xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+  %1 = model.fill {value = 0.0 : f64} : () -> tensor<f32>
+  return %1, %1 : tensor<f32>, tensor<f32>
+}
+
+// -----
+
+// Tests that @forward calls only functions with a body.
+func.func private @external(%x: tensor<f32>) -> tensor<f32>
+func.func @forward(%l: tensor<f32> {model.input = "l"}) -> (tensor<f32>, tensor<f32>) {
+  // expected-error@+1 {{'func.call' op phase model: calls @external, not a function with a body in the module}}
+  %0 = call @external(%l) : (tensor<f32>) -> tensor<f32>
+  return %0, %0 : tensor<f32>, tensor<f32>
+}
