@@ -87,8 +87,10 @@ LogicalResult verifyShardingRule(Operation *op, const ShardingRule &rule);
 /// `model.param = "<name>"`): init, init_std, no_weight_decay, from the module's
 /// `model.parameter @<name>` (looked up from `from`), or from the argument's own `model.init`,
 /// `model.init_std`, `model.no_weight_decay` when there is no declaration (hand-written IR).
-/// Null when the argument is not a parameter.
-DictionaryAttr parameterAttrs(Operation *from, func::FuncOp fn, unsigned arg);
+/// Null when the argument is not a parameter. `symbols` caches the module's symbol table (one
+/// lookup per parameter, not a scan of the module).
+DictionaryAttr parameterAttrs(SymbolTableCollection &symbols, Operation *from, func::FuncOp fn,
+                              unsigned arg);
 
 /// Whether `op` is cheaper to recompute in a backward than to stash for it: views (model.reshape),
 /// constants (model ops without operands) and dropout keys (model.rng_offset). Used wherever a

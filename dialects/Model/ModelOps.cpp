@@ -1171,12 +1171,13 @@ LogicalResult ParameterOp::verify() {
   return success();
 }
 
-DictionaryAttr mlir::trainc::model::parameterAttrs(Operation *from, func::FuncOp fn, unsigned arg) {
+DictionaryAttr mlir::trainc::model::parameterAttrs(SymbolTableCollection &symbols, Operation *from,
+                                                   func::FuncOp fn, unsigned arg) {
   Builder b(fn.getContext());
   auto name = fn.getArgAttrOfType<StringAttr>(arg, "model.param");
   if (!name)
     return {};
-  if (auto decl = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(
+  if (auto decl = symbols.lookupNearestSymbolFrom<ParameterOp>(
           from, FlatSymbolRefAttr::get(fn.getContext(), name.getValue()))) {
     SmallVector<NamedAttribute> a{b.getNamedAttr("init", decl.getInitAttr())};
     if (decl.getInitStdAttr())

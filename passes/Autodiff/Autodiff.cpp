@@ -69,6 +69,7 @@ private:
 
   ModuleOp module;
   OpBuilder b;
+  SymbolTableCollection symbols; // the callees (looked up once per call, not by a module scan)
   llvm::StringMap<Derivative> derivatives; // by the original function's name
   llvm::StringMap<const Derivative *> byForward; // by the name of @f.fwd
   llvm::StringSet<> inProgress;
@@ -98,7 +99,7 @@ LogicalResult Differentiator::replaceCalls(Block &body, Operation *boundary) {
     if (auto c = dyn_cast<func::CallOp>(op); c && op.isBeforeInBlock(boundary))
       calls.push_back(c);
   for (func::CallOp c : calls) {
-    auto callee = module.lookupSymbol<func::FuncOp>(c.getCallee());
+    auto callee = symbols.lookupSymbolIn<func::FuncOp>(module, c.getCalleeAttr());
     if (!callee || callee.isDeclaration())
       return c.emitOpError() << "calls @" << c.getCallee()
                              << ", which has no body to differentiate";

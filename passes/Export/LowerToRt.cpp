@@ -222,6 +222,7 @@ private:
   SmallVector<ParamInfo> params;
   llvm::StringMap<size_t> paramIndex;
   llvm::StringMap<rt::BufferOp> scalars;
+  SymbolTableCollection symbols; // the module's parameter declarations
   llvm::StringMap<func::FuncOp> stages;           // original stage functions by name
   llvm::StringMap<SmallVector<unsigned>> stageInputs; // arg numbers tagged model.input
   llvm::StringMap<SmallVector<unsigned>> stageStash;  // arg numbers tagged sched.stash
@@ -278,7 +279,7 @@ LogicalResult Lowering::collectParams() {
         p.gradType = MemRefType::get(cast<ShapedType>(t).getShape(),
                                      model::statsElementType(cast<ShapedType>(t).getElementType()));
         SmallVector<NamedAttribute> info{b.getNamedAttr("name", name)};
-        if (DictionaryAttr declared = model::parameterAttrs(module, fn, i))
+        if (DictionaryAttr declared = model::parameterAttrs(symbols, module, fn, i))
           info.append(declared.begin(), declared.end());
         auto it = layoutIndex.find(p.name);
         if (layout.op && it == layoutIndex.end())

@@ -35,6 +35,7 @@ LogicalResult verifyModel(ModuleOp m) {
       return fwd.emitOpError() << "phase model: argument " << i
                                << " is neither a model.param nor a model.input";
   // The forward function and every function it calls (layers) hold forward ops only.
+  SymbolTable table(m);
   SmallVector<func::FuncOp> work = {fwd};
   llvm::StringSet<> seen = {fwd.getSymName()};
   while (!work.empty()) {
@@ -45,7 +46,7 @@ LogicalResult verifyModel(ModuleOp m) {
         return WalkResult::interrupt();
       }
       if (auto call = dyn_cast<func::CallOp>(op)) {
-        auto callee = m.lookupSymbol<func::FuncOp>(call.getCallee());
+        auto callee = table.lookup<func::FuncOp>(call.getCallee());
         if (!callee || callee.isDeclaration()) {
           call.emitOpError() << "phase model: calls @" << call.getCallee()
                              << ", not a function with a body in the module";

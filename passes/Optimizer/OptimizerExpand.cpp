@@ -27,6 +27,7 @@ struct OptimizerExpandPass : mlir::trainc::impl::OptimizerExpandPassBase<Optimiz
     // Parameters (name, no_weight_decay) from the stage functions' arguments, in order, once each.
     SmallVector<std::pair<StringAttr, bool>> params;
     llvm::DenseSet<StringRef> seen;
+    SymbolTableCollection symbols;
     module.walk([&](func::FuncOp fn) {
       if (!fn->hasAttr("sched.stage"))
         return;
@@ -34,7 +35,7 @@ struct OptimizerExpandPass : mlir::trainc::impl::OptimizerExpandPassBase<Optimiz
         if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
           if (seen.insert(name.getValue()).second)
             params.push_back(
-                {name, bool(model::parameterAttrs(module, fn, i).get("no_weight_decay"))});
+                {name, bool(model::parameterAttrs(symbols, module, fn, i).get("no_weight_decay"))});
     });
     WalkResult r = module.walk([&](sched::OptimizerStepOp op) {
       if (params.empty()) {
