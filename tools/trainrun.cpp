@@ -174,9 +174,12 @@ int runTrainer(const Flags &f, rt::Communicator *comm, std::ostream &log, const 
   }
   if (absl::Status s = (*trainer)->train(); !s.ok())
     return fail(std::string(s.message()));
+  // Training is complete and its outputs are written: a store lost now (the launcher gone, a
+  // network blip that outlived the reconnect) does not fail the job, it is reported.
   if (comm)
     if (absl::Status s = rt::finishGlooCommunicator(*comm); !s.ok())
-      return fail(std::string(s.message()));
+      std::cerr << "trainrun: warning: training finished, but the end-of-job handshake failed: "
+          << s.message() << "\n" << std::flush;
   return 0;
 }
 

@@ -30,7 +30,12 @@ constexpr uint32_t kMaxValue = 64u << 20;
 constexpr uint32_t kMaxKeys = 1u << 16;
 constexpr uint32_t kMaxToken = 256;
 /// A stranger that connects and sends nothing is dropped after this long.
-constexpr int kHandshakeTimeoutMs = 10000;
+constexpr int kHandshakeTimeoutMs = 5000;
+/// Connections still in their handshake (unauthenticated) at most; a new one beyond it evicts the
+/// oldest. They cost a file descriptor and a few hundred bytes each, no thread.
+constexpr size_t kMaxPendingHandshakes = 256;
+/// Bytes of a complete hello: magic, u32 token length, token.
+constexpr size_t kHelloHeader = 12;
 
 std::string secondsText(std::chrono::milliseconds ms) {
   return absl::StrCat(double(ms.count()) / 1000.0, " s");
@@ -195,69 +200,202 @@ struct TcpStoreServer::Impl {
   int port = 0;
   std::thread acceptThread;
 
+  /// A connection in its handshake, owned by the accept thread (no lock).
+  struct Pending {
+    int fd;
+    Clock::time_point deadline;
+    std::string hello; // bytes received so far
+  };
+  std::vector<Pending> pending; // oldest first
+
   std::mutex mu; // guards everything below
   std::condition_variable cv;
   std::map<std::string, std::string> data;
-  std::vector<int> clientFds;
-  std::vector<std::thread> clientThreads;
+  std::map<uint64_t, int> clientFds;             // authenticated connections by id
+  std::map<uint64_t, std::thread> clientThreads; // their threads
+  std::vector<uint64_t> finished;                // ids of threads that have returned
+  uint64_t nextId = 0;
   bool stopping = false;
   int64_t refused = 0;
 
   void acceptLoop();
-  void serve(int fd);
-  bool handshake(int fd);
+  /// Accepts one connection into `pending` (evicting the oldest when full); false when accept
+  /// failed for lack of resources (descriptors, memory).
+  bool acceptOne();
+  /// Reads what `p` sent; returns true when it is done with (accepted or refused and closed).
+  bool progressHandshake(Pending &p);
+  void refuse(int fd, bool tell);
+  void serve(uint64_t id, int fd);
+  /// Joins the threads of closed connections.
+  void reap();
 };
 
-void TcpStoreServer::Impl::acceptLoop() {
-  for (;;) {
-    pollfd pfds[2] = {{listenFd, POLLIN, 0}, {wakePipe[0], POLLIN, 0}};
-    int r = ::poll(pfds, 2, -1);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0 || (pfds[1].revents & POLLIN))
-      return;
-    if (!(pfds[0].revents & POLLIN))
-      continue;
-    int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0)
-      continue;
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::lock_guard<std::mutex> l(mu);
-    if (stopping) {
-      ::close(fd);
-      return;
-    }
-    clientFds.push_back(fd);
-    clientThreads.emplace_back([this, fd] { serve(fd); });
-  }
-}
-
-bool TcpStoreServer::Impl::handshake(int fd) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
-  char magic[8];
-  std::string got;
-  bool ok = readAll(fd, magic, 8, deadline) == ReadResult::Ok &&
-            std::memcmp(magic, kMagic, 8) == 0 && readStr(fd, got, kMaxToken, deadline);
-  if (ok && constantTimeEqual(got, token)) {
-    char c = 'O';
-    return writeAll(fd, &c, 1);
-  }
+void TcpStoreServer::Impl::refuse(int fd, bool tell) {
   {
     // Counted before the client hears of it, so that a caller who saw the refusal sees the count.
     std::lock_guard<std::mutex> l(mu);
     ++refused;
   }
-  if (ok) {
+  if (tell) {
     char c = 'T';
     writeAll(fd, &c, 1);
   }
-  return false;
+  ::close(fd);
 }
 
-void TcpStoreServer::Impl::serve(int fd) {
+bool TcpStoreServer::Impl::acceptOne() {
+  int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0)
+    return !(errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (pending.size() >= kMaxPendingHandshakes) {
+    refuse(pending.front().fd, false);
+    pending.erase(pending.begin());
+  }
+  pending.push_back(
+      Pending{fd, Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs), {}});
+  return true;
+}
+
+bool TcpStoreServer::Impl::progressHandshake(Pending &p) {
+  char buf[kHelloHeader + kMaxToken];
+  size_t want = kHelloHeader;
+  if (p.hello.size() >= kHelloHeader) {
+    uint32_t n = getU32(reinterpret_cast<const unsigned char *>(p.hello.data()) + 8);
+    if (n > kMaxToken) {
+      refuse(p.fd, true);
+      return true;
+    }
+    want += n;
+  }
+  ssize_t k = ::recv(p.fd, buf, want - p.hello.size(), 0);
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return false;
+  if (k <= 0) {
+    refuse(p.fd, false);
+    return true;
+  }
+  p.hello.append(buf, size_t(k));
+  if (p.hello.size() >= 8 && std::memcmp(p.hello.data(), kMagic, 8) != 0) {
+    refuse(p.fd, false); // not a trainc client
+    return true;
+  }
+  if (p.hello.size() < kHelloHeader)
+    return false;
+  uint32_t n = getU32(reinterpret_cast<const unsigned char *>(p.hello.data()) + 8);
+  if (n > kMaxToken) {
+    refuse(p.fd, true);
+    return true;
+  }
+  if (p.hello.size() < kHelloHeader + n)
+    return false;
+  if (!constantTimeEqual(p.hello.substr(kHelloHeader), token)) {
+    refuse(p.fd, true);
+    return true;
+  }
+  // Accepted: the connection gets a thread (blocking I/O) until it closes.
+  int flags = ::fcntl(p.fd, F_GETFL);
+  ::fcntl(p.fd, F_SETFL, flags & ~O_NONBLOCK);
+  char c = 'O';
+  if (!writeAll(p.fd, &c, 1)) {
+    ::close(p.fd);
+    return true;
+  }
+  std::lock_guard<std::mutex> l(mu);
+  if (stopping) {
+    ::close(p.fd);
+    return true;
+  }
+  uint64_t id = nextId++;
+  clientFds[id] = p.fd;
+  int fd = p.fd;
+  clientThreads[id] = std::thread([this, id, fd] { serve(id, fd); });
+  return true;
+}
+
+void TcpStoreServer::Impl::reap() {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    for (uint64_t id : finished) {
+      auto it = clientThreads.find(id);
+      if (it != clientThreads.end()) {
+        done.push_back(std::move(it->second));
+        clientThreads.erase(it);
+      }
+    }
+    finished.clear();
+  }
+  for (std::thread &t : done)
+    t.join();
+}
+
+void TcpStoreServer::Impl::acceptLoop() {
+  bool starved = false; // accept failed for lack of descriptors: wait before retrying
+  for (;;) {
+    reap();
+    std::vector<pollfd> pfds = {{wakePipe[0], POLLIN, 0}, {listenFd, POLLIN, 0}};
+    int timeout = -1;
+    auto now = Clock::now();
+    for (const Pending &p : pending) {
+      pfds.push_back({p.fd, POLLIN, 0});
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - now).count();
+      timeout = int(std::max<int64_t>(0, timeout < 0 ? left : std::min<int64_t>(timeout, left)));
+    }
+    if (starved) {
+      pfds[1].events = 0;
+      timeout = timeout < 0 ? 100 : std::min(timeout, 100);
+    }
+    int r = ::poll(pfds.data(), nfds_t(pfds.size()), timeout);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 || (pfds[0].revents & POLLIN))
+      break;
+    // Handshakes that sent something, or ran out of time.
+    now = Clock::now();
+    std::vector<Pending> still;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending &p = pending[i];
+      if (pfds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) {
+        if (progressHandshake(p))
+          continue;
+      } else if (now >= p.deadline) {
+        refuse(p.fd, false);
+        continue;
+      }
+      still.push_back(std::move(p));
+    }
+    pending.swap(still);
+    starved = false;
+    if (pfds[1].revents & POLLIN) {
+      // Several at once: a flood must not starve the handshakes already in progress.
+      for (int k = 0; k < 64; ++k) {
+        if (!acceptOne()) {
+          // Out of descriptors: drop the oldest handshake to free one, else wait a little
+          // (poll would report the listening socket readable at once: no busy loop).
+          if (!pending.empty()) {
+            refuse(pending.front().fd, false);
+            pending.erase(pending.begin());
+          } else {
+            starved = true;
+          }
+          break;
+        }
+        pollfd more{listenFd, POLLIN, 0};
+        if (::poll(&more, 1, 0) <= 0)
+          break;
+      }
+    }
+  }
+  for (Pending &p : pending)
+    ::close(p.fd);
+  pending.clear();
+}
+
+void TcpStoreServer::Impl::serve(uint64_t id, int fd) {
   constexpr auto forever = Clock::time_point::max();
-  if (handshake(fd)) {
+  {
     for (;;) {
       char op;
       if (readAll(fd, &op, 1, forever) != ReadResult::Ok)
@@ -320,10 +458,9 @@ void TcpStoreServer::Impl::serve(int fd) {
     }
   }
   std::lock_guard<std::mutex> l(mu);
-  for (int &c : clientFds)
-    if (c == fd)
-      c = -1;
+  clientFds.erase(id);
   ::close(fd);
+  finished.push_back(id);
 }
 
 TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -337,6 +474,11 @@ int64_t TcpStoreServer::refusedConnections() const {
   return impl_->refused;
 }
 
+int64_t TcpStoreServer::connectionThreads() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return int64_t(impl_->clientThreads.size());
+}
+
 void TcpStoreServer::stop() {
   Impl &im = *impl_;
   {
@@ -344,21 +486,20 @@ void TcpStoreServer::stop() {
     if (im.stopping)
       return;
     im.stopping = true;
-    for (int fd : im.clientFds)
-      if (fd >= 0)
-        ::shutdown(fd, SHUT_RDWR);
+    for (auto &[id, fd] : im.clientFds)
+      ::shutdown(fd, SHUT_RDWR);
   }
   im.cv.notify_all();
   char c = 'x';
   (void)!::write(im.wakePipe[1], &c, 1);
   if (im.acceptThread.joinable())
     im.acceptThread.join();
-  std::vector<std::thread> threads;
+  std::map<uint64_t, std::thread> threads;
   {
     std::lock_guard<std::mutex> l(im.mu);
     threads.swap(im.clientThreads);
   }
-  for (std::thread &t : threads)
+  for (auto &[id, t] : threads)
     t.join();
   ::close(im.listenFd);
   ::close(im.wakePipe[0]);
@@ -437,8 +578,11 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string &h
         absl::StrCat("cannot resolve store host '", host, "': ", gai_strerror(e)));
   auto deadline = Clock::now() + timeout;
   std::string lastError;
-  int fd = -1;
-  for (auto wait = std::chrono::milliseconds(10);; wait = std::min(wait * 2, std::chrono::milliseconds(500))) {
+  std::string hello(kMagic, 8);
+  putStr(hello, token.data(), token.size());
+  for (auto wait = std::chrono::milliseconds(10);;
+       wait = std::min(wait * 2, std::chrono::milliseconds(500))) {
+    int fd = -1;
     for (addrinfo *a = ai.list; a && fd < 0; a = a->ai_next) {
       int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
       if (s < 0) {
@@ -452,39 +596,58 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string &h
       lastError = std::strerror(errno);
       ::close(s);
     }
-    if (fd >= 0 || Clock::now() + wait > deadline)
+    if (fd >= 0) {
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      char reply = 0;
+      auto handshakeDeadline =
+          std::max(deadline, Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs));
+      ReadResult r = ReadResult::Error;
+      if (writeAll(fd, hello.data(), hello.size()))
+        r = readAll(fd, &reply, 1, handshakeDeadline);
+      if (r == ReadResult::Ok && reply == 'O')
+        return std::unique_ptr<TcpStore>(new TcpStore(fd, where, timeout, token));
+      ::close(fd);
+      if (r == ReadResult::Ok && reply == 'T')
+        return absl::PermissionDeniedError(absl::StrCat(
+            "the store at ", where, " refused the connection: wrong job token (every rank "
+                                    "of a job needs the same TRAINC_JOB_TOKEN)"));
+      if (r == ReadResult::Ok || r == ReadResult::TimedOut)
+        return absl::UnavailableError(absl::StrCat(
+            "the store at ", where, " did not complete the handshake (is it a trainc store?)"));
+      // Closed before it answered: a busy server (a flood of strangers) dropped the handshake.
+      lastError = "the store closed the connection during the handshake (busy?)";
+    }
+    if (Clock::now() + wait > deadline)
       break;
     std::this_thread::sleep_for(wait);
   }
-  if (fd < 0)
-    return absl::UnavailableError(absl::StrCat("cannot reach the store at ", where, " within ",
-                                               secondsText(timeout), ": ", lastError));
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  std::string hello(kMagic, 8);
-  putStr(hello, token.data(), token.size());
-  char reply = 0;
-  auto handshakeDeadline = Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs) + timeout;
-  ReadResult r = ReadResult::Error;
-  if (writeAll(fd, hello.data(), hello.size()))
-    r = readAll(fd, &reply, 1, handshakeDeadline);
-  if (r == ReadResult::Ok && reply == 'O')
-    return std::unique_ptr<TcpStore>(new TcpStore(fd, where, timeout));
-  ::close(fd);
-  if (r == ReadResult::Ok && reply == 'T')
-    return absl::PermissionDeniedError(
-        absl::StrCat("the store at ", where, " refused the connection: wrong job token (every rank "
-                     "of a job needs the same TRAINC_JOB_TOKEN)"));
-  return absl::UnavailableError(absl::StrCat(
-      "the store at ", where, " did not complete the handshake (is it a trainc store?)"));
+  return absl::UnavailableError(absl::StrCat("cannot reach the store at ", where, " within ",
+                                             secondsText(timeout), ": ", lastError));
 }
 
-TcpStore::~TcpStore() { ::close(fd_); }
+TcpStore::~TcpStore() {
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
+bool TcpStore::reconnect() {
+  size_t colon = address_.rfind(':');
+  absl::StatusOr<std::unique_ptr<TcpStore>> fresh =
+      connect(address_.substr(0, colon), std::atoi(address_.c_str() + colon + 1), token_,
+              std::min(timeout_, std::chrono::milliseconds(10000)));
+  if (!fresh.ok())
+    return false;
+  ::close(fd_);
+  fd_ = (*fresh)->fd_;
+  (*fresh)->fd_ = -1;
+  return true;
+}
 
 namespace {
 absl::Status lost(const std::string &where) {
-  return absl::UnavailableError(
-      absl::StrCat("lost the connection to the store at ", where, " (did the launcher exit?)"));
+  return absl::UnavailableError(absl::StrCat("lost the connection to the store at ", where,
+                                             " and could not reconnect (did the launcher exit?)"));
 }
 
 /// Sends one request and reads the one-byte reply code before `deadline`; false if the
@@ -502,11 +665,14 @@ absl::Status TcpStore::trySet(const std::string &key, const std::vector<char> &v
   putStr(req, key.data(), key.size());
   putStr(req, value.data(), value.size());
   std::lock_guard<std::mutex> l(mu_);
-  char reply;
-  if (!roundTrip(fd_, req, Clock::now() + timeout_ + std::chrono::seconds(10), reply) ||
-      reply != 'O')
-    return lost(address_);
-  return absl::OkStatus();
+  for (int attempt = 0;; ++attempt) {
+    char reply;
+    if (roundTrip(fd_, req, Clock::now() + timeout_ + std::chrono::seconds(10), reply) &&
+        reply == 'O')
+      return absl::OkStatus();
+    if (attempt == 1 || !reconnect())
+      return lost(address_);
+  }
 }
 
 absl::StatusOr<std::vector<char>> TcpStore::tryGet(const std::string &key,
@@ -517,7 +683,7 @@ absl::StatusOr<std::vector<char>> TcpStore::tryGet(const std::string &key,
   std::lock_guard<std::mutex> l(mu_);
   auto deadline = Clock::now() + timeout + std::chrono::seconds(10);
   char reply;
-  if (!roundTrip(fd_, req, deadline, reply))
+  if (!roundTrip(fd_, req, deadline, reply) && (!reconnect() || !roundTrip(fd_, req, deadline, reply)))
     return lost(address_);
   if (reply == 'T')
     return absl::DeadlineExceededError(absl::StrCat("timed out after ", secondsText(timeout),
@@ -539,7 +705,7 @@ absl::Status TcpStore::tryWait(const std::vector<std::string> &keys,
   std::lock_guard<std::mutex> l(mu_);
   auto deadline = Clock::now() + timeout + std::chrono::seconds(10);
   char reply;
-  if (!roundTrip(fd_, req, deadline, reply))
+  if (!roundTrip(fd_, req, deadline, reply) && (!reconnect() || !roundTrip(fd_, req, deadline, reply)))
     return lost(address_);
   if (reply == 'O')
     return absl::OkStatus();

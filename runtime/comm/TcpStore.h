@@ -44,8 +44,11 @@ absl::StatusOr<std::string> generateJobToken();
 /// (e.g. "TRAINC_JOB_TOKEN").
 absl::Status checkJobToken(const std::string &token, const std::string &source);
 
-/// The server side: binds host:port and serves on a background thread (one thread per accepted
-/// connection) until stop() or destruction.
+/// The server side: binds host:port and serves on a background thread until stop() or
+/// destruction. Handshakes run on that thread without blocking (at most 256 at once, 5 s each; a
+/// new connection beyond that evicts the oldest, and running out of file descriptors drops the
+/// oldest handshake instead of spinning), so strangers flooding the port cost a descriptor each
+/// and no thread; an authenticated connection gets a thread, joined soon after it closes.
 class TcpStoreServer {
 public:
   /// Binds `host` (a numeric address or a name; "" = every interface) and `port` (0 = an ephemeral
@@ -59,8 +62,11 @@ public:
 
   /// The bound TCP port.
   int port() const;
-  /// Number of connections closed because of a wrong token or a malformed handshake.
+  /// Number of connections closed because of a wrong token, a malformed or late handshake, or
+  /// evicted while still in the handshake (more than 256 at once, or out of file descriptors).
   int64_t refusedConnections() const;
+  /// Threads of authenticated connections not yet joined (a closed one's is joined soon after).
+  int64_t connectionThreads() const;
   /// Closes the listening socket and every connection and joins the threads. Idempotent.
   void stop();
 
@@ -71,7 +77,9 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-/// The client side, usable as Gloo's rendezvous store. One TCP connection, serialised by a mutex.
+/// The client side, usable as Gloo's rendezvous store. One TCP connection, serialised by a mutex;
+/// a lost connection is reconnected once per request (requests are idempotent) before the error
+/// "lost the connection to the store at H:P" is reported.
 /// The gloo::rendezvous::Store overrides throw std::runtime_error with the message of the Status
 /// variants below (Gloo's connectFullMesh propagates it).
 class TcpStore final : public gloo::rendezvous::Store {
@@ -102,9 +110,12 @@ public:
   const std::string &address() const { return address_; }
 
 private:
-  TcpStore(int fd, std::string address, std::chrono::milliseconds timeout)
-      : fd_(fd), address_(std::move(address)), timeout_(timeout) {}
+  TcpStore(int fd, std::string address, std::chrono::milliseconds timeout, std::string token)
+      : fd_(fd), address_(std::move(address)), timeout_(timeout), token_(std::move(token)) {}
+  /// Replaces the connection by a new one (mu_ held). False when the store cannot be reached.
+  bool reconnect();
   int fd_;
+  std::string token_;
   std::string address_;
   std::chrono::milliseconds timeout_;
   std::mutex mu_;

@@ -11,8 +11,14 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -123,6 +129,117 @@ TEST(TcpStoreTest, WrongTokenIsRefused) {
   EXPECT_EQ(job.server->refusedConnections(), 3);
   // The right token still works afterwards.
   EXPECT_TRUE(TcpStore::connect("127.0.0.1", job.server->port(), kToken, 5s).ok());
+}
+
+/// A raw loopback connection to `port` (no handshake); -1 on failure.
+int rawConnect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Resident set size of this process in KiB (VmRSS of /proc/self/status).
+int64_t rssKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stoll(line.substr(6));
+  return -1;
+}
+
+// A stranger flooding the port (connections that send nothing, garbage, or a wrong token) while
+// a job uses the store: the job's clients still connect and work, no thread is spent on a
+// stranger, the server's memory does not grow with the number of connections, and the
+// handshakes in flight stay bounded (the oldest is evicted).
+TEST(TcpStoreTest, StrangersFloodingThePortDoNotStopTheJob) {
+  Job job;
+  const int port = job.server->port();
+  auto a = TcpStore::connect("127.0.0.1", port, kToken, 5s);
+  ASSERT_TRUE(a.ok()) << a.status();
+  int64_t rssBefore = rssKiB();
+  std::vector<int> silent;
+  for (int i = 0; i < 1500; ++i) {
+    int fd = rawConnect(port);
+    if (fd < 0)
+      break;
+    if (i % 3 == 1)
+      (void)!::write(fd, "GET / HTTP/1.0\r\n\r\n", 18); // not a trainc client
+    if (i % 3 == 2) {
+      std::string hello("TRNCST01", 8);
+      hello += std::string("\x20\0\0\0", 4) + std::string(32, 'x'); // wrong token
+      (void)!::write(fd, hello.data(), hello.size());
+    }
+    silent.push_back(fd);
+    if (silent.size() > 400) { // stay well inside this process's descriptor limit
+      ::close(silent.front());
+      silent.erase(silent.begin());
+    }
+  }
+  // While the flood's connections are still open, a rank of the job connects and works.
+  auto b = TcpStore::connect("127.0.0.1", port, kToken, 10s);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE((*b)->trySet("during-flood", {'1'}).ok());
+  auto v = (*a)->tryGet("during-flood", 5s);
+  ASSERT_TRUE(v.ok()) << v.status();
+  // Only the two clients of the job have threads; the strangers were refused or evicted.
+  EXPECT_LE(job.server->connectionThreads(), 2);
+  EXPECT_GE(job.server->refusedConnections(), 1000 - 256);
+  for (int fd : silent)
+    ::close(fd);
+  int64_t growth = rssKiB() - rssBefore;
+  EXPECT_LT(growth, 8 * 1024) << "server RSS grew by " << growth << " KiB";
+}
+
+// A job client's thread is joined once its connection closes, so connections that come and go
+// (ranks, probes) do not accumulate threads.
+TEST(TcpStoreTest, ClosedConnectionsAreReaped) {
+  Job job;
+  for (int i = 0; i < 50; ++i) {
+    auto c = TcpStore::connect("127.0.0.1", job.server->port(), kToken, 5s);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->trySet("k" + std::to_string(i), {'1'}).ok());
+  }
+  // One more connection wakes the accept loop, which joins the finished threads.
+  auto last = TcpStore::connect("127.0.0.1", job.server->port(), kToken, 5s);
+  ASSERT_TRUE(last.ok());
+  for (int i = 0; i < 100 && job.server->connectionThreads() > 1; ++i) {
+    auto probe = TcpStore::connect("127.0.0.1", job.server->port(), kToken, 5s);
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_LE(job.server->connectionThreads(), 2);
+}
+
+// A client whose connection was cut reconnects for its next request; a store that is gone is
+// reported as lost after the reconnect fails.
+TEST(TcpStoreTest, LostConnectionReconnectsOrSaysWhatWasLost) {
+  auto job = std::make_unique<Job>();
+  const int port = job->server->port();
+  auto c = TcpStore::connect("127.0.0.1", port, kToken, 2s);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->trySet("a", {'1'}).ok());
+  job.reset(); // the launcher's store goes away
+  absl::Status s = (*c)->trySet("b", {'2'});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("lost the connection to the store at 127.0.0.1:" +
+                             std::to_string(port) + " and could not reconnect"),
+            std::string::npos)
+      << s;
+  // A new server on the same port (a restarted launcher): the next request reconnects.
+  auto again = TcpStoreServer::start("127.0.0.1", port, kToken);
+  if (!again.ok())
+    GTEST_SKIP() << "port " << port << " was taken in between: " << again.status();
+  EXPECT_TRUE((*c)->trySet("c", {'3'}).ok());
+  auto v = (*c)->tryGet("c", 1s);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(std::string(v->begin(), v->end()), "3");
 }
 
 TEST(TcpStoreTest, UnreachableStoreIsNamed) {
