@@ -7,6 +7,7 @@
 
 #include "frontends/HFConfig.h"
 #include "frontends/Support.h"
+#include "frontends/TextLimits.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -216,6 +217,8 @@ void readGPT2(FieldReader &r, ModelConfig &m) {
 
 llvm::Expected<ModelConfig> parseHFConfig(StringRef jsonText, StringRef sourceName) {
   auto fail = [&](const Twine &message) { return makeError(sourceName + ": " + message); };
+  if (llvm::Error e = checkJsonDepth(jsonText, sourceName))
+    return std::move(e);
   llvm::Expected<json::Value> root = json::parse(jsonText);
   if (!root)
     return fail("invalid JSON: " + llvm::toString(root.takeError()));
@@ -246,6 +249,8 @@ llvm::Expected<ModelConfig> parseHFConfig(StringRef jsonText, StringRef sourceNa
 }
 
 llvm::Expected<ModelConfig> readHFConfigFile(StringRef path) {
+  if (Error e = checkRegularFile(path, "--hf-config"))
+    return std::move(e);
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
       llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)

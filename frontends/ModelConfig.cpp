@@ -12,6 +12,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -407,6 +408,25 @@ Error finalizeTraining(PlanConfig &c) {
                      " is not divisible by --micro-batch-size " + Twine(t.micro_batch_size) +
                      " x data-parallel size " + Twine(dp));
   t.num_microbatches = t.global_batch_size / (t.micro_batch_size * dp);
+
+  // One microbatch's activations must be tensors the runtime can hold: token ids are i32
+  // (mbs x seq <= 2^31) and the widest activation (logits, the MLP's fc1 output, ...) at most
+  // 2^40 elements (4 TiB in fp32). Both products fit in int64: every factor is < 2^31.
+  const ModelConfig &m = c.model;
+  const int64_t tokens = t.micro_batch_size * m.seq_length;
+  if (tokens > kMaxSize)
+    return makeError("--micro-batch-size " + Twine(t.micro_batch_size) + " x --seq-length " +
+                     Twine(m.seq_length) + " = " + Twine(tokens) +
+                     " tokens per microbatch, more than " + Twine(kMaxSize) +
+                     " (token positions are 32-bit)");
+  const int64_t width = std::max({m.hidden_size, m.swiglu ? 2 * m.ffn_hidden_size : m.ffn_hidden_size,
+                                  m.padded_vocab_size, m.num_attention_heads * m.kv_channels});
+  constexpr int64_t kMaxActivation = int64_t(1) << 40;
+  if (tokens > kMaxActivation / width)
+    return makeError("--micro-batch-size " + Twine(t.micro_batch_size) + " x --seq-length " +
+                     Twine(m.seq_length) + " x the widest activation (" + Twine(width) +
+                     ": hidden, ffn or padded vocabulary size) is more than 2^40 elements per "
+                     "tensor; reduce --micro-batch-size or --seq-length");
 
   if (Error e = checkChoice("params dtype", t.params_dtype, {"fp32", "bf16", "fp16"}))
     return e;

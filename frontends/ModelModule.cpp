@@ -8,6 +8,7 @@
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
+#include "frontends/TextLimits.h"
 
 using namespace mlir;
 
@@ -17,9 +18,13 @@ llvm::Expected<ModelModule> readModelModule(MLIRContext &ctx, llvm::StringRef pa
   auto error = [&](const llvm::Twine &m) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
   };
+  if (llvm::Error e = ::trainc::config::checkRegularFile(path, "model"))
+    return std::move(e);
   auto file = llvm::MemoryBuffer::getFile(path);
   if (!file)
     return error("cannot read '" + path + "': " + file.getError().message());
+  if (llvm::Error e = ::trainc::config::checkMlirDepth((*file)->getBuffer(), path))
+    return std::move(e);
   llvm::SourceMgr sm;
   sm.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
   ModelModule out;

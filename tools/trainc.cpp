@@ -20,6 +20,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "frontends/TextLimits.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -172,9 +173,13 @@ int cmdInspect(std::vector<std::string> args) {
     if (args[i] != "--memory" && args[i] != "--flops" && args[i] != "--schedule" &&
         args[i] != "--ranks" && args[i] != "--buckets")
       return usage("unknown inspect option '" + args[i] + "'");
+  if (llvm::Error e = ::trainc::config::checkRegularFile(dir + "/plan.json", "plan"))
+    return fail(llvm::toString(std::move(e)));
   auto text = llvm::MemoryBuffer::getFile(dir + "/plan.json");
   if (!text)
     return fail("cannot read '" + dir + "/plan.json': " + text.getError().message());
+  if (llvm::Error e = ::trainc::config::checkJsonDepth((*text)->getBuffer(), dir + "/plan.json"))
+    return fail(llvm::toString(std::move(e)));
   llvm::Expected<llvm::json::Value> plan = llvm::json::parse((*text)->getBuffer());
   if (!plan)
     return fail(dir + "/plan.json: " + llvm::toString(plan.takeError()));
