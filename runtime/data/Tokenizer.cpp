@@ -336,7 +336,27 @@ absl::Status Gpt2BpeTokenizer::tokenize(std::string_view text, std::vector<int32
   }
   const size_t n = cps.size();
   at.push_back(text.size());
-  auto emit = [&](size_t b, size_t e) { return bpe(text.substr(at[b], at[e] - at[b]), out); };
+  // Words repeat: a per-thread cache of piece -> ids (cleared when it grows past 2^20 pieces or
+  // another tokenizer uses the thread), so workers never share or lock it.
+  thread_local std::unordered_map<std::string, std::vector<int32_t>> cache;
+  thread_local const Gpt2BpeTokenizer *cacheOwner = nullptr;
+  if (cacheOwner != this || cache.size() > (size_t(1) << 20)) {
+    cache.clear();
+    cacheOwner = this;
+  }
+  std::string key;
+  auto emit = [&](size_t b, size_t e) -> absl::Status {
+    key.assign(text.substr(at[b], at[e] - at[b]));
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      std::vector<int32_t> ids;
+      if (absl::Status s = bpe(key, ids); !s.ok())
+        return s;
+      it = cache.emplace(key, std::move(ids)).first;
+    }
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return absl::OkStatus();
+  };
   size_t i = 0;
   while (i < n) {
     size_t end = i;
