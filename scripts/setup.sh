@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev googletest
   libdnnl-dev ocl-icd-opencl-dev libgloo-dev
   clang libclang-rt-dev
+  nlohmann-json3-dev libicu-dev python3-numpy
 )
 for arg in "$@"; do
   case "$arg" in

@@ -3,6 +3,8 @@
 #include "runtime/control/Dataset.h"
 
 #include "runtime/core/Philox.h"
+#include "runtime/data/MegatronDatasets.h"
+#include "runtime/data/Tokenizer.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -85,25 +87,29 @@ private:
   uint64_t mask_ = 1;
 };
 
-/// A split's token stream (byte tokens and EOD fit in uint8) cut into samples with stride seq.
-class TokenStreamDataset final : public Dataset {
+/// A split's token stream cut into samples with stride seq (uint8 for byte tokens and EOD,
+/// int32 for other tokenizers).
+template <typename T> class TokenStreamDataset final : public Dataset {
 public:
-  TokenStreamDataset(std::vector<uint8_t> tokens, int64_t seqLength, uint64_t seed, uint32_t split)
+  TokenStreamDataset(std::vector<T> tokens, int64_t seqLength, uint64_t seed, uint32_t split,
+                     int32_t eod)
       : tokens_(std::move(tokens)), seq_(seqLength),
-        n_((int64_t(tokens_.size()) - 1) / seqLength), order_(seed, split, n_) {}
+        n_((int64_t(tokens_.size()) - 1) / seqLength), order_(seed, split, n_), eod_(eod) {}
 
   int64_t numSamples() const override { return n_; }
   int64_t seqLength() const override { return seq_; }
+  int32_t eodToken() const override { return eod_; }
   void sample(int64_t index, int32_t *tokens) const override {
-    const uint8_t *p = tokens_.data() + order_(index) * seq_;
+    const T *p = tokens_.data() + order_(index) * seq_;
     for (int64_t j = 0; j <= seq_; ++j)
       tokens[j] = int32_t(p[j]);
   }
 
 private:
-  std::vector<uint8_t> tokens_;
+  std::vector<T> tokens_;
   int64_t seq_, n_;
   EpochOrder order_;
+  int32_t eod_;
 };
 
 /// Mock data: a virtual stream whose token at position p is EOD when p % 97 == 96 and otherwise
@@ -340,7 +346,15 @@ absl::StatusOr<Datasets> buildDatasets(const DataOptions &options) {
     return out;
   }
 
-  if (options.vocabSize < kByteVocabSize)
+  if (data::isIndexedDataPath(options.dataPath))
+    return data::buildIndexedDatasets(options);
+
+  const data::Tokenizer *tokenizer = options.tokenizer;
+  if (tokenizer && tokenizer->vocabSize() > options.vocabSize)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", tokenizer->name(), "'s vocabulary of ", tokenizer->vocabSize(),
+        " tokens is larger than the plan's vocabulary of ", options.vocabSize));
+  if (!tokenizer && options.vocabSize < kByteVocabSize)
     return absl::InvalidArgumentError(absl::StrCat(
         "vocabulary size ", options.vocabSize, " is smaller than the byte tokenizer's ",
         kByteVocabSize, " tokens; text data needs a vocabulary of at least ", kByteVocabSize));
@@ -363,6 +377,22 @@ absl::StatusOr<Datasets> buildDatasets(const DataOptions &options) {
                      joinPaths(options.dataPath), " contain no text"));
 
   const int64_t numDocs = int64_t(corpus.docs.size());
+  // With a tokenizer, each document's ids (EOD not included); else its bytes are its tokens.
+  std::vector<std::vector<int32_t>> docTokens;
+  if (tokenizer) {
+    docTokens.resize(size_t(numDocs));
+    for (int64_t d = 0; d < numDocs; ++d) {
+      auto [offset, length] = corpus.docs[size_t(d)];
+      std::string_view text(reinterpret_cast<const char *>(corpus.bytes.data()) + offset,
+                            size_t(length));
+      if (absl::Status st = tokenizer->tokenize(text, docTokens[size_t(d)]); !st.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokenizing document ", d, " of the text data: ", st.message()));
+    }
+  }
+  auto docLength = [&](int64_t d) {
+    return tokenizer ? int64_t(docTokens[size_t(d)].size()) : corpus.docs[size_t(d)].second;
+  };
   std::array<int64_t, 4> bound = splitBounds(*weights, numDocs);
   std::array<std::vector<int64_t>, 3> order;
   std::array<int64_t, 3> numTokens = {0, 0, 0};
@@ -372,7 +402,7 @@ absl::StatusOr<Datasets> buildDatasets(const DataOptions &options) {
     std::vector<int64_t> &docs = order[size_t(s)];
     for (int64_t d = bound[s]; d < bound[s + 1]; ++d) {
       docs.push_back(d);
-      numTokens[size_t(s)] += corpus.docs[size_t(d)].second + 1;
+      numTokens[size_t(s)] += docLength(d) + 1;
     }
     if (s == 0 && numTokens[0] < seq + 1)
       return absl::InvalidArgumentError(absl::StrCat(
@@ -388,6 +418,17 @@ absl::StatusOr<Datasets> buildDatasets(const DataOptions &options) {
   for (int s = 0; s < 3; ++s) {
     if (order[size_t(s)].empty() || numTokens[size_t(s)] < seq + 1)
       continue;
+    if (tokenizer) {
+      std::vector<int32_t> stream;
+      stream.reserve(size_t(numTokens[size_t(s)]));
+      for (int64_t d : order[size_t(s)]) {
+        stream.insert(stream.end(), docTokens[size_t(d)].begin(), docTokens[size_t(d)].end());
+        stream.push_back(tokenizer->eod());
+      }
+      slot(out, s) = std::make_unique<TokenStreamDataset<int32_t>>(
+          std::move(stream), seq, options.seed, uint32_t(s), tokenizer->eod());
+      continue;
+    }
     std::vector<uint8_t> stream;
     stream.reserve(size_t(numTokens[size_t(s)]));
     for (int64_t d : order[size_t(s)]) {
@@ -396,8 +437,9 @@ absl::StatusOr<Datasets> buildDatasets(const DataOptions &options) {
                     corpus.bytes.begin() + offset + length);
       stream.push_back(uint8_t(kEodToken));
     }
-    slot(out, s) = std::make_unique<TokenStreamDataset>(std::move(stream), seq, options.seed,
-                                                        uint32_t(s));
+    slot(out, s) = std::make_unique<TokenStreamDataset<uint8_t>>(std::move(stream), seq,
+                                                                 options.seed, uint32_t(s),
+                                                                 kEodToken);
   }
   return out;
 }

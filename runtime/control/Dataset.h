@@ -21,10 +21,15 @@
 
 #include "absl/status/statusor.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace trainc::rt::data {
+class Tokenizer;
+}
 
 namespace trainc::rt::control {
 
@@ -47,7 +52,16 @@ public:
   /// Writes the seq_length + 1 tokens of global sample `index` (any index >= 0; index / numSamples()
   /// is the epoch, each epoch with its own deterministic shuffle of sample order). Thread-safe.
   virtual void sample(int64_t index, int32_t *tokens) const = 0;
+  /// Like `sample`, but reports what the data can get wrong at read time (a .bin/.idx sample with
+  /// a token outside the plan's vocabulary). Thread-safe.
+  virtual absl::Status readSample(int64_t index, int32_t *tokens) const {
+    sample(index, tokens);
+    return absl::OkStatus();
+  }
   virtual int64_t seqLength() const = 0;
+  /// The end-of-document token id in the samples, -1 when unknown (.bin/.idx data read without a
+  /// tokenizer).
+  virtual int32_t eodToken() const { return kEodToken; }
 };
 
 struct DataOptions {
@@ -64,6 +78,12 @@ struct DataOptions {
   uint64_t seed = 1234;
   /// The model's (unpadded) vocabulary; must be >= 256 for text data, >= 2 for mock data.
   int64_t vocabSize = kByteVocabSize;
+  /// Text data: the tokenizer (not owned; null = the byte tokenizer); its vocabulary must not
+  /// exceed vocabSize. .bin/.idx data: its EOD is the samples' eodToken() (null: unknown).
+  const data::Tokenizer *tokenizer = nullptr;
+  /// .bin/.idx data: the samples each split must hold (train, valid, test; Megatron's
+  /// train_valid_test_num_samples), which sets the number of epochs; 0 = one epoch.
+  std::array<int64_t, 3> numSamples = {0, 0, 0};
 };
 
 /// A split with weight 0 or too few tokens for one sample is null.
@@ -76,7 +96,11 @@ struct Datasets {
 /// non-negative finite number, more than three parts, weights summing to 0.
 absl::StatusOr<std::vector<double>> parseSplit(const std::string &split);
 
-/// Reads and tokenizes the data, splits documents (separated by one or more blank lines; a line of
+/// A --data-path entry P with a file P.idx makes the data Megatron's indexed dataset P.bin/P.idx:
+/// the datasets are then runtime/data/MegatronDatasets.h's buildIndexedDatasets (Megatron's
+/// GPTDataset order); everything below is about raw text.
+///
+/// Reads and tokenizes the data (with options.tokenizer, else bytes), splits documents (separated by one or more blank lines; a line of
 /// only spaces, tabs or CR is blank; a file boundary also ends a document; a document keeps its
 /// inner line breaks but not its last line's) into train/valid/test by the split weights (Megatron
 /// assigns contiguous ranges of documents, in file order, to the splits by the normalised weights:

@@ -8,6 +8,7 @@
 #include "runtime/core/Executor.h"
 #include "runtime/core/Init.h"
 #include "runtime/core/Program.h"
+#include "runtime/data/Tokenizer.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
@@ -95,6 +96,9 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.seed = metaInt(p, "runtime.seed", o.seed);
   o.checkForNanInLossAndGrad =
       meta(p, "runtime.check_for_nan_in_loss_and_grad", "true") == "true";
+  o.tokenizerType = meta(p, "runtime.tokenizer_type");
+  o.vocabFile = meta(p, "runtime.vocab_file");
+  o.mergeFile = meta(p, "runtime.merge_file");
 
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
@@ -145,6 +149,19 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       o.checkForNanInLossAndGrad = true;
     } else if (flag == "--no-check-for-nan-in-loss-and-grad") {
       o.checkForNanInLossAndGrad = false;
+    } else if (flag == "--tokenizer-type") {
+      s = next(o.tokenizerType);
+    } else if (flag == "--vocab-file") {
+      s = next(o.vocabFile);
+    } else if (flag == "--merge-file") {
+      s = next(o.mergeFile);
+    } else if (flag == "--eod-mask-loss") {
+      o.eodMaskLoss = true;
+    } else if (flag == "--reset-position-ids") {
+      o.resetPositionIds = true;
+    } else if (flag == "--reset-attention-mask") {
+      s = absl::InvalidArgumentError("not supported yet: --reset-attention-mask (it needs a "
+                                     "segment-aware attention kernel)");
     } else if (flag == "--split") {
       s = next(o.split);
     } else if (flag == "--seq-length") {
@@ -313,6 +330,20 @@ struct Trainer::Impl {
     return f;
   }
 
+  /// Megatron's _get_ltor_masks_and_position_ids for one sample's `seq` input tokens: with
+  /// --eod-mask-loss loss_mask is 0 where the input token is EOD, with --reset-position-ids the
+  /// position ids restart at 0 after each EOD; otherwise mask 1 and positions 0..seq-1.
+  void applyEod(int32_t eod, const int32_t *tok, float *mask32, double *mask64, int32_t *pos) {
+    int32_t p = 0;
+    for (int64_t j = 0; j < seq; ++j) {
+      bool isEod = tok[j] == eod;
+      mask32[j] = opts.eodMaskLoss && isEod ? 0.0f : 1.0f;
+      mask64[j] = mask32[j];
+      pos[j] = opts.resetPositionIds ? p : int32_t(j);
+      p = opts.resetPositionIds && isEod ? 0 : p + 1;
+    }
+  }
+
   /// Fills every microbatch's input buffers from global samples [first, first + gbs) of `ds` with
   /// Megatron's pretraining sampler: microbatch i covers the block [first + i*mbs*dp,
   /// first + (i+1)*mbs*dp) and data-parallel rank r reads its samples [r*mbs, (r+1)*mbs) only.
@@ -326,11 +357,16 @@ struct Trainer::Impl {
       pos[size_t(i)] = int32_t(i % seq);
     for (int64_t m = 0; m < numMicrobatches; ++m) {
       for (int64_t b = 0; b < mbs; ++b) {
-        ds.sample(first + (m * dpSize + dpRank) * mbs + b, sample.data());
+        if (absl::Status s = ds.readSample(first + (m * dpSize + dpRank) * mbs + b, sample.data());
+            !s.ok())
+          return s;
         if (record)
           record->insert(record->end(), sample.begin(), sample.end());
         std::memcpy(tok.data() + b * seq, sample.data(), size_t(seq) * 4);
         std::memcpy(lab.data() + b * seq, sample.data() + 1, size_t(seq) * 4);
+        if (opts.eodMaskLoss || opts.resetPositionIds)
+          applyEod(ds.eodToken(), tok.data() + b * seq, mask32.data() + b * seq,
+                   mask64.data() + b * seq, pos.data() + b * seq);
       }
       const int64_t rng[3] = {opts.seed, iteration, m};
       for (const HostBuffer &h : inputs[size_t(m)]) {
@@ -598,12 +634,37 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   d.seqLength = im->seq;
   d.seed = uint64_t(options.seed);
   d.vocabSize = int64_t(prog.plan().vocab_size());
+  // Megatron's train_valid_test_num_samples: what the run reads of each split.
+  {
+    int64_t trainSamples = options.trainSamples ? options.trainSamples : options.trainIters * im->gbs;
+    int64_t iters = options.trainSamples ? options.trainSamples / im->gbs : options.trainIters;
+    d.numSamples = {trainSamples, (iters / options.evalInterval + 1) * options.evalIters * im->gbs,
+                    options.evalIters * im->gbs};
+  }
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (!options.tokenizerType.empty()) {
+    absl::StatusOr<std::unique_ptr<data::Tokenizer>> t = data::createTokenizer(
+        {options.tokenizerType, options.vocabFile, options.mergeFile, d.vocabSize - 1});
+    if (!t.ok())
+      return t.status();
+    tokenizer = std::move(*t);
+    if (absl::Status s = data::checkVocabAgainstPlan(
+            *tokenizer, d.vocabSize, metaInt(prog, "model.make_vocab_size_divisible_by", 128),
+            metaInt(prog, "parallel.tensor_model_parallel_size", 1));
+        !s.ok())
+      return s;
+    d.tokenizer = tokenizer.get();
+  }
   absl::StatusOr<Datasets> ds = buildDatasets(d);
   if (!ds.ok())
     return ds.status();
   im->data = std::move(*ds);
   if (!im->data.train)
     return absl::InvalidArgumentError("the train split is empty (check --split)");
+  if ((options.eodMaskLoss || options.resetPositionIds) && im->data.train->eodToken() < 0)
+    return absl::InvalidArgumentError(
+        "--eod-mask-loss and --reset-position-ids need the EOD token id of the .bin/.idx data: "
+        "give --tokenizer-type (and its files) as preprocess_data had");
   log << " done (" << absl::StrFormat("%.2f", seconds(t1, std::chrono::steady_clock::now()))
       << " s): " << im->data.train->numSamples() << " train samples, "
       << (im->data.valid ? im->data.valid->numSamples() : 0) << " validation samples\n";

@@ -53,6 +53,14 @@ struct RunOptions {
   /// an error naming the iteration and the rank. Off: the iteration is skipped (the program's
   /// update predicate already refuses a non-finite grad norm) and counted in the log.
   bool checkForNanInLossAndGrad = true;
+  /// Megatron's --tokenizer-type, --vocab-file, --merge-file (runtime/data/Tokenizer.h). Text data
+  /// is tokenized with it (empty: the byte tokenizer); with .bin/.idx data it gives the EOD id.
+  /// Its vocabulary padded as Megatron pads must equal the plan's. NullTokenizer takes the plan's
+  /// vocabulary as ids [0, V - 1) plus EOD V - 1 (Megatron's --vocab-size V - 1).
+  std::string tokenizerType, vocabFile, mergeFile;
+  /// Megatron's --eod-mask-loss (loss_mask 0 where the input token is EOD) and
+  /// --reset-position-ids (position ids restart at 0 after each EOD in a sample).
+  bool eodMaskLoss = false, resetPositionIds = false;
 };
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then

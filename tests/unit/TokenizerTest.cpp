@@ -1,0 +1,167 @@
+//===- TokenizerTest.cpp - Null, Byte and GPT-2 BPE tokenizers -------------===//
+
+#include "runtime/data/Tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace trainc::rt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tempFile(const std::string &name, const std::string &text) {
+  fs::path dir = fs::temp_directory_path() / ("trainc-tok-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / name).string();
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  return path;
+}
+
+std::vector<int32_t> ids(const Tokenizer &t, const std::string &text) {
+  std::vector<int32_t> out;
+  absl::Status s = t.tokenize(text, out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+/// GPT-2's bytes_to_unicode as the UTF-8 of each byte's printable stand-in.
+std::string byteChar(int b) {
+  bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  int cp = b;
+  if (!printable) {
+    int n = 0;
+    for (int c = 0; c < b; ++c)
+      if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)))
+        ++n;
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else {
+    s += char(0xC0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+/// A vocab of all 256 byte symbols (id = byte) plus `extra` tokens, and the merges `merges`.
+std::unique_ptr<Tokenizer> tinyGpt2(const std::vector<std::string> &extra,
+                                    const std::vector<std::string> &merges, const std::string &tag) {
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b) {
+    std::string c = byteChar(b);
+    if (c == "\"" || c == "\\")
+      c = "\\" + c;
+    vocab += "\"" + c + "\": " + std::to_string(b) + ", ";
+  }
+  int id = 256;
+  for (const std::string &e : extra)
+    vocab += "\"" + e + "\": " + std::to_string(id++) + ", ";
+  vocab += "\"<|endoftext|>\": " + std::to_string(id) + "}";
+  std::string m = "#version: 0.2\n";
+  for (const std::string &x : merges)
+    m += x + "\n";
+  auto t = createTokenizer({"GPT2BPETokenizer", tempFile(tag + "-vocab.json", vocab),
+                            tempFile(tag + "-merges.txt", m), 0});
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+} // namespace
+
+TEST(Tokenizer, NullTokenizer) {
+  auto t = createTokenizer({"NullTokenizer", "", "", 10});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->vocabSize(), 11);
+  EXPECT_EQ((*t)->eod(), 10);
+  EXPECT_EQ(ids(**t, " 1 2  3\n9\t0 "), (std::vector<int32_t>{1, 2, 3, 9, 0}));
+  EXPECT_EQ((*t)->detokenize({1, 2, 3}), "1 2 3");
+  std::vector<int32_t> out;
+  EXPECT_NE((*t)->tokenize("1 x", out).message().find("'x' is not a token id in [0, 10)"),
+            std::string::npos);
+  EXPECT_NE((*t)->tokenize("10", out).message().find("'10' is not a token id"), std::string::npos);
+  EXPECT_NE((*t)->tokenize("-1", out).message().find("'-1' is not a token id"), std::string::npos);
+  EXPECT_NE(createTokenizer({"NullTokenizer", "", "", 0}).status().message().find(
+                "NullTokenizer needs --vocab-size > 0"),
+            std::string::npos);
+}
+
+TEST(Tokenizer, ByteTokenizer) {
+  auto t = createTokenizer({"ByteTokenizer", "", "", 0});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->vocabSize(), 256);
+  EXPECT_EQ((*t)->eod(), 0);
+  EXPECT_EQ(ids(**t, std::string("a\0\xff", 3)), (std::vector<int32_t>{97, 255}));
+  EXPECT_EQ((*t)->detokenize({104, 105, 0}), "hi");
+}
+
+TEST(Tokenizer, UnknownTypeAndPadding) {
+  EXPECT_NE(createTokenizer({"BertWordPieceLowerCase", "", "", 0}).status().message().find(
+                "unknown --tokenizer-type 'BertWordPieceLowerCase'"),
+            std::string::npos);
+  EXPECT_EQ(*paddedVocabSize(50257, 128, 1), 50304);
+  EXPECT_EQ(*paddedVocabSize(50257, 128, 8), 51200);
+  EXPECT_EQ(*paddedVocabSize(256, 128, 1), 256);
+  EXPECT_FALSE(paddedVocabSize(0, 128, 1).ok());
+  auto t = createTokenizer({"NullTokenizer", "", "", 300});
+  EXPECT_TRUE(checkVocabAgainstPlan(**t, 301, 128, 1).ok());
+  EXPECT_TRUE(checkVocabAgainstPlan(**t, 384, 128, 1).ok()); // same padded size
+  absl::Status s = checkVocabAgainstPlan(**t, 256, 128, 1);
+  EXPECT_NE(s.message().find("NullTokenizer's vocabulary of 301 tokens pads to 384 (multiple of "
+                             "128), but the plan's vocabulary of 256 pads to 256"),
+            std::string::npos)
+      << s;
+}
+
+// A hand-checkable BPE: "hello" merges h+e, l+l, he+ll; " world" merges Ġ+w.
+TEST(Tokenizer, Gpt2BpeTinyVocab) {
+  auto t = tinyGpt2({"he", "ll", "hell", "\u0120w", "\u0120\u0120"},
+                    {"h e", "l l", "he ll", "\u0120 w", "\u0120 \u0120"}, "tiny");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->vocabSize(), 262);
+  EXPECT_EQ(t->eod(), 261);
+  // hello -> [hell, o]; " world" -> [Ġw, o, r, l, d].
+  EXPECT_EQ(ids(*t, "hello world"),
+            (std::vector<int32_t>{258, 'o', 259, 'o', 'r', 'l', 'd'}));
+  // Pre-tokenizer: "a  b" is "a", " ", " b" (the spaces never meet), "a  " ends in one "  ".
+  EXPECT_EQ(ids(*t, "a  b"), (std::vector<int32_t>{'a', ' ', ' ', 'b'}));
+  EXPECT_EQ(ids(*t, "a  "), (std::vector<int32_t>{'a', 260}));
+  // Contractions split off; digits and punctuation runs are their own pieces.
+  EXPECT_EQ(ids(*t, "I'll"), (std::vector<int32_t>{'I', '\'', 257}));
+  EXPECT_EQ(t->detokenize(ids(*t, "hello world")), "hello world");
+  // Multi-byte UTF-8 and an invalid byte round-trip through the byte symbols.
+  std::string text = "na\xc3\xafve \xe2\x82\xac 42! \xff\n\n";
+  EXPECT_EQ(t->detokenize(ids(*t, text)), text);
+}
+
+TEST(Tokenizer, Gpt2BpeFileErrors) {
+  std::string merges = tempFile("m.txt", "#version: 0.2\n");
+  auto err = [&](const std::string &vocab) {
+    return createTokenizer({"GPT2BPETokenizer", tempFile("v.json", vocab), merges, 0})
+        .status()
+        .ToString();
+  };
+  EXPECT_NE(err("[1, 2]").find("is not a JSON object of token -> id"), std::string::npos);
+  EXPECT_NE(err("{\"a\": \"x\", \"<|endoftext|>\": 1}").find("the id of token 'a' is \"x\""),
+            std::string::npos);
+  EXPECT_NE(err("{\"a\": 0, \"b\": 0}").find("id 0 is used by two tokens"), std::string::npos);
+  EXPECT_NE(err("{\"a\": 0}").find("has no \"<|endoftext|>\" token"), std::string::npos);
+  EXPECT_NE(createTokenizer({"GPT2BPETokenizer", "", "", 0}).status().message().find(
+                "needs --vocab-file (vocab.json) and --merge-file"),
+            std::string::npos);
+  auto missing = createTokenizer({"GPT2BPETokenizer", "/nonexistent/vocab.json", merges, 0});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  // A merge whose result is missing from the vocabulary.
+  auto t = createTokenizer({"GPT2BPETokenizer",
+                            tempFile("v2.json", "{\"a\": 0, \"<|endoftext|>\": 1}"),
+                            tempFile("m2.txt", "#version: 0.2\na a\n"), 0});
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<int32_t> out;
+  EXPECT_NE((*t)->tokenize("aa", out).message().find("the BPE piece 'aa' is not in vocab.json"),
+            std::string::npos);
+}
