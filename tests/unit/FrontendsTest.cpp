@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "frontends/HFConfig.h"
+#include "frontends/TextLimits.h"
 #include "frontends/MegatronFlags.h"
 #include "frontends/ModelConfig.h"
 #include "frontends/RankTable.h"
@@ -1275,7 +1276,28 @@ TEST(HFConfigTest, ReadFile) {
             std::string(path.str()) + ": missing field 'n_embd'");
   llvm::sys::fs::remove(path);
   EXPECT_CONTAINS(errorText(readHFConfigFile("/nonexistent/config.json")),
-                  "cannot read '/nonexistent/config.json': ");
+                  "cannot read --hf-config file '/nonexistent/config.json': No such file");
+  // A directory or a FIFO is refused before reading (reading a FIFO would block).
+  EXPECT_EQ(errorText(readHFConfigFile("/tmp")),
+            "--hf-config file '/tmp' is a directory, not a regular file");
+  EXPECT_EQ(errorText(readHFConfigFile("/dev/null")),
+            "--hf-config file '/dev/null' is a device, not a regular file");
+}
+
+TEST(TextLimitsTest, NestingDepth) {
+  // Brackets inside strings and comments do not count; `->` is not a closing bracket.
+  EXPECT_FALSE(bool(checkJsonDepth("{\"a\": \"[[[[\"}", "c.json", 2)));
+  EXPECT_EQ(llvm::toString(checkJsonDepth("{\"a\": [[1]]}", "c.json", 2)),
+            "c.json: JSON nested deeper than 2 levels at line 1, column 8");
+  EXPECT_FALSE(bool(checkMlirDepth("func.func @f() -> (tensor<4xf32>) // [[[[[[\n", "m.mlir", 2)));
+  EXPECT_EQ(llvm::toString(checkMlirDepth("x\n{ [ (", "m.mlir", 2)),
+            "m.mlir: brackets nested deeper than 2 levels at line 2, column 5 (no model's "
+            "attribute or type nests this deep)");
+  // Closing brackets bring the depth back: a long flat file passes.
+  std::string flat;
+  for (int i = 0; i < 10000; ++i)
+    flat += "[1],";
+  EXPECT_FALSE(bool(checkJsonDepth("[" + flat + "2]", "c.json", 2)));
 }
 
 TEST(HFConfigErrorTest, Structure) {
