@@ -87,10 +87,18 @@ Error checkChoice(StringRef what, StringRef value, llvm::ArrayRef<StringRef> cho
   return makeError(what + " '" + value + "' is not one of " + llvm::join(named, ", "));
 }
 
-/// Megatron's --split: up to three comma-separated non-negative weights, not all zero.
+/// Megatron's --split: up to three non-negative weights separated by ',' or '/' (Megatron reads
+/// the numbers of "98,2,0" and "98/2/0" alike), not all zero. The same syntax as trainrun's
+/// parser (runtime/control/Dataset.cpp, parseSplitWeights).
 Error checkSplit(StringRef split) {
   llvm::SmallVector<StringRef, 4> parts;
-  split.split(parts, ',');
+  for (size_t start = 0;;) {
+    size_t sep = split.find_first_of(",/", start);
+    parts.push_back(split.slice(start, sep));
+    if (sep == StringRef::npos)
+      break;
+    start = sep + 1;
+  }
   double sum = 0;
   bool ok = parts.size() <= 3;
   for (StringRef part : parts) {
@@ -103,8 +111,8 @@ Error checkSplit(StringRef split) {
     sum += weight;
   }
   if (!ok || !(sum > 0))
-    return makeError("--split expects up to three comma-separated non-negative weights with a "
-                     "positive sum, got '" +
+    return makeError("--split expects up to three non-negative weights separated by ',' or '/' "
+                     "with a positive sum, got '" +
                      split + "'");
   return Error::success();
 }

@@ -100,6 +100,7 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.vocabFile = meta(p, "runtime.vocab_file");
   o.mergeFile = meta(p, "runtime.merge_file");
 
+  bool gaveIters = false, gaveSamples = false; // on this command line
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     bool inlineValue = false;
@@ -168,10 +169,12 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = intFlag(o.seqLength, true);
     } else if (flag == "--train-iters") {
       s = intFlag(o.trainIters, true);
-      o.trainSamples = 0;
+      o.trainSamples = 0; // overrides the plan's --train-samples
+      gaveIters = true;
     } else if (flag == "--train-samples") {
       s = intFlag(o.trainSamples, true);
       o.trainIters = 0;
+      gaveSamples = true;
     } else if (flag == "--lr") {
       s = doubleFlag(o.lr);
       o.lrGiven = true;
@@ -228,6 +231,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     if (!s.ok())
       return s;
   }
+  if (gaveIters && gaveSamples) // as trainc compile and Megatron's arguments.py
+    return absl::InvalidArgumentError("--train-iters and --train-samples are mutually exclusive");
   if (!o.lrGiven)
     return absl::InvalidArgumentError("missing --lr (give it to trainc compile or to trainrun)");
   if (o.trainIters == 0 && o.trainSamples == 0)

@@ -773,12 +773,13 @@ TEST(PlanConfigErrorTest, RuntimeValues) {
                   }),
                   "--lr-decay-iters needs --train-iters; with --train-samples use "
                   "--lr-decay-samples");
-  for (const char *bad : {"99,x", "1,2,3,4", "0,0,0", "", "1,,2", "-1,2"})
+  for (const char *bad : {"99,x", "1,2,3,4", "0,0,0", "", "1,,2", "-1,2", "1/2/3/4", "98;2"})
     EXPECT_CONTAINS(runtimeError([bad](RuntimeDefaults &r) { r.split = bad; }),
-                    std::string("--split expects up to three comma-separated non-negative "
-                                "weights with a positive sum, got '") +
+                    std::string("--split expects up to three non-negative weights separated by "
+                                "',' or '/' with a positive sum, got '") +
                         bad + "'");
-  for (const char *good : {"969, 30, 1", "99,1,0", "1", "0.5,0.5"})
+  // The same strings as trainrun's parser (lit cli/split-consistency.test runs both).
+  for (const char *good : {"969, 30, 1", "99,1,0", "1", "0.5,0.5", "98/2/0", "949/50/1"})
     EXPECT_EQ(runtimeError([good](RuntimeDefaults &r) { r.split = good; }), "") << good;
 }
 
@@ -1125,8 +1126,8 @@ TEST(MegatronFlagsErrorTest, BadValues) {
   EXPECT_EQ(parseError(m + " --global-batch-size 10 --micro-batch-size 4"),
             "--global-batch-size 10 is not divisible by --micro-batch-size 4 x data-parallel "
             "size 1");
-  EXPECT_EQ(parseError(m + " --split 1,x"), "--split expects up to three comma-separated "
-                                            "non-negative weights with a positive sum, got "
+  EXPECT_EQ(parseError(m + " --split 1,x"), "--split expects up to three non-negative weights "
+                                            "separated by ',' or '/' with a positive sum, got "
                                             "'1,x'");
 }
 
