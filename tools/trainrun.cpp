@@ -43,6 +43,7 @@
 #include <cstring>
 #include <exception>
 #include <fcntl.h>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <netdb.h>
@@ -316,7 +317,18 @@ struct Child {
   int status = 0;
   /// The last signal trainrun sent it (stopping the job after another rank failed), or 0.
   int sentSignal = 0;
+  /// Found stopped (SIGSTOP, SIGTSTP, a debugger) when another rank failed.
+  bool wasStopped = false;
 };
+
+/// Whether process `pid` is stopped or traced ('T' or 't' in /proc/<pid>/stat).
+bool isStopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')'); // the command name may contain spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() &&
+         (stat[close + 2] == 'T' || stat[close + 2] == 't');
+}
 
 void writeAllFd(int fd, const std::string &s) {
   size_t off = 0;
@@ -491,7 +503,12 @@ int spawn(const Flags &f, const char *argv0) {
   auto terminateAll = [&](int sig) {
     for (Child &c : children)
       if (!c.exited) {
+        // A stopped rank is the likely cause of its peers' timeouts; it is continued so that it
+        // receives the signal.
+        c.wasStopped = isStopped(c.pid);
         ::kill(c.pid, sig);
+        if (c.wasStopped)
+          ::kill(c.pid, SIGCONT);
         c.sentSignal = sig;
       }
     if (!killAt)
@@ -591,6 +608,15 @@ int spawn(const Flags &f, const char *argv0) {
           break;
         }
     std::string msg = describeStatus(*failed);
+    // A rank that was stopped when its peer failed: the peer's collective timed out waiting
+    // for it, so it is named first.
+    for (Child &c : children)
+      if (c.wasStopped && &c != failed) {
+        msg = absl::StrCat("rank ", c.rank,
+                           " was stopped (SIGSTOP, SIGTSTP or a debugger) and did not respond; ",
+                           msg);
+        break;
+      }
     std::string last = failed->lastErr;
     const std::string prefix = "trainrun: error: ";
     if (last.rfind(prefix, 0) == 0)

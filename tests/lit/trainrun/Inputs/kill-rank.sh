@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: kill-rank.sh OUT PLAN RANK -- TRAINRUN_ARGS...
-# Starts `trainrun TRAINRUN_ARGS`, waits until rank RANK has logged (or for 3 s), kills that rank
-# with SIGKILL, and checks that trainrun and every rank process are gone within 10 s. Writes
+# Starts `trainrun TRAINRUN_ARGS`, waits until rank RANK has logged (or for 3 s), sends that rank
+# SIGKILL (or $KILL_SIGNAL, e.g. STOP), and checks that trainrun and every rank process are gone within 10 s. Writes
 # trainrun's output to OUT and prints "trainrun exit N after S s" and "processes left: K".
 set -u
 out=$1; rank=$3; shift 4
@@ -19,7 +19,7 @@ done
 children=$(ps --ppid "$tr" -o pid= 2>/dev/null | tr '\n' ' ')
 [ -n "$victim" ] || { echo "rank $rank not found"; kill "$tr"; exit 1; }
 start=$(date +%s%N)
-kill -9 "$victim"
+kill -"${KILL_SIGNAL:-9}" "$victim"
 status=0
 wait "$tr" || status=$?
 end=$(date +%s%N)
