@@ -796,8 +796,10 @@ struct Checkpointer::Impl {
       }
       if (covered != x.size())
         return absl::DataLossError(absl::StrCat(
-            indexPath, ": field tensors['", x.tensor, "'] covers ", covered, " of the ", x.size(),
-            " elements [", x.flatBegin, ", ", x.flatEnd, ") this rank needs"));
+            indexPath, ": field tensors['", x.tensor, "'] ",
+            covered < x.size() ? "covers only " : "has overlapping shards: they hold ", covered,
+            " of the ", x.size(), " elements [", x.flatBegin, ", ", x.flatEnd,
+            ") this rank needs"));
     }
     for (auto &[b, bytes] : staged)
       if (absl::Status s = ex->writeBuffer(b, bytes.data(), bytes.size()); !s.ok())
