@@ -805,6 +805,7 @@ struct Checkpointer::Impl {
       if (absl::Status s = ex->writeBuffer(b, bytes.data(), bytes.size()); !s.ok())
         return s;
     const schema::CheckpointRunState &rs = meta.run_state();
+    std::error_code ec0;
     if (!opts.finetune) {
       state.iteration = rs.iteration();
       state.consumedSamples = rs.consumed_train_samples();
@@ -816,7 +817,9 @@ struct Checkpointer::Impl {
         seedOut = rs.rng_seed();
         rngSeed = rs.rng_seed();
       }
-      lastSaved = state.iteration; // no need to save the iteration just loaded again
+      // Saving into the directory just loaded: the iteration loaded is already there.
+      if (!opts.save.empty() && fs::equivalent(opts.save, opts.load, ec0))
+        lastSaved = state.iteration;
     }
     double dt = seconds(t0, Clock::now());
     std::string plan = meta.plan().fingerprint() == metaValue("plan.fingerprint")
