@@ -52,6 +52,12 @@ int fail(const std::string &msg) {
   return 1;
 }
 
+/// Checkpoint and exit flags that only trainrun takes (docs/checkpoint.md).
+const llvm::StringRef kRunTimeOnlyFlags[] = {
+    "--no-save-optim", "--no-load-optim", "--no-load-rng", "--finetune", "--ckpt-step",
+    "--exit-signal-handler", "--exit-interval", "--exit-duration-in-mins", "--async-save",
+    "--override-opt_param-scheduler"};
+
 int cmdCompile(std::vector<std::string> args) {
   mlir::trainc::CompileOptions opts;
   std::string preset, hfConfig, mlirFile;
@@ -81,6 +87,12 @@ int cmdCompile(std::vector<std::string> args) {
     } else if (a == "--dump-ir-dir") {
       if (!value(opts.dumpIRDir))
         return fail("--dump-ir-dir expects a directory");
+    } else if (llvm::is_contained(kRunTimeOnlyFlags, llvm::StringRef(a).split('=').first)) {
+      // The plan records --save, --load and --save-interval (trainrun's defaults); these it
+      // does not, so they are refused rather than dropped.
+      std::string flag = llvm::StringRef(a).split('=').first.str();
+      return fail(flag + " is a run-time flag that a plan does not record: give it to trainrun "
+                  "(trainrun PLAN -- " + flag + " ...)");
     } else if (!llvm::StringRef(a).starts_with("-") && llvm::StringRef(a).ends_with(".mlir") &&
                mlirFile.empty() && (flags.empty() || !llvm::StringRef(flags.back()).starts_with("--data-path"))) {
       mlirFile = a;

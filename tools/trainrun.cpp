@@ -81,7 +81,12 @@ int usage(const std::string &msg = "") {
          "  --seq-length (must equal the compiled one), --dump-dir DIR, --trace DIR\n"
          "  (Chrome trace per rank), --profile-step-start N, --profile-step-end M,\n"
          "  --[no-]check-for-nan-in-loss-and-grad (default on: a NaN/Inf loss or grad norm is an\n"
-         "  error)\n";
+         "  error)\n"
+         "  checkpoints (docs/checkpoint.md): --save DIR, --save-interval N, --load DIR,\n"
+         "  --ckpt-step N, --no-save-optim, --no-load-optim, --no-load-rng, --finetune,\n"
+         "  --override-opt_param-scheduler; exits (saving first with --save):\n"
+         "  --exit-signal-handler (SIGTERM/SIGINT: finish the iteration, save, exit 0),\n"
+         "  --exit-interval N, --exit-duration-in-mins M\n";
   return 2;
 }
 
@@ -497,6 +502,12 @@ int spawn(const Flags &f, const char *argv0) {
   }
 
   using Clock = std::chrono::steady_clock;
+  // With --exit-signal-handler the ranks finish their iteration and save on SIGTERM/SIGINT:
+  // the first signal is forwarded and waited for without a deadline; a second one stops them.
+  const bool ranksHandleSignals =
+      std::find(f.runtimeArgs.begin(), f.runtimeArgs.end(), "--exit-signal-handler") !=
+      f.runtimeArgs.end();
+  int signalsReceived = 0;
   std::optional<Clock::time_point> killAt;
   const Child *failed = nullptr;
   int interruptedBy = 0;
@@ -563,7 +574,7 @@ int spawn(const Flags &f, const char *argv0) {
         for (Child &c : children)
           if (!c.exited)
             ::kill(c.pid, sig);
-        if (!killAt)
+        if (!killAt && !(ranksHandleSignals && ++signalsReceived == 1))
           killAt = Clock::now() + std::chrono::seconds(5);
       }
     }
@@ -592,6 +603,14 @@ int spawn(const Flags &f, const char *argv0) {
   if (server)
     server->stop();
   if (interruptedBy) {
+    bool allOk = true;
+    for (const Child &c : children)
+      allOk = allOk && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+    if (ranksHandleSignals && allOk) {
+      std::cerr << "trainrun: signal " << interruptedBy << " (" << strsignal(interruptedBy)
+                << "): every rank finished its iteration, saved and exited\n";
+      return 0;
+    }
     fail(absl::StrCat("interrupted by signal ", interruptedBy, " (", strsignal(interruptedBy),
                       "); the ranks were stopped"));
     return 128 + interruptedBy;

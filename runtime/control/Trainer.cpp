@@ -99,6 +99,7 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.tokenizerType = meta(p, "runtime.tokenizer_type");
   o.vocabFile = meta(p, "runtime.vocab_file");
   o.mergeFile = meta(p, "runtime.merge_file");
+  checkpointDefaults(p, o.ckpt);
 
   bool gaveIters = false, gaveSamples = false; // on this command line
   for (size_t i = 0; i < args.size(); ++i) {
@@ -208,12 +209,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = intFlag(o.profileStepStart, true);
     } else if (flag == "--profile-step-end") {
       s = intFlag(o.profileStepEnd, true);
-    } else if (flag == "--save" || flag == "--load" || flag == "--save-interval") {
-      std::string v;
-      s = next(v);
-      if (s.ok())
-        s = absl::InvalidArgumentError(absl::StrCat("not supported yet: ", flag,
-                                                    " (checkpointing lands in a later issue)"));
+    } else if (absl::StatusOr<bool> c = parseCheckpointFlag(flag, next, o.ckpt); !c.ok() || *c) {
+      s = c.status();
     } else {
       // A compile-time flag (the plan records it): say so rather than "unknown".
       std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
@@ -239,41 +236,6 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     return absl::InvalidArgumentError(
         "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
   return o;
-}
-
-//===----------------------------------------------------------------------===//
-// Safetensors
-//===----------------------------------------------------------------------===//
-
-absl::Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors) {
-  std::string header = "{";
-  uint64_t offset = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const NamedTensor &t = tensors[i];
-    absl::StrAppend(&header, i ? "," : "", "\"", t.name, "\":{\"dtype\":\"", t.dtype,
-                    "\",\"shape\":[");
-    for (size_t d = 0; d < t.shape.size(); ++d)
-      absl::StrAppend(&header, d ? "," : "", t.shape[d]);
-    absl::StrAppend(&header, "],\"data_offsets\":[", offset, ",", offset + t.bytes.size(), "]}");
-    offset += t.bytes.size();
-  }
-  header += "}";
-  while (header.size() % 8)
-    header += ' ';
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f)
-    return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
-  uint64_t n = header.size();
-  char len[8];
-  for (int i = 0; i < 8; ++i)
-    len[i] = char((n >> (8 * i)) & 0xff);
-  f.write(len, 8);
-  f.write(header.data(), std::streamsize(header.size()));
-  for (const NamedTensor &t : tensors)
-    f.write(t.bytes.data(), std::streamsize(t.bytes.size()));
-  if (!f)
-    return absl::DataLossError(absl::StrCat("short write to '", path, "'"));
-  return absl::OkStatus();
 }
 
 //===----------------------------------------------------------------------===//
@@ -305,6 +267,11 @@ struct Trainer::Impl {
   std::vector<double> losses, gradNorms;
   std::vector<EvalResult> evals;
   std::ofstream batchesOut, lossesOut;
+  /// Checkpoints and exits; the state a --load resumes from; dropout's seed (the checkpoint's
+  /// unless --no-load-rng).
+  std::unique_ptr<Checkpointer> ckpt;
+  TrainState resume;
+  int64_t rngSeed = 0;
 
   int buffer(const std::string &name) const { return ex->findBuffer(name); }
   /// --dump-dir file names: rank 0 keeps the single-rank names, rank r adds ".rank<r>".
@@ -373,7 +340,7 @@ struct Trainer::Impl {
           applyEod(ds.eodToken(), tok.data() + b * seq, mask32.data() + b * seq,
                    mask64.data() + b * seq, pos.data() + b * seq);
       }
-      const int64_t rng[3] = {opts.seed, iteration, m};
+      const int64_t rng[3] = {rngSeed, iteration, m};
       for (const HostBuffer &h : inputs[size_t(m)]) {
         // The validator checked each role's dtype and shape against the plan.
         const void *data = nullptr;
@@ -685,6 +652,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   if (!sched.ok())
     return sched.status();
   im->schedule = std::make_unique<LrSchedule>(*sched);
+  im->rngSeed = options.seed;
+  absl::StatusOr<std::unique_ptr<Checkpointer>> ck = Checkpointer::create(
+      prog, *im->ex, *im->comm, options.ckpt,
+      {options.lr, options.minLr, warmup, decay, options.lrDecayStyle}, options.seed, log);
+  if (!ck.ok())
+    return absl::Status(ck.status().code(),
+                        absl::StrCat(im->programPath, ": ", ck.status().message()));
+  im->ckpt = std::move(*ck);
+  if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
+    return s;
   if (!options.dumpDir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.dumpDir, ec);
@@ -693,7 +670,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
           absl::StrCat("cannot create --dump-dir '", options.dumpDir, "': ", ec.message()));
     std::string sfx = im->dumpSuffix();
     if (absl::Status s = writeSafetensors(
-            options.dumpDir + "/initial_weights" + sfx + ".safetensors", im->parameters());
+            options.dumpDir + "/initial_weights" + sfx + ".safetensors", im->parameters()).status();
         !s.ok())
       return s;
     im->batchesOut.open(options.dumpDir + "/batches" + sfx + ".bin", std::ios::binary | std::ios::trunc);
@@ -710,7 +687,9 @@ absl::Status Trainer::train() {
   const RunOptions &o = im.opts;
   std::ostream &log = *im.log;
   int64_t iters = o.trainIters ? o.trainIters : (o.trainSamples + im.gbs - 1) / im.gbs;
-  int64_t consumed = 0, scheduled = 0, successful = 0, skipped = 0, nans = 0;
+  // The state a --load resumed (all zero otherwise); `successful` counts Adam updates.
+  int64_t consumed = im.resume.consumedSamples, scheduled = im.resume.scheduledSamples,
+          successful = im.resume.adamSteps, skipped = im.resume.skipped, nans = im.resume.nans;
   double flops = im.program.reports().flops().flops_per_iteration();
   // Interval accumulators (Megatron averages the loss over the non-skipped iterations of the
   // logging interval).
@@ -722,7 +701,9 @@ absl::Status Trainer::train() {
       (void)im.writeTrace();
     return s;
   };
-  for (int64_t it = 1; it <= iters; ++it) {
+  int64_t it = im.resume.iteration + 1;
+  bool exited = false;
+  for (; it <= iters; ++it) {
     if (!o.traceDir.empty()) {
       if (it == o.profileStepStart)
         im.ex->setTiming(true);
@@ -822,20 +803,35 @@ absl::Status Trainer::train() {
     if (o.evalInterval > 0 && it % o.evalInterval == 0 && it != iters)
       if (absl::Status e = im.evaluate(it); !e.ok())
         return fail(e);
+    absl::StatusOr<bool> stop =
+        im.ckpt->afterIteration({it, consumed, scheduled, successful, skipped, nans});
+    if (!stop.ok())
+      return fail(stop.status());
+    if (*stop) {
+      exited = true;
+      break;
+    }
   }
-  if (absl::Status e = im.evaluate(iters); !e.ok())
-    return fail(e);
+  int64_t last = std::min(it, iters);
+  if (!exited) {
+    if (absl::Status e = im.evaluate(iters); !e.ok())
+      return fail(e);
+    if (absl::Status e = im.ckpt->finish({last, consumed, scheduled, successful, skipped, nans});
+        !e.ok())
+      return fail(e);
+  }
   if (!o.dumpDir.empty()) {
     std::string sfx = im.dumpSuffix();
     if (absl::Status w =
-            writeSafetensors(o.dumpDir + "/final_weights" + sfx + ".safetensors", im.parameters());
+            writeSafetensors(o.dumpDir + "/final_weights" + sfx + ".safetensors", im.parameters())
+                .status();
         !w.ok())
       return w;
   }
   if (!o.traceDir.empty())
     if (absl::Status w = im.writeTrace(); !w.ok())
       return w;
-  log << absl::StrFormat("trainc: %d iterations, %d skipped, %d with a nan loss\n", iters, skipped,
+  log << absl::StrFormat("trainc: %d iterations, %d skipped, %d with a nan loss\n", last, skipped,
                          nans);
   return absl::OkStatus();
 }

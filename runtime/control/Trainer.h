@@ -12,6 +12,8 @@
 #define TRAINC_RUNTIME_CONTROL_TRAINER_H
 
 #include "runtime/comm/Communicator.h"
+#include "runtime/control/Checkpoint.h"
+#include "runtime/control/Safetensors.h"
 #include "runtime/schema/program.pb.h"
 
 #include "absl/status/statusor.h"
@@ -61,12 +63,15 @@ struct RunOptions {
   /// Megatron's --eod-mask-loss (loss_mask 0 where the input token is EOD) and
   /// --reset-position-ids (position ids restart at 0 after each EOD in a sample).
   bool eodMaskLoss = false, resetPositionIds = false;
+  /// Checkpoints and exits: --save, --save-interval, --load, --exit-signal-handler, ...
+  /// (Checkpoint.h).
+  CheckpointOptions ckpt;
 };
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then
 /// applies `args` (e.g. {"--train-iters", "100", "--data-path", "a.txt"}). Errors name the flag
 /// and the value: an unknown flag, a missing or malformed value, or a flag whose feature is not
-/// implemented yet (--save, --load: "not supported yet: --save").
+/// implemented yet ("not supported yet: --async-save").
 absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
                                            const std::vector<std::string> &args);
 
@@ -103,15 +108,6 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-/// Writes tensors to a safetensors file (https://github.com/huggingface/safetensors format:
-/// 8-byte little-endian header size, JSON header, raw little-endian data). dtype "F32" or "F64".
-struct NamedTensor {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-absl::Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors);
 
 } // namespace trainc::rt::control
 

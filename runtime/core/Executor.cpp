@@ -487,6 +487,8 @@ absl::Status Executor::readBuffer(int index, void *dst, size_t bytes) const {
   return absl::OkStatus();
 }
 
+void Executor::drainCommunication() const { backend_->synchronize(kCommStream); }
+
 std::vector<InstrTiming> Executor::timings() const {
   std::vector<InstrTiming> all = impl_->computeTimings;
   {

@@ -70,6 +70,10 @@ public:
   /// Copies host data into / out of buffer `index`; `bytes` must equal the buffer's byte size.
   absl::Status writeBuffer(int index, const void *src, size_t bytes);
   absl::Status readBuffer(int index, void *dst, size_t bytes) const;
+  /// Blocks until everything enqueued on the communication stream has completed (e.g. the
+  /// distributed optimizer's carried parameter all-gathers), so that the host may read every
+  /// buffer and use the communicator itself (checkpoints, exit decisions).
+  void drainCommunication() const;
 
   /// Highest arena byte offset (exclusive) that any executed instruction has touched.
   uint64_t highWaterMark() const { return hwm_; }
