@@ -211,6 +211,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = intFlag(o.profileStepEnd, true);
     } else if (absl::StatusOr<bool> c = parseCheckpointFlag(flag, next, o.ckpt); !c.ok() || *c) {
       s = c.status();
+    } else if (absl::StatusOr<bool> r = parseRerunFlag(flag, next, o.rerun); !r.ok() || *r) {
+      s = r.status();
     } else {
       // A compile-time flag (the plan records it): say so rather than "unknown".
       std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
@@ -270,6 +272,7 @@ struct Trainer::Impl {
   /// Checkpoints and exits; the state a --load resumes from; dropout's seed (the checkpoint's
   /// unless --no-load-rng).
   std::unique_ptr<Checkpointer> ckpt;
+  std::unique_ptr<RerunStateMachine> rerun;
   TrainState resume;
   int64_t rngSeed = 0;
 
@@ -501,6 +504,83 @@ struct Trainer::Impl {
     log->flush();
     return absl::OkStatus();
   }
+
+  /// Megatron's rerun state machine around the run of iteration `it` that just finished
+  /// (Rerun.h): on a suspicious result (or every iteration under report_determinism_stats) the
+  /// pre-step state is restored from `snapshot` and `runOnce` repeats the iteration. A transient
+  /// fault continues with the rerun's `loss`, `norm`, `update`; a persistent one restores the
+  /// pre-step state, saves it as iteration `preStep.iteration` when --save is set, and returns
+  /// the error naming the iteration, the rank and both runs' values.
+  absl::Status validateIteration(int64_t it, const RerunSnapshot &snapshot,
+                                 const std::function<absl::Status()> &runOnce, double &loss,
+                                 double &norm, double &update, const TrainState &preStep) {
+    const IterationResult first = rerun->observed(it, 0, {loss, norm});
+    const std::string why = rerun->suspicion(it, first);
+    const bool report = rerun->options().mode == RerunMode::ReportDeterminismStats;
+    if (why.empty() && !report) {
+      rerun->accept(first);
+      return absl::OkStatus();
+    }
+    // A step that was applied can only be rerun from a snapshot. A non-finite grad norm
+    // skipped its update, so a NaN/Inf result needs none.
+    const bool canRerun = snapshot.taken() || update == 0;
+    if (canRerun) {
+      if (snapshot.taken())
+        if (absl::Status e = snapshot.restore(*ex); !e.ok())
+          return e;
+      if (absl::Status e = runOnce(); !e.ok())
+        return e;
+    }
+    const IterationResult second =
+        canRerun ? rerun->observed(it, 1, {loss, norm}) : first;
+    if (why.empty()) { // report_determinism_stats on an unsuspicious result
+      rerun->addDeterminismSample(first, second);
+      rerun->accept(second);
+      return absl::OkStatus();
+    }
+    const int rank = int(comm->rank());
+    if (canRerun && !RerunStateMachine::reproduced(first, second)) {
+      *log << absl::StrFormat("iteration %d: transient error: %s in the first run (lm loss %.6E, "
+                              "grad norm %.3f), not in the rerun (lm loss %.6E, grad norm "
+                              "%.3f); continuing with the rerun's result\n",
+                              it, why, first.loss, first.gradNorm, second.loss, second.gradNorm);
+      log->flush();
+      if (absl::Status e = rerun->recordRejected(it, "transient error", why, first, second);
+          !e.ok())
+        return e;
+      rerun->accept(second);
+      return absl::OkStatus();
+    }
+    // Persistent: the rerun reproduced it (or there was no clean state to rerun from).
+    if (absl::Status e = rerun->recordRejected(it, "persistent error", why, first, second);
+        !e.ok())
+      return e;
+    std::string saved;
+    if (snapshot.taken())
+      if (absl::Status e = snapshot.restore(*ex); !e.ok())
+        return e;
+    if (!opts.ckpt.save.empty() && preStep.iteration > 0 && (snapshot.taken() || update == 0)) {
+      if (absl::Status e = ckpt->save(preStep); !e.ok())
+        return e;
+      saved = absl::StrCat("; the state before it was saved as iteration ", preStep.iteration,
+                           " in ", opts.ckpt.save);
+    }
+    std::string rerunText =
+        canRerun ? "a rerun of the iteration reproduced it (a persistent error: a faulty "
+                   "device, or a true divergence)"
+                 : "the step was applied, so it could not be rerun";
+    return absl::DataLossError(absl::StrFormat(
+        "iteration %d, rank %d: found %s (lm loss: %g, grad norm: %g); %s%s; %s", it, rank, why,
+        first.loss, first.gradNorm, rerunText, saved, advice(why)));
+  }
+
+  /// What to pass to go on past a persistent fault.
+  static std::string advice(const std::string &why) {
+    return why.find("NaN") != std::string::npos || why.find("Inf") != std::string::npos
+               ? "--check-for-nan-in-loss-and-grad is on (Megatron's default): pass "
+                 "--no-check-for-nan-in-loss-and-grad to skip such iterations instead"
+               : "pass --rerun-mode disabled to train on";
+  }
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -660,6 +740,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     return absl::Status(ck.status().code(),
                         absl::StrCat(im->programPath, ": ", ck.status().message()));
   im->ckpt = std::move(*ck);
+  im->rerun = std::make_unique<RerunStateMachine>(options.rerun, options.checkForNanInLossAndGrad,
+                                                  int(im->comm->rank()));
   if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
     return s;
   if (!options.dumpDir.empty()) {
@@ -714,26 +796,43 @@ absl::Status Trainer::train() {
     double loss = 0, norm = 0, update = 0, tokens = 0;
     std::vector<int32_t> record;
     auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = im.ex->run([&](schema::HostIOKind kind, const std::string &) -> absl::Status {
-      if (kind == schema::FILL_INPUTS) {
-        if (absl::Status f = im.fillBatch(*im.data.train, consumed, it,
-                                          im.batchesOut.is_open() ? &record : nullptr);
-            !f.ok())
-          return f;
-        if (absl::Status f = im.writeScalar("lr", lr); !f.ok())
-          return f;
-        if (absl::Status f = im.writeScalar("weight_decay", o.weightDecay); !f.ok())
-          return f;
-        return im.writeScalar("step", double(successful + 1));
-      }
-      tokens = im.readScalar("num_tokens");
-      loss = im.readScalar("loss_sum") / tokens;
-      norm = im.readScalar("grad_norm");
-      update = im.readScalar("update_successful");
+    // One execution of the iteration's program with this iteration's inputs (a rerun repeats it
+    // with the same batch and the same RNG key).
+    auto runOnce = [&]() -> absl::Status {
+      record.clear();
+      absl::Status s = im.ex->run([&](schema::HostIOKind kind, const std::string &) -> absl::Status {
+        if (kind == schema::FILL_INPUTS) {
+          if (absl::Status f = im.fillBatch(*im.data.train, consumed, it,
+                                            im.batchesOut.is_open() ? &record : nullptr);
+              !f.ok())
+            return f;
+          if (absl::Status f = im.writeScalar("lr", lr); !f.ok())
+            return f;
+          if (absl::Status f = im.writeScalar("weight_decay", o.weightDecay); !f.ok())
+            return f;
+          return im.writeScalar("step", double(successful + 1));
+        }
+        tokens = im.readScalar("num_tokens");
+        loss = im.readScalar("loss_sum") / tokens;
+        norm = im.readScalar("grad_norm");
+        update = im.readScalar("update_successful");
+        return absl::OkStatus();
+      });
+      if (!s.ok())
+        return absl::Status(s.code(), absl::StrCat("iteration ", it, ": ", s.message()));
       return absl::OkStatus();
-    });
-    if (!s.ok())
-      return fail(absl::Status(s.code(), absl::StrCat("iteration ", it, ": ", s.message())));
+    };
+    RerunSnapshot snapshot;
+    if (im.rerun->needsSnapshot(it))
+      if (absl::Status e = snapshot.take(*im.ex); !e.ok())
+        return fail(e);
+    if (absl::Status e = runOnce(); !e.ok())
+      return fail(e);
+    if (absl::Status e = im.validateIteration(it, snapshot, runOnce, loss, norm, update,
+                                              {it - 1, consumed, scheduled, successful, skipped,
+                                               nans});
+        !e.ok())
+      return fail(e);
     // Megatron's --check-for-nan-in-loss-and-grad. The loss and the grad norm are reduced over
     // the data-parallel ranks, so every rank stops at the same iteration (none waits for a peer).
     if (o.checkForNanInLossAndGrad && (!std::isfinite(loss) || !std::isfinite(norm))) {
@@ -787,6 +886,8 @@ absl::Status Trainer::train() {
           timestamp(), it, iters, consumed, perIter * 1e3, flops / perIter / 1e12, tokensPerSec,
           lr, im.gbs, intervalCount ? intervalLoss / double(intervalCount) : std::nan(""), norm,
           intervalSkipped, intervalNans);
+      if (o.rerun.mode == RerunMode::ReportDeterminismStats)
+        log << " " << im.rerun->determinismReport() << "\n";
       if (it == o.logInterval || (it == iters && iters < o.logInterval)) {
         const schema::MemoryReport &m = im.program.reports().memory();
         log << absl::StrFormat(

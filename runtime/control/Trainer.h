@@ -13,6 +13,7 @@
 
 #include "runtime/comm/Communicator.h"
 #include "runtime/control/Checkpoint.h"
+#include "runtime/control/Rerun.h"
 #include "runtime/control/Safetensors.h"
 #include "runtime/schema/program.pb.h"
 
@@ -66,6 +67,9 @@ struct RunOptions {
   /// Checkpoints and exits: --save, --save-interval, --load, --exit-signal-handler, ...
   /// (Checkpoint.h).
   CheckpointOptions ckpt;
+  /// Megatron's rerun state machine: --rerun-mode, --check-for-spiky-loss,
+  /// --check-for-large-grads, --error-injection-rate/-type, --result-rejected-tracker-filename.
+  RerunOptions rerun;
 };
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then
