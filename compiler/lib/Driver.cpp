@@ -17,6 +17,8 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "runtime/core/Files.h"
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -96,12 +98,13 @@ llvm::json::Object keyValues(const cfgns::KeyValues &kv) {
   return o;
 }
 
+/// Writes `data` to `path` atomically (a temporary renamed over it: never through a symlink,
+/// never half a file); the error names the path and errno.
 LogicalResult writeFile(MLIRContext &ctx, const std::string &path, llvm::StringRef data) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_None);
-  if (ec)
-    return emitError(UnknownLoc::get(&ctx)) << "cannot write '" << path << "': " << ec.message();
-  os << data;
+  if (absl::Status s = ::trainc::rt::writeFileAtomically(path, std::string_view(data.data(),
+                                                                                 data.size()));
+      !s.ok())
+    return emitError(UnknownLoc::get(&ctx)) << s.message();
   return success();
 }
 

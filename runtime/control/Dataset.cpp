@@ -2,6 +2,7 @@
 
 #include "runtime/control/Dataset.h"
 
+#include "runtime/core/Files.h"
 #include "runtime/core/Philox.h"
 #include "runtime/data/MegatronDatasets.h"
 #include "runtime/data/Tokenizer.h"
@@ -286,6 +287,8 @@ absl::StatusOr<std::vector<std::string>> collectFiles(const std::vector<std::str
 }
 
 absl::Status readFile(const std::string &path, std::string &out) {
+  if (absl::Status s = checkRegularFile(path, "data"); !s.ok())
+    return s;
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return absl::InvalidArgumentError(absl::StrCat("cannot read data file '", path, "'"));

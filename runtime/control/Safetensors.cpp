@@ -55,11 +55,13 @@ std::string parentDir(const std::string &path) {
   return p.empty() ? "." : p;
 }
 
-/// Writes the pieces to `path` (through `path`.tmp, fsync and rename when durable).
+/// Writes the pieces to `path` through `path`.tmp and a rename (never through a symlink at
+/// `path`), fsyncing file and directory when durable.
 absl::Status writePieces(const std::string &path, const std::vector<std::string_view> &pieces,
                          bool durable) {
-  std::string target = durable ? path + ".tmp" : path;
-  int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::string target = path + ".tmp";
+  ::unlink(target.c_str());
+  int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0)
     return absl::PermissionDeniedError(absl::StrCat("cannot write '", target, "': ", errnoText()));
   absl::Status s = absl::OkStatus();
@@ -70,12 +72,14 @@ absl::Status writePieces(const std::string &path, const std::vector<std::string_
     s = absl::DataLossError(absl::StrCat("fsync of '", target, "' failed: ", errnoText()));
   if (::close(fd) != 0 && s.ok())
     s = absl::DataLossError(absl::StrCat("closing '", target, "' failed: ", errnoText()));
-  if (!s.ok() || !durable)
+  if (!s.ok()) {
+    ::unlink(target.c_str());
     return s;
+  }
   if (::rename(target.c_str(), path.c_str()) != 0)
     return absl::DataLossError(
         absl::StrCat("cannot rename '", target, "' to '", path, "': ", errnoText()));
-  return syncDirectory(parentDir(path));
+  return durable ? syncDirectory(parentDir(path)) : absl::OkStatus();
 }
 
 } // namespace

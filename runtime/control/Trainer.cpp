@@ -2,6 +2,8 @@
 
 #include "runtime/control/Trainer.h"
 
+#include "runtime/core/Files.h"
+
 #include "runtime/comm/Communicator.h"
 #include "runtime/control/Dataset.h"
 #include "runtime/control/LrSchedule.h"
@@ -268,7 +270,7 @@ struct Trainer::Impl {
   std::vector<std::vector<HostBuffer>> inputs;
   std::vector<double> losses, gradNorms;
   std::vector<EvalResult> evals;
-  std::ofstream batchesOut, lossesOut;
+  OutputFile batchesOut, lossesOut; // --dump-dir, written every iteration
   /// Checkpoints and exits; the state a --load resumes from; dropout's seed (the checkpoint's
   /// unless --no-load-rng).
   std::unique_ptr<Checkpointer> ckpt;
@@ -433,9 +435,7 @@ struct Trainer::Impl {
       return absl::PermissionDeniedError(
           absl::StrCat("cannot create --trace '", opts.traceDir, "': ", ec.message()));
     std::string path = absl::StrCat(opts.traceDir, "/rank", comm->rank(), ".trace.json");
-    std::ofstream f(path, std::ios::trunc);
-    if (!f)
-      return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+    std::ostringstream f; // written atomically at the end
     int64_t rank = comm->rank();
     f << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
     f << absl::StrFormat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{"
@@ -472,9 +472,7 @@ struct Trainer::Impl {
                            i + 1 < t.size() ? "," : "");
     }
     f << "]}\n";
-    if (!f)
-      return absl::DataLossError(absl::StrCat("short write to '", path, "'"));
-    return absl::OkStatus();
+    return writeFileAtomically(path, f.str());
   }
 
   absl::Status evaluate(int64_t iteration) {
@@ -755,11 +753,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
             options.dumpDir + "/initial_weights" + sfx + ".safetensors", im->parameters()).status();
         !s.ok())
       return s;
-    im->batchesOut.open(options.dumpDir + "/batches" + sfx + ".bin", std::ios::binary | std::ios::trunc);
-    im->lossesOut.open(options.dumpDir + "/losses" + sfx + ".txt", std::ios::trunc);
-    if (!im->batchesOut || !im->lossesOut)
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot write into --dump-dir '", options.dumpDir, "'"));
+    if (absl::Status s = im->batchesOut.open(options.dumpDir + "/batches" + sfx + ".bin");
+        !s.ok())
+      return s;
+    if (absl::Status s = im->lossesOut.open(options.dumpDir + "/losses" + sfx + ".txt"); !s.ok())
+      return s;
   }
   return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
 }
@@ -803,7 +801,7 @@ absl::Status Trainer::train() {
       absl::Status s = im.ex->run([&](schema::HostIOKind kind, const std::string &) -> absl::Status {
         if (kind == schema::FILL_INPUTS) {
           if (absl::Status f = im.fillBatch(*im.data.train, consumed, it,
-                                            im.batchesOut.is_open() ? &record : nullptr);
+                                            im.batchesOut.isOpen() ? &record : nullptr);
               !f.ok())
             return f;
           if (absl::Status f = im.writeScalar("lr", lr); !f.ok())
@@ -864,10 +862,14 @@ absl::Status Trainer::train() {
     }
     im.losses.push_back(loss);
     im.gradNorms.push_back(norm);
-    if (im.batchesOut.is_open()) {
-      im.batchesOut.write(reinterpret_cast<const char *>(record.data()),
-                          std::streamsize(record.size() * 4));
-      im.lossesOut << it << " " << absl::StrFormat("%.17g %.17g %.17g", loss, norm, lr) << "\n";
+    if (im.batchesOut.isOpen()) {
+      // A write error (a full disk) stops the run at this iteration, naming the file.
+      absl::Status w = im.batchesOut.write(std::string_view(
+          reinterpret_cast<const char *>(record.data()), record.size() * 4));
+      if (w.ok())
+        w = im.lossesOut.write(absl::StrFormat("%d %.17g %.17g %.17g\n", it, loss, norm, lr));
+      if (!w.ok())
+        return fail(absl::Status(w.code(), absl::StrCat("iteration ", it, ": ", w.message())));
     }
     if (ok && std::isfinite(loss)) {
       intervalLoss += loss;

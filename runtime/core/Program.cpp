@@ -2,6 +2,8 @@
 
 #include "runtime/core/Program.h"
 
+#include "runtime/core/Files.h"
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
@@ -78,14 +80,7 @@ std::string serializeProgram(const schema::Program &program) {
 }
 
 absl::Status writeProgramFile(const schema::Program &program, const std::string &path) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f)
-    return absl::PermissionDeniedError(absl::StrCat("cannot write program file '", path, "'"));
-  std::string bytes = serializeProgram(program);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  if (!f)
-    return absl::DataLossError(absl::StrCat("short write to program file '", path, "'"));
-  return absl::OkStatus();
+  return writeFileAtomically(path, serializeProgram(program));
 }
 
 absl::StatusOr<schema::Program> parseProgram(std::string_view bytes) {
@@ -132,6 +127,8 @@ absl::StatusOr<schema::Program> parseProgram(std::string_view bytes) {
 }
 
 absl::StatusOr<schema::Program> readProgramFile(const std::string &path) {
+  if (absl::Status s = checkRegularFile(path, "program"); !s.ok())
+    return s;
   std::ifstream f(path, std::ios::binary);
   if (!f)
     return absl::NotFoundError(absl::StrCat("cannot open program file '", path, "'"));

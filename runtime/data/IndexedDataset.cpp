@@ -28,7 +28,8 @@ bool isIntegerCode(int code) { return code >= 1 && code <= 5 ? true : code == 8;
 
 /// Maps `path` read-only. A zero-length file maps to (nullptr, 0).
 absl::Status mapFile(const std::string &path, const uint8_t *&data, size_t &bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat then refuses it).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     if (e == ENOENT)
