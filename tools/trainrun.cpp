@@ -437,7 +437,13 @@ int spawn(const Flags &f, const char *argv0) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);
+  // Under nohup SIGHUP is ignored, and stays ignored for the launcher and its ranks: a closed
+  // terminal must not stop the job.
+  struct sigaction old {};
+  sigaction(SIGHUP, nullptr, &old);
+  const bool hupIgnored = old.sa_handler == SIG_IGN;
+  if (!hupIgnored)
+    sigaction(SIGHUP, &sa, nullptr);
 
   std::vector<std::string> baseEnv;
   for (char **e = environ; *e; ++e) {
@@ -490,7 +496,8 @@ int spawn(const Flags &f, const char *argv0) {
       dfl.sa_handler = SIG_DFL;
       sigaction(SIGTERM, &dfl, nullptr);
       sigaction(SIGINT, &dfl, nullptr);
-      sigaction(SIGHUP, &dfl, nullptr);
+      if (!hupIgnored)
+        sigaction(SIGHUP, &dfl, nullptr);
       ::dup2(po[1], 1);
       ::dup2(pe[1], 2);
       ::execve("/proc/self/exe", cargv.data(), cenv.data());
