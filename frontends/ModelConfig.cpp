@@ -43,6 +43,11 @@ namespace {
 /// Sizes that enter products (ffn from hidden, micro x dp, layers per chunk, ...) stay far
 /// from int64 overflow.
 constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxLayers = 65536;
+constexpr double kMaxTensorElements = double(int64_t(1) << 40);
+constexpr double kMaxParameters = double(int64_t(1) << 48);
+constexpr int64_t kMaxMicrobatches = int64_t(1) << 20;
+constexpr int64_t kMaxRanks = int64_t(1) << 20;
 
 /// `value` must be in [1, kMaxSize], or 0 when `zeroMeansDerive`.
 Error checkSize(StringRef flag, int64_t value, bool zeroMeansDerive = false) {
@@ -231,6 +236,34 @@ Error ModelConfig::finalize(int64_t tensor_model_parallel_size) {
   // _vocab_size_with_padding.
   const int64_t multiple = make_vocab_size_divisible_by * tp;
   padded_vocab_size = (vocab_size + multiple - 1) / multiple * multiple;
+
+  // Sizes the compiler and runtime can hold (faults issue, item 6), in double so that nothing
+  // overflows: every parameter tensor at most 2^40 elements, the model at most 2^48 parameters,
+  // and at most 65536 layers (programs hold one call per layer).
+  if (num_layers > kMaxLayers)
+    return makeError("--num-layers " + Twine(num_layers) + " is more than " + Twine(kMaxLayers) +
+                     " layers");
+  const double h = double(hidden_size), fc1 = double(swiglu ? 2 * ffn_hidden_size : ffn_hidden_size);
+  const double q = double(num_attention_heads) * double(kv_channels);
+  struct Tensor {
+    const char *flags;
+    double numel;
+  };
+  for (Tensor t : {Tensor{"--hidden-size x --padded vocabulary size", h * double(padded_vocab_size)},
+                   Tensor{"--hidden-size x --ffn-hidden-size", h * fc1},
+                   Tensor{"--hidden-size x --num-attention-heads x --kv-channels", h * q},
+                   Tensor{"--hidden-size x --max-position-embeddings",
+                          h * double(max_position_embeddings)}})
+    if (t.numel > kMaxTensorElements)
+      return makeError(t.flags + Twine(" gives a weight of ") + formatNumber(t.numel) +
+                       " elements, more than 2^40");
+  const double perLayer = 2 * h * q + 2 * h * double(num_query_groups) * double(kv_channels) +
+                          2 * h * fc1 + 4 * h;
+  const double total = double(num_layers) * perLayer + 2 * h * double(padded_vocab_size);
+  if (total > kMaxParameters)
+    return makeError("the model has about " + formatNumber(total) +
+                     " parameters (--num-layers x the layer's, plus the embeddings), more than "
+                     "2^48");
   return Error::success();
 }
 
@@ -416,6 +449,11 @@ Error finalizeTraining(PlanConfig &c) {
                      " is not divisible by --micro-batch-size " + Twine(t.micro_batch_size) +
                      " x data-parallel size " + Twine(dp));
   t.num_microbatches = t.global_batch_size / (t.micro_batch_size * dp);
+  if (t.num_microbatches > kMaxMicrobatches)
+    return makeError("--global-batch-size " + Twine(t.global_batch_size) + " / (--micro-batch-size " +
+                     Twine(t.micro_batch_size) + " x data-parallel size " + Twine(dp) + ") = " +
+                     Twine(t.num_microbatches) + " microbatches per iteration, more than " +
+                     Twine(kMaxMicrobatches) + " (the program holds one unit per microbatch)");
 
   // One microbatch's activations must be tensors the runtime can hold: token ids are i32
   // (mbs x seq <= 2^31) and the widest activation (logits, the MLP's fc1 output, ...) at most
@@ -543,6 +581,20 @@ Error PlanConfig::finalize() {
     return e;
   if (Error e = checkNonNegative("--ddp-bucket-size", p.ddp_bucket_size))
     return e;
+  // One program file per rank: the world size is bounded (and the product cannot overflow, every
+  // factor being < 2^31 and checked one by one against 2^20 first).
+  {
+    double world = 1;
+    for (int64_t f : {p.tensor_model_parallel_size, p.pipeline_model_parallel_size,
+                      p.data_parallel_size})
+      world *= double(f);
+    if (world > double(kMaxRanks))
+      return makeError("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size) +
+                       " x --pipeline-model-parallel-size " +
+                       Twine(p.pipeline_model_parallel_size) + " x --data-parallel-size " +
+                       Twine(p.data_parallel_size) + " = " + formatNumber(world) +
+                       " ranks, more than " + Twine(kMaxRanks));
+  }
   if (Error e = model.finalize(p.tensor_model_parallel_size))
     return e;
   if (Error e = finalizeParallel(*this))
