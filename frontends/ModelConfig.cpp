@@ -604,6 +604,15 @@ Error PlanConfig::finalize() {
   return finalizeRuntime(runtime);
 }
 
+double megatronFlopsPerToken(const ModelConfig &m) {
+  const double h = double(m.hidden_size), s = double(m.seq_length), L = double(m.num_layers);
+  const double q = double(m.num_attention_heads) * double(m.kv_channels);
+  const double kv = double(m.num_query_groups) * double(m.kv_channels);
+  const double f = double(m.ffn_hidden_size) * (m.swiglu ? 3.0 : 2.0);
+  const double perLayer = 6 * h * (q + 2 * kv) + 6 * q * s + 6 * q * h + 6 * h * f;
+  return L * perLayer + 6 * h * double(m.padded_vocab_size);
+}
+
 Error checkSupported(const PlanConfig &config) {
   Error all = Error::success();
   auto reject = [&](const Twine &what) {

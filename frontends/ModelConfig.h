@@ -205,6 +205,15 @@ struct PlanConfig {
 /// This is the one place to relax as features land. Expects a finalized config.
 llvm::Error checkSupported(const PlanConfig &config);
 
+/// Megatron-LM's model FLOPs of training on one token (forward + backward: every GEMM 3 times,
+/// 2 FLOPs per multiply-add), as its num_floating_point_operations counts them for a dense GPT
+/// (training.py; ../shared/seeds/ 002 "FLOPs"): per layer the q/k/v projections
+/// 6 h (n_h d + 2 n_g d), causal core attention 6 n_h d s (QK^T and AV over s/2 keys on
+/// average), the output projection 6 n_h d h and the MLP 6 h f (3 with SwiGLU, else 2), plus
+/// the logits 6 h V_padded; embeddings and element-wise ops are not counted. Expects a finalized
+/// config. E.g. h 4096, 32 layers, f 11008 SwiGLU, V 32000, s 4096, no GQA: 42,863,689,728.
+double megatronFlopsPerToken(const ModelConfig &model);
+
 /// Named model shapes. The returned config holds only explicit values: call finalize() (or
 /// PlanConfig::finalize()) to derive the rest. Presets: tiny-gpt, tiny-llama, gpt2-small,
 /// llama3.2-1b, llama3-8b, llama-10m, llama-tiny-text.

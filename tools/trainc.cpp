@@ -288,9 +288,27 @@ int cmdInspect(std::vector<std::string> args) {
                    << " per microbatch x " << r.memory().stash_slots()
                    << " in flight (activations saved from forward for backward)\n";
   }
-  if (want("--flops"))
+  if (want("--flops")) {
     llvm::outs() << "flops per iteration: " << llvm::formatv("{0:e4}", r.flops().flops_per_iteration())
-                 << " (matmuls and attention; fwd + bwd)\n";
+                 << " (the IR's matmuls and attention on this rank; fwd + bwd)\n";
+    if (r.flops().megatron_flops_per_iteration() > 0)
+      llvm::outs() << "megatron flops per iteration: "
+                   << llvm::formatv("{0:e4}", r.flops().megatron_flops_per_iteration())
+                   << " (num_floating_point_operations per rank; the log's TFLOP/s)\n";
+    // 6ND: N = the model's parameters, D = the tokens of one iteration's global batch, per rank.
+    double n = 0;
+    for (const auto &prm : p->parameters()) {
+      double numel = 1;
+      for (int64_t d : prm.global_shape())
+        numel *= double(d);
+      n += numel;
+    }
+    double tokens = double(p->plan().global_batch_size()) * double(p->plan().seq_length());
+    if (n > 0 && tokens > 0)
+      llvm::outs() << "6ND per iteration: "
+                   << llvm::formatv("{0:e4}", 6 * n * tokens / double(p->mesh().world_size()))
+                   << " (N = " << llvm::formatv("{0}", int64_t(n)) << " parameters)\n";
+  }
   if (want("--schedule")) {
     llvm::outs() << "schedule: " << r.schedule().schedule() << ", "
                  << r.schedule().num_microbatches() << " microbatches\n";

@@ -54,6 +54,9 @@ OwningOpRef<ModuleOp> mlir::trainc::buildModelModule(MLIRContext &ctx,
   b.dtype = options.dtype;
   if (failed(buildModel(*module, cfg.model, b)) || failed(verify(*module)))
     return nullptr;
+  // Megatron's FLOPs count of the model the builder built (a .mlir model has none).
+  (*module)->setAttr("trainc.megatron_flops_per_token",
+                     FloatAttr::get(Float64Type::get(&ctx), cfgns::megatronFlopsPerToken(cfg.model)));
   return module;
 }
 
@@ -342,6 +345,10 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   if (failed(exported))
     return failure();
   schema::Program &program = exported->program;
+  if (auto f = module->getAttrOfType<FloatAttr>("trainc.megatron_flops_per_token"))
+    program.mutable_reports()->mutable_flops()->set_megatron_flops_per_iteration(
+        f.getValueAsDouble() * double(cfg.training.global_batch_size) *
+        double(cfg.model.seq_length) / double(world));
   // The plan records its configuration: runtime flag defaults that trainrun uses and may
   // override, and the compile-time values trainrun checks its flags against. One fingerprint
   // for every rank file of this compile (the configuration and the producer), so that the

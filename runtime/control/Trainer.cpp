@@ -770,7 +770,11 @@ absl::Status Trainer::train() {
   // The state a --load resumed (all zero otherwise); `successful` counts Adam updates.
   int64_t consumed = im.resume.consumedSamples, scheduled = im.resume.scheduledSamples,
           successful = im.resume.adamSteps, skipped = im.resume.skipped, nans = im.resume.nans;
-  double flops = im.program.reports().flops().flops_per_iteration();
+  // TFLOP/s as Megatron counts them (num_floating_point_operations per GPU) when the plan has the
+  // figure, else the IR's own count (a .mlir model).
+  double flops = im.program.reports().flops().megatron_flops_per_iteration() > 0
+                     ? im.program.reports().flops().megatron_flops_per_iteration()
+                     : im.program.reports().flops().flops_per_iteration();
   // Interval accumulators (Megatron averages the loss over the non-skipped iterations of the
   // logging interval).
   double intervalLoss = 0, intervalTime = 0;

@@ -258,6 +258,37 @@ TEST(ModelConfigTest, PaddedVocabIsMegatronsVocabSizeWithPadding) {
   EXPECT_EQ(padded(128, 128, 1), 128);
 }
 
+// Megatron's num_floating_point_operations per token against the seeds' worked example
+// (../shared/seeds/ 002: LLaMA-7B-like, no GQA) and a GQA + SwiGLU + untied case (llama3-8b
+// shapes) written out by hand.
+TEST(ModelConfigTest, MegatronFlopsPerTokenMatchesTheClosedForm) {
+  ModelConfig m = *findPreset("tiny-llama");
+  m.num_layers = 32;
+  m.hidden_size = 4096;
+  m.num_attention_heads = 32;
+  m.num_query_groups = 0;
+  m.group_query_attention = false;
+  m.kv_channels = 0;
+  m.ffn_hidden_size = 11008;
+  m.vocab_size = 32000;
+  m.seq_length = 4096;
+  m.max_position_embeddings = 4096;
+  ASSERT_FALSE(m.finalize(1));
+  ASSERT_TRUE(m.swiglu);
+  EXPECT_EQ(megatronFlopsPerToken(m), 42863689728.0);
+
+  ModelConfig g = *findPreset("llama3-8b");
+  ASSERT_FALSE(g.finalize(1));
+  ASSERT_TRUE(g.untie_embeddings_and_output_weights);
+  // h 4096, 32 layers, 32 heads of 128, 8 query groups, f 14336 SwiGLU, V 128256, s 8192:
+  // per layer 6h(32*128 + 2*8*128) + 6*4096*8192 + 6*4096*4096 + 6*4096*14336*3, logits 6hV.
+  const double h = 4096, perLayer = 6 * h * (4096 + 2 * 1024) + 6 * 4096.0 * 8192 +
+                                    6 * 4096.0 * 4096 + 6 * h * 14336 * 3;
+  EXPECT_EQ(g.seq_length, 8192);
+  EXPECT_EQ(g.padded_vocab_size, 128256);
+  EXPECT_EQ(megatronFlopsPerToken(g), 32 * perLayer + 6 * h * 128256);
+}
+
 TEST(ModelConfigTest, FfnDefaultIsFourHiddenOrMegatronsSwigluRule) {
   auto ffn = [](int64_t hidden, bool swiglu) {
     ModelConfig m = *findPreset("tiny-gpt");
