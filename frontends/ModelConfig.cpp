@@ -362,6 +362,15 @@ KeyValues RuntimeDefaults::toKeyValues() const {
       {"save", save},
       {"load", load},
       {"seed", str(seed)},
+      {"tensorboard_dir", tensorboard_dir},
+      {"tensorboard_log_interval", str(tensorboard_log_interval)},
+      {"log_timers_to_tensorboard", str(log_timers_to_tensorboard)},
+      {"log_validation_ppl_to_tensorboard", str(log_validation_ppl_to_tensorboard)},
+      {"log_memory_to_tensorboard", str(log_memory_to_tensorboard)},
+      {"log_world_size_to_tensorboard", str(log_world_size_to_tensorboard)},
+      {"log_batch_size_to_tensorboard", str(log_batch_size_to_tensorboard)},
+      {"log_learning_rate_to_tensorboard", str(log_learning_rate_to_tensorboard)},
+      {"log_loss_scale_to_tensorboard", str(log_loss_scale_to_tensorboard)},
   };
   if (lr)
     kv["lr"] = str(*lr);

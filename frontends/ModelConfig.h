@@ -176,6 +176,14 @@ struct RuntimeDefaults {
   /// stops the run with an error naming the iteration and the rank; off, such an iteration is
   /// skipped (no update) and counted in the log.
   bool check_for_nan_in_loss_and_grad = true;
+  /// TensorBoard (Megatron's training_log): event files in tensorboard_dir (empty: none) every
+  /// tensorboard_log_interval iterations, and the --log-*-to-tensorboard switches.
+  std::string tensorboard_dir;
+  int64_t tensorboard_log_interval = 1;
+  bool log_timers_to_tensorboard = false, log_validation_ppl_to_tensorboard = false,
+       log_memory_to_tensorboard = false, log_world_size_to_tensorboard = false,
+       log_batch_size_to_tensorboard = false, log_learning_rate_to_tensorboard = true,
+       log_loss_scale_to_tensorboard = true;
 
   /// Field name -> value; doubles in shortest round-trip form, booleans "true"/"false",
   /// data_path joined by single spaces; lr only when given.

@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev googletest
   libdnnl-dev ocl-icd-opencl-dev libgloo-dev
   clang libclang-rt-dev
-  nlohmann-json3-dev libicu-dev python3-numpy
+  nlohmann-json3-dev libicu-dev python3-numpy python3-protobuf
 )
 for arg in "$@"; do
   case "$arg" in

@@ -2,6 +2,7 @@
 
 #include "runtime/control/Trainer.h"
 
+#include "runtime/control/TensorBoard.h"
 #include "runtime/core/Files.h"
 
 #include "runtime/comm/Communicator.h"
@@ -102,6 +103,19 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.vocabFile = meta(p, "runtime.vocab_file");
   o.mergeFile = meta(p, "runtime.merge_file");
   checkpointDefaults(p, o.ckpt);
+  o.tensorboardDir = meta(p, "runtime.tensorboard_dir");
+  o.tensorboardLogInterval = metaInt(p, "runtime.tensorboard_log_interval", 1);
+  auto metaBool = [&](const char *key, bool dflt) {
+    std::string v = meta(p, key, dflt ? "true" : "false");
+    return v == "true";
+  };
+  o.logTimersToTensorboard = metaBool("runtime.log_timers_to_tensorboard", false);
+  o.logValidationPplToTensorboard = metaBool("runtime.log_validation_ppl_to_tensorboard", false);
+  o.logMemoryToTensorboard = metaBool("runtime.log_memory_to_tensorboard", false);
+  o.logWorldSizeToTensorboard = metaBool("runtime.log_world_size_to_tensorboard", false);
+  o.logBatchSizeToTensorboard = metaBool("runtime.log_batch_size_to_tensorboard", false);
+  o.logLearningRateToTensorboard = metaBool("runtime.log_learning_rate_to_tensorboard", true);
+  o.logLossScaleToTensorboard = metaBool("runtime.log_loss_scale_to_tensorboard", true);
 
   bool gaveIters = false, gaveSamples = false; // on this command line
   for (size_t i = 0; i < args.size(); ++i) {
@@ -215,6 +229,29 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = c.status();
     } else if (absl::StatusOr<bool> r = parseRerunFlag(flag, next, o.rerun); !r.ok() || *r) {
       s = r.status();
+    } else if (flag == "--tensorboard-dir") {
+      s = next(o.tensorboardDir);
+    } else if (flag == "--tensorboard-log-interval") {
+      s = intFlag(o.tensorboardLogInterval, true);
+    } else if (flag == "--tensorboard-queue-size") {
+      std::string ignoredValue; // events are written synchronously
+      s = next(ignoredValue);
+    } else if (flag == "--log-timers-to-tensorboard") {
+      o.logTimersToTensorboard = true;
+    } else if (flag == "--log-validation-ppl-to-tensorboard") {
+      o.logValidationPplToTensorboard = true;
+    } else if (flag == "--log-memory-to-tensorboard") {
+      o.logMemoryToTensorboard = true;
+    } else if (flag == "--log-world-size-to-tensorboard") {
+      o.logWorldSizeToTensorboard = true;
+    } else if (flag == "--log-batch-size-to-tensorboard") {
+      o.logBatchSizeToTensorboard = true;
+    } else if (flag == "--no-log-learning-rate-to-tensorboard") {
+      o.logLearningRateToTensorboard = false;
+    } else if (flag == "--no-log-loss-scale-to-tensorboard") {
+      o.logLossScaleToTensorboard = false;
+    } else if (flag == "--log-throughput") {
+      o.logThroughput = true;
     } else {
       // A compile-time flag (the plan records it): say so rather than "unknown".
       std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
@@ -275,6 +312,16 @@ struct Trainer::Impl {
   /// unless --no-load-rng).
   std::unique_ptr<Checkpointer> ckpt;
   std::unique_ptr<RerunStateMachine> rerun;
+  /// The event file writer of the last rank (Megatron's), when --tensorboard-dir is set.
+  std::unique_ptr<TensorBoardWriter> tb;
+  int64_t consumedSamples = 0; // for the "vs samples" keys of the validation loss
+
+  /// Megatron's scalar and its " vs samples" twin.
+  absl::Status tbScalar(const std::string &tag, double v, int64_t it, bool vsSamples = true) {
+    if (absl::Status s = tb->addScalar(tag, v, it); !s.ok())
+      return s;
+    return vsSamples ? tb->addScalar(tag + " vs samples", v, consumedSamples) : absl::OkStatus();
+  }
   TrainState resume;
   int64_t rngSeed = 0;
 
@@ -492,6 +539,13 @@ struct Trainer::Impl {
     }
     double loss = tokens > 0 ? lossSum / tokens : std::nan("");
     evals.push_back({iteration, loss});
+    if (tb) {
+      if (absl::Status s = tbScalar("lm loss validation", loss, iteration); !s.ok())
+        return s;
+      if (opts.logValidationPplToTensorboard)
+        if (absl::Status s = tbScalar("lm loss validation ppl", std::exp(loss), iteration); !s.ok())
+          return s;
+    }
     *log << "-----------------------------------------------------------------------------------"
             "------------\n";
     *log << absl::StrFormat(" validation loss at iteration %d | lm loss value: %.6E | lm loss PPL: "
@@ -738,6 +792,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     return absl::Status(ck.status().code(),
                         absl::StrCat(im->programPath, ": ", ck.status().message()));
   im->ckpt = std::move(*ck);
+  if (!options.tensorboardDir.empty() && im->comm->rank() == im->comm->worldSize() - 1) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> w =
+        TensorBoardWriter::create(options.tensorboardDir);
+    if (!w.ok())
+      return w.status();
+    im->tb = std::move(*w);
+  }
   im->rerun = std::make_unique<RerunStateMachine>(options.rerun, options.checkForNanInLossAndGrad,
                                                   int(im->comm->rank()));
   if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
@@ -881,6 +942,36 @@ absl::Status Trainer::train() {
     }
     intervalTime += dt;
     ++intervalIters;
+    im.consumedSamples = consumed;
+    if (im.tb && it % o.tensorboardLogInterval == 0) {
+      // Megatron's training_log keys, each with its " vs samples" twin.
+      absl::Status w = absl::OkStatus();
+      auto put = [&](const std::string &tag, double v) {
+        if (w.ok())
+          w = im.tbScalar(tag, v, it);
+      };
+      if (o.logLearningRateToTensorboard)
+        put("learning-rate", lr);
+      if (o.logBatchSizeToTensorboard)
+        put("batch-size", double(im.gbs));
+      put("lm loss", loss);
+      if (o.logLossScaleToTensorboard)
+        put("loss-scale", 1.0);
+      if (o.logWorldSizeToTensorboard)
+        put("world-size", double(im.comm->worldSize()));
+      put("grad-norm", norm);
+      if (o.logMemoryToTensorboard) {
+        const schema::MemoryReport &m = im.program.reports().memory();
+        if (w.ok())
+          w = im.tb->addScalar("mem-reserved-bytes", double(m.arena_bytes()), it);
+        if (w.ok())
+          w = im.tb->addScalar("mem-allocated-bytes", double(im.ex->highWaterMark()), it);
+        if (w.ok())
+          w = im.tb->addScalar("mem-max-allocated-bytes", double(im.ex->highWaterMark()), it);
+      }
+      if (!w.ok())
+        return fail(absl::Status(w.code(), absl::StrCat("iteration ", it, ": ", w.message())));
+    }
     if (it % o.logInterval == 0 || it == iters) {
       double perIter = intervalTime / double(intervalIters);
       double tokensPerSec = double(im.gbs * im.seq) / perIter;
@@ -894,6 +985,13 @@ absl::Status Trainer::train() {
           intervalSkipped, intervalNans);
       if (o.rerun.mode == RerunMode::ReportDeterminismStats)
         log << " " << im.rerun->determinismReport() << "\n";
+      // Megatron writes these at the log interval (seconds per iteration; TFLOP/s per GPU).
+      if (im.tb && o.logTimersToTensorboard)
+        if (absl::Status w = im.tb->addScalar("iteration-time", perIter, it); !w.ok())
+          return fail(w);
+      if (im.tb && o.logThroughput)
+        if (absl::Status w = im.tb->addScalar("throughput", flops / perIter / 1e12, it); !w.ok())
+          return fail(w);
       if (it == o.logInterval || (it == iters && iters < o.logInterval)) {
         const schema::MemoryReport &m = im.program.reports().memory();
         log << absl::StrFormat(

@@ -70,6 +70,14 @@ struct RunOptions {
   /// Megatron's rerun state machine: --rerun-mode, --check-for-spiky-loss,
   /// --check-for-large-grads, --error-injection-rate/-type, --result-rejected-tracker-filename.
   RerunOptions rerun;
+  /// TensorBoard (Megatron's flags; the plan's defaults, overridable at run time): event files
+  /// in tensorboardDir from the last rank every tensorboardLogInterval iterations.
+  std::string tensorboardDir;
+  int64_t tensorboardLogInterval = 1;
+  bool logTimersToTensorboard = false, logValidationPplToTensorboard = false,
+       logMemoryToTensorboard = false, logWorldSizeToTensorboard = false,
+       logBatchSizeToTensorboard = false, logLearningRateToTensorboard = true,
+       logLossScaleToTensorboard = true, logThroughput = false;
 };
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then

@@ -1077,11 +1077,18 @@ TEST(MegatronFlagsTest, LoggingFlagsAreRecordedAsIgnored) {
               "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective");
   EXPECT_EQ(c.ignoredFlags,
             (std::vector<std::string>{
-                "--log-throughput", "--tensorboard-dir", "--wandb-project", "--timing-log-level",
-                "--log-timers-to-tensorboard", "--profile", "--profile-ranks", "--use-mcore-models",
-                "--transformer-impl", "--use-flash-attn", "--no-gradient-accumulation-fusion",
-                "--profile-step-start", "--accumulate-allreduce-grads-in-fp32",
-                "--ddp-average-in-collective"}));
+                "--log-throughput", "--wandb-project", "--timing-log-level", "--profile",
+                "--profile-ranks", "--use-mcore-models", "--transformer-impl", "--use-flash-attn",
+                "--no-gradient-accumulation-fusion", "--profile-step-start",
+                "--accumulate-allreduce-grads-in-fp32", "--ddp-average-in-collective"}));
+  // The TensorBoard flags are run-time defaults the plan records, not ignored.
+  EXPECT_EQ(c.runtime.tensorboard_dir, "/tmp/tb");
+  EXPECT_TRUE(c.runtime.log_timers_to_tensorboard);
+  EXPECT_TRUE(c.runtime.log_learning_rate_to_tensorboard);
+  PlanConfig off = parseOk(std::string(kMinimal) + " --no-log-learning-rate-to-tensorboard "
+                                                   "--tensorboard-log-interval 5");
+  EXPECT_FALSE(off.runtime.log_learning_rate_to_tensorboard);
+  EXPECT_EQ(off.runtime.tensorboard_log_interval, 5);
 }
 
 TEST(MegatronFlagsTest, BaseModelMakesModelFlagsOptional) {
