@@ -234,7 +234,7 @@ const std::vector<FlagSpec> &flagTable() {
       nonNegative("--seed", runtime(&RuntimeDefaults::seed)),
 
       // Logging and profiling only.
-      ignored("--log-throughput"),
+      setBool("--log-throughput", runtime(&RuntimeDefaults::log_throughput)),
       ignored("--log-progress"),
       ignored("--log-params-norm"),
       ignored("--log-num-zeros-in-grad"),

@@ -363,6 +363,7 @@ KeyValues RuntimeDefaults::toKeyValues() const {
       {"load", load},
       {"seed", str(seed)},
       {"tensorboard_dir", tensorboard_dir},
+      {"log_throughput", str(log_throughput)},
       {"tensorboard_log_interval", str(tensorboard_log_interval)},
       {"log_timers_to_tensorboard", str(log_timers_to_tensorboard)},
       {"log_validation_ppl_to_tensorboard", str(log_validation_ppl_to_tensorboard)},

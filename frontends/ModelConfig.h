@@ -179,6 +179,8 @@ struct RuntimeDefaults {
   /// TensorBoard (Megatron's training_log): event files in tensorboard_dir (empty: none) every
   /// tensorboard_log_interval iterations, and the --log-*-to-tensorboard switches.
   std::string tensorboard_dir;
+  /// Megatron's --log-throughput: the log line's "throughput per GPU (TFLOP/s/GPU)" field.
+  bool log_throughput = false;
   int64_t tensorboard_log_interval = 1;
   bool log_timers_to_tensorboard = false, log_validation_ppl_to_tensorboard = false,
        log_memory_to_tensorboard = false, log_world_size_to_tensorboard = false,

@@ -116,6 +116,7 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.logBatchSizeToTensorboard = metaBool("runtime.log_batch_size_to_tensorboard", false);
   o.logLearningRateToTensorboard = metaBool("runtime.log_learning_rate_to_tensorboard", true);
   o.logLossScaleToTensorboard = metaBool("runtime.log_loss_scale_to_tensorboard", true);
+  o.logThroughput = metaBool("runtime.log_throughput", false);
 
   bool gaveIters = false, gaveSamples = false; // on this command line
   for (size_t i = 0; i < args.size(); ++i) {
@@ -975,14 +976,23 @@ absl::Status Trainer::train() {
     if (it % o.logInterval == 0 || it == iters) {
       double perIter = intervalTime / double(intervalIters);
       double tokensPerSec = double(im.gbs * im.seq) / perIter;
-      log << absl::StrFormat(
+      // Megatron's training_log fields, labels and order (training.py), so that a script that
+      // parses Megatron's logs parses these; tokens per second is an extra field at the end.
+      std::string line = absl::StrFormat(
           " [%s] iteration %8d/%8d | consumed samples: %12d | elapsed time per iteration (ms): "
-          "%.1f | throughput (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
-          "global batch size: %5d | lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number "
-          "of skipped iterations: %3d | number of nan iterations: %3d |\n",
-          timestamp(), it, iters, consumed, perIter * 1e3, flops / perIter / 1e12, tokensPerSec,
-          lr, im.gbs, intervalCount ? intervalLoss / double(intervalCount) : std::nan(""), norm,
-          intervalSkipped, intervalNans);
+          "%.1f |",
+          timestamp(), it, iters, consumed, perIter * 1e3);
+      if (o.logThroughput)
+        line += absl::StrFormat(" throughput per GPU (TFLOP/s/GPU): %.1f |",
+                                flops / perIter / 1e12);
+      line += absl::StrFormat(" learning rate: %.6E | global batch size: %5d |", lr, im.gbs);
+      double avgLoss = intervalCount ? intervalLoss / double(intervalCount) : 0.0;
+      if (avgLoss > 0.0) // Megatron prints a loss only when its average is positive
+        line += absl::StrFormat(" lm loss: %.6E |", avgLoss);
+      line += absl::StrFormat(" loss scale: %.1f | grad norm: %.3f | number of skipped iterations: "
+                              "%3d | number of nan iterations: %3d | tokens per second: %.0f |\n",
+                              1.0, norm, intervalSkipped, intervalNans, tokensPerSec);
+      log << line;
       if (o.rerun.mode == RerunMode::ReportDeterminismStats)
         log << " " << im.rerun->determinismReport() << "\n";
       // Megatron writes these at the log interval (seconds per iteration; TFLOP/s per GPU).

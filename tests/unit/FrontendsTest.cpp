@@ -1077,7 +1077,7 @@ TEST(MegatronFlagsTest, LoggingFlagsAreRecordedAsIgnored) {
               "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective");
   EXPECT_EQ(c.ignoredFlags,
             (std::vector<std::string>{
-                "--log-throughput", "--wandb-project", "--timing-log-level", "--profile",
+                "--wandb-project", "--timing-log-level", "--profile",
                 "--profile-ranks", "--use-mcore-models", "--transformer-impl", "--use-flash-attn",
                 "--no-gradient-accumulation-fusion", "--profile-step-start",
                 "--accumulate-allreduce-grads-in-fp32", "--ddp-average-in-collective"}));
