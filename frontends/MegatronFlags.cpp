@@ -312,8 +312,21 @@ llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
     auto [name, inlineValue] = arg.split('=');
     const bool hasInlineValue = name.size() < arg.size();
     const FlagSpec *spec = lookupFlag(name);
-    if (!spec)
+    if (!spec) {
+      // The nearest accepted flag by edit distance, when it is near enough to be a typo.
+      StringRef best;
+      unsigned bestDistance = ~0u;
+      for (const FlagSpec &f : flagTable()) {
+        unsigned d = name.edit_distance(f.name, /*AllowReplacements=*/true, bestDistance);
+        if (d < bestDistance) {
+          bestDistance = d;
+          best = f.name;
+        }
+      }
+      if (!best.empty() && bestDistance <= std::max<size_t>(2, name.size() / 5))
+        return makeError("unknown flag " + name + " (did you mean " + best + "?)");
       return makeError("unknown flag " + name);
+    }
 
     llvm::SmallVector<StringRef, 4> values;
     auto isValue = [&](size_t j) {
