@@ -393,7 +393,9 @@ struct Trainer::Impl {
           applyEod(ds.eodToken(), tok.data() + b * seq, mask32.data() + b * seq,
                    mask64.data() + b * seq, pos.data() + b * seq);
       }
-      const int64_t rng[3] = {rngSeed, iteration, m};
+      // The dropout key: the index in the global batch of this microbatch's first sample, so
+      // that a sample's masks are the same under every data-parallel layout (Philox.h).
+      const int64_t rng[3] = {rngSeed, iteration, (m * dpSize + dpRank) * mbs};
       for (const HostBuffer &h : inputs[size_t(m)]) {
         // The validator checked each role's dtype and shape against the plan.
         const void *data = nullptr;

@@ -7,8 +7,11 @@
 //
 // trainc's counter layout for dropout (philoxUniform4):
 //   key     = seed (64 bits)
-//   counter = (block low 32, block bits 32..47 | microbatch << 16, op_id, iteration)
-// where block = element_index / 4 and element k of the block takes output k.
+//   counter = (block low 32, block high 32, op_id, iteration)
+// where block = global_index / 4 and element k of the block takes output k. global_index is the
+// element's index in the whole global batch: first_sample x (elements per sample) + the index
+// within the microbatch's tensor, so the mask of a sample does not depend on which rank or
+// microbatch holds it (the same losses under every data-parallel layout).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TRAINC_RUNTIME_CORE_PHILOX_H
@@ -36,10 +39,9 @@ inline void philox4x32(uint32_t key0, uint32_t key1, uint32_t ctr[4]) {
 }
 
 /// Four uniforms in [0, 1) (24-bit resolution) for dropout block `block`.
-inline void philoxUniform4(uint64_t seed, uint32_t opId, uint32_t iteration, uint32_t microbatch,
-                           uint64_t block, float out[4]) {
-  uint32_t c[4] = {uint32_t(block), uint32_t((block >> 32) & 0xffffu) | (microbatch << 16), opId,
-                   iteration};
+inline void philoxUniform4(uint64_t seed, uint32_t opId, uint32_t iteration, uint64_t block,
+                           float out[4]) {
+  uint32_t c[4] = {uint32_t(block), uint32_t(block >> 32), opId, iteration};
   philox4x32(uint32_t(seed), uint32_t(seed >> 32), c);
   for (int k = 0; k < 4; ++k)
     out[k] = float(c[k] >> 8) * (1.0f / 16777216.0f);

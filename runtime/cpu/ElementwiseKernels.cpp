@@ -283,7 +283,8 @@ void swigluBackwardKernel(const KernelCtx &c) {
 
 //===----------------------------------------------------------------------===//
 // dropout: keep element i when u(seed, op_id, iteration, microbatch, i) >= p; scale by 1/(1-p).
-// rng = (seed, iteration, microbatch), an i64 [3] buffer the host fills per microbatch, or the
+// rng = (seed, iteration, first sample), an i64 [3] buffer the host fills per microbatch (the
+// index in the global batch of the microbatch's first sample), or the
 // [4] key of rng_offset, whose last element is added to op_id (one layer function's dropout
 // sites, called once per layer, get the layer's op ids).
 //===----------------------------------------------------------------------===//
@@ -303,19 +304,26 @@ void dropoutApply(const KernelCtx &c) {
   const int64_t *rng = c.in[1].as<int64_t>();
   double p = c.attrs->f(0);
   int64_t offset = c.in[1].numel == 4 ? rng[3] : 0;
-  uint32_t opId = uint32_t(c.attrs->i(1) + offset), mb = uint32_t(rng[2]);
+  uint32_t opId = uint32_t(c.attrs->i(1) + offset);
+  // Dim 0 is the microbatch: element i of sample b is global element
+  // (first sample + b) x sampleNumel + i, the same in every layout.
+  const int64_t n = x.numel, samples = x.rank > 0 && x.dim(0) > 0 ? x.dim(0) : 1;
+  const uint64_t first = uint64_t(rng[2]) * uint64_t(n / samples);
   dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
     const T *xp = x.as<T>();
     T *yp = c.out[0].as<T>();
     A scale = A(1.0 / (1.0 - p));
-    int64_t n = x.numel;
-    for (int64_t base = 0; base < n; base += 4) {
-      float u[4];
-      philoxUniform4(uint64_t(rng[0]), opId, uint32_t(rng[1]), mb, uint64_t(base / 4), u);
-      for (int k = 0; k < 4 && base + k < n; ++k)
-        st(yp, base + k, double(u[k]) >= p ? ld(xp, base + k) * scale : A(0));
+    float u[4];
+    uint64_t block = ~uint64_t(0);
+    for (int64_t i = 0; i < n; ++i) {
+      uint64_t g = first + uint64_t(i);
+      if (g / 4 != block) {
+        block = g / 4;
+        philoxUniform4(uint64_t(rng[0]), opId, uint32_t(rng[1]), block, u);
+      }
+      st(yp, i, double(u[g % 4]) >= p ? ld(xp, i) * scale : A(0));
     }
   });
 }

@@ -174,7 +174,8 @@ public:
             pos[j] = int32_t(j % size_t(s.seq));
           writeInts("position_ids" + sfx, pos.data(), n);
           if (int b = executor->findBuffer("rng" + sfx); b >= 0 && rngSeed >= 0) {
-            int64_t rng[3] = {rngSeed, int64_t(step), i}; // as the Trainer: seed, iteration, mb
+            // As the Trainer: seed, iteration, the microbatch's first sample in the batch.
+            int64_t rng[3] = {rngSeed, int64_t(step), i * mbs};
             EXPECT_TRUE(executor->writeBuffer(b, rng, sizeof(rng)).ok());
           }
         }
