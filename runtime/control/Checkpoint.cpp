@@ -634,11 +634,16 @@ struct Checkpointer::Impl {
   void write(Pending &p) {
     auto t = Clock::now();
     if (p.status.ok()) {
-      absl::StatusOr<uint64_t> b = writeRankFile(p.partial, p.staged);
-      if (b.ok())
-        p.bytes = *b;
-      else
-        p.status = b.status();
+      try {
+        absl::StatusOr<uint64_t> b = writeRankFile(p.partial, p.staged);
+        if (b.ok())
+          p.bytes = *b;
+        else
+          p.status = b.status();
+      } catch (const std::exception &e) { // e.g. bad_alloc: fail the save, not the process
+        p.status = absl::ResourceExhaustedError(absl::StrCat(
+            "rank ", rank(), ": writing ", p.partial, "/rank", rank(), ".safetensors: ", e.what()));
+      }
     }
     p.writeSeconds = seconds(t, Clock::now());
     p.done.store(true, std::memory_order_release);
@@ -654,8 +659,11 @@ struct Checkpointer::Impl {
     absl::Status mine = p.status;
     uint64_t bytes = p.bytes;
     std::error_code ec;
-    // The staging memory is free again: keep it for the next save.
-    spare.swap(p.staged);
+    // The staging memory is free again: an async run keeps it for the next save (no page
+    // faults in the blocking part); a sync save frees it.
+    if (async)
+      spare.swap(p.staged);
+    p.staged.clear();
     // Barrier 1: every rank's file is complete (or someone failed).
     int64_t ok = mine.ok() ? 1 : 0;
     if (absl::Status s = reduceOverWorld(&ok, 1, ReduceOp::Min); !s.ok())
