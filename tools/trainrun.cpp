@@ -68,6 +68,7 @@ int usage(const std::string &msg = "") {
   std::cerr
       << "usage: trainrun [--nproc N] [--nnodes M --node-rank K --master-addr HOST --master-port P]\n"
          "                [--log-all-ranks] [--comm-timeout SECONDS] [--comm-iface IFACE]\n"
+         "                [--distributed-timeout-minutes M (Megatron's name; --comm-timeout wins)]\n"
          "                PLAN_DIR [-- RUNTIME_FLAGS...]\n"
          "  --nproc N: ranks to start on this node (N > 1 spawns processes; default 1)\n"
          "  --nnodes/--node-rank/--master-addr/--master-port: several hosts; node 0 hosts the\n"
@@ -90,7 +91,7 @@ int usage(const std::string &msg = "") {
          "  --ckpt-step N, --no-save-optim, --no-load-optim, --no-load-rng, --finetune,\n"
          "  --override-opt_param-scheduler; exits (saving first with --save):\n"
          "  --exit-signal-handler (SIGTERM/SIGINT: finish the iteration, save, exit 0),\n"
-         "  --exit-interval N, --exit-duration-in-mins M\n";
+         "  --exit-interval N, --exit-duration-in-mins M, --async-save (write in the background)\n";
   return 2;
 }
 
@@ -125,10 +126,26 @@ struct Flags {
   int64_t masterPort = 0;
   bool logAllRanks = false;
   double commTimeout = 300;
+  bool commTimeoutGiven = false;
+  double distributedTimeoutMinutes = 0; // Megatron's name for the collective timeout
+  bool distributedTimeoutGiven = false;
   std::string commIface;
   std::string planDir;
   std::vector<std::string> runtimeArgs;
 };
+
+/// Parses --distributed-timeout-minutes' value into `f`; returns an error message or "".
+std::string distributedTimeout(Flags &f, const std::optional<std::string> &v) {
+  char *end = nullptr;
+  double m = v ? std::strtod(v->c_str(), &end) : 0;
+  if (!v || v->empty() || *end || !(m > 0) || m * 60 > 1e6)
+    return absl::StrCat("--distributed-timeout-minutes expects a positive number of minutes "
+                        "(at most 16666), got '", v ? *v : "", "'");
+  f.distributedTimeoutMinutes = m;
+  f.distributedTimeoutGiven = true;
+  return "";
+}
+
 
 /// Reads the plan's rank program and checks that it was compiled for `world` ranks.
 absl::StatusOr<schema::Program> readRankProgram(const std::string &planDir, int64_t rank,
@@ -713,6 +730,11 @@ int main(int argc, char **argv) {
         return fail(absl::StrCat("--comm-timeout expects a positive number of seconds, got '",
                                  v ? *v : "", "'"));
       f.commTimeout = t;
+      f.commTimeoutGiven = true;
+    } else if (a == "--distributed-timeout-minutes") {
+      std::optional<std::string> v = value(a.c_str());
+      if (std::string e = distributedTimeout(f, v); !e.empty())
+        return fail(e);
     } else if (a == "--log-all-ranks") {
       f.logAllRanks = true;
     } else if (a == "-h" || a == "--help") {
@@ -728,6 +750,30 @@ int main(int argc, char **argv) {
   }
   if (f.planDir.empty())
     return usage("missing PLAN_DIR");
+  // Megatron's --distributed-timeout-minutes among the runtime flags is trainrun's: taken out
+  // of them (the trainer does not know it) and applied like the one before --.
+  for (size_t i = 0; i < f.runtimeArgs.size(); ++i) {
+    std::string a = f.runtimeArgs[i];
+    std::optional<std::string> v;
+    size_t n = 1;
+    if (a == "--distributed-timeout-minutes") {
+      if (i + 1 < f.runtimeArgs.size()) {
+        v = f.runtimeArgs[i + 1];
+        n = 2;
+      }
+    } else if (a.rfind("--distributed-timeout-minutes=", 0) == 0) {
+      v = a.substr(a.find('=') + 1);
+    } else {
+      continue;
+    }
+    if (std::string e = distributedTimeout(f, v); !e.empty())
+      return fail(e);
+    f.runtimeArgs.erase(f.runtimeArgs.begin() + long(i), f.runtimeArgs.begin() + long(i + n));
+    --i;
+  }
+  // --comm-timeout (trainrun's own, in seconds) wins over --distributed-timeout-minutes.
+  if (f.distributedTimeoutGiven && !f.commTimeoutGiven)
+    f.commTimeout = f.distributedTimeoutMinutes * 60;
   if (f.nodeRank >= f.nnodes)
     return fail(absl::StrCat("--node-rank ", f.nodeRank, " must be below --nnodes ", f.nnodes));
   if (f.nnodes > 1) {

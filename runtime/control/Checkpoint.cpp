@@ -146,7 +146,9 @@ absl::StatusOr<bool> parseCheckpointFlag(const std::string &flag,
     o.overrideOptParamScheduler = true;
   else if (flag == "--exit-signal-handler")
     o.exitSignalHandler = true;
-  else if (flag == "--async-save" || flag == "--use-checkpoint-opt_param-scheduler" ||
+  else if (flag == "--async-save")
+    o.asyncSave = true;
+  else if (flag == "--use-checkpoint-opt_param-scheduler" ||
            flag == "--non-persistent-save-interval" || flag == "--use-dist-ckpt" ||
            flag == "--ckpt-format")
     s = absl::InvalidArgumentError(absl::StrCat("not supported yet: ", flag,
@@ -409,9 +411,28 @@ struct Checkpointer::Impl {
   // Save
   //===--------------------------------------------------------------------===//
 
-  /// Writes this rank's file into `partial`; returns its bytes.
-  absl::StatusOr<uint64_t> writeRankFile(const std::string &partial) {
-    std::map<int, std::string> bufferBytes;
+  /// Copies every buffer holding a piece this rank writes out of the arena into host memory
+  /// (`staged`, buffer -> bytes): the only part of a save that needs the arena. The caller has
+  /// drained the communication stream.
+  absl::Status stageBuffers(std::map<int, std::string> &staged) {
+    std::set<int> copied; // `staged` may hold an earlier save's bytes (reused memory)
+    for (const Piece &x : pieces) {
+      if (!x.owned || x.size() == 0 || (x.optimizer() && opts.noSaveOptim))
+        continue;
+      if (!copied.insert(x.buffer).second)
+        continue;
+      std::string &all = staged[x.buffer];
+      all.resize(program->buffers(x.buffer).byte_size());
+      if (absl::Status s = ex->readBuffer(x.buffer, all.data(), all.size()); !s.ok())
+        return s;
+    }
+    return absl::OkStatus();
+  }
+
+  /// Writes this rank's file into `partial` from the staged buffers (no arena, executor or
+  /// communicator access: it runs on the background thread of --async-save); returns its bytes.
+  absl::StatusOr<uint64_t> writeRankFile(const std::string &partial,
+                                         const std::map<int, std::string> &bufferBytes) {
     std::vector<NamedTensor> tensors;
     schema::CheckpointMetadata index; // this rank's part: tensors and shards only
     std::string file = absl::StrCat("rank", rank(), ".safetensors");
@@ -420,12 +441,8 @@ struct Checkpointer::Impl {
       if (!x.owned || x.size() == 0 || (x.optimizer() && opts.noSaveOptim))
         continue;
       auto it = bufferBytes.find(x.buffer);
-      if (it == bufferBytes.end()) {
-        std::string all(program->buffers(x.buffer).byte_size(), '\0');
-        if (absl::Status s = ex->readBuffer(x.buffer, all.data(), all.size()); !s.ok())
-          return s;
-        it = bufferBytes.emplace(x.buffer, std::move(all)).first;
-      }
+      if (it == bufferBytes.end())
+        return absl::InternalError(absl::StrCat("buffer ", x.buffer, " was not staged"));
       NamedTensor t;
       int n = keys[x.tensor]++;
       t.name = n ? absl::StrCat(x.tensor, "#", n) : x.tensor;
@@ -450,6 +467,19 @@ struct Checkpointer::Impl {
     }
     SafetensorsWriteOptions w;
     w.durable = true;
+    // Test-only knob: TRAINC_TEST_ASYNC_WRITE_SLEEP_MS=T stalls an --async-save's background
+    // write for T ms once half of the rank file's bytes are in its .tmp (so that a test can
+    // train on, or kill -9 the process, in the middle of a write).
+    if (const char *t = std::getenv("TRAINC_TEST_ASYNC_WRITE_SLEEP_MS"); t && opts.asyncSave) {
+      int ms = std::atoi(t);
+      auto stalled = std::make_shared<bool>(false);
+      w.onProgress = [ms, stalled](uint64_t written, uint64_t total) {
+        if (*stalled || written * 2 < total)
+          return;
+        *stalled = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      };
+    }
     return writeSafetensors(partial + "/" + file, tensors,
                             {{"format", kFormat}, {kRankIndexKey, jsonOf(index, false)}}, w);
   }
@@ -559,28 +589,81 @@ struct Checkpointer::Impl {
     return total + json.size();
   }
 
-  absl::Status save(const TrainState &st) {
-    auto t0 = Clock::now();
-    ex->drainCommunication();
-    const std::string dir = opts.save;
-    const std::string final = dir + "/" + iterationDirName(st.iteration);
-    const std::string partial = final + ".partial";
-    *log << absl::StrFormat(" saving checkpoint at iteration %7d to %s\n", st.iteration, dir)
-         << std::flush;
-    absl::Status mine = absl::OkStatus();
+  /// A save whose rank file is written (or being written) and whose cross-rank completion is
+  /// still to come.
+  struct Pending {
+    TrainState st;
+    std::string dir, partial, final;
+    std::map<int, std::string> staged; // host staging: buffer -> bytes
+    Clock::time_point t0;              // the save began
+    double stageSeconds = 0;           // the blocking copy out of the arena
+    absl::Status status = absl::OkStatus(); // this rank's file: written or why not
     uint64_t bytes = 0;
+    double writeSeconds = 0;           // the rank file's write (background with --async-save)
+    std::atomic<bool> done{false};
+    std::thread writer;
+  };
+  std::unique_ptr<Pending> pending;   // an --async-save not finalized yet
+  std::map<int, std::string> spare;   // staging memory kept for the next save (no page faults)
+
+  /// The blocking first half of every save: drains the communication stream, creates
+  /// iter_N.partial/ and copies what this rank writes into host staging memory.
+  std::unique_ptr<Pending> stage(const TrainState &st) {
+    auto p = std::make_unique<Pending>();
+    p->t0 = Clock::now();
+    p->st = st;
+    ex->drainCommunication();
+    p->dir = opts.save;
+    p->final = p->dir + "/" + iterationDirName(st.iteration);
+    p->partial = p->final + ".partial";
+    *log << absl::StrFormat(" saving checkpoint at iteration %7d to %s\n", st.iteration, p->dir)
+         << std::flush;
     std::error_code ec;
-    fs::create_directories(partial, ec);
+    fs::create_directories(p->partial, ec);
     if (ec)
-      mine = absl::PermissionDeniedError(
-          absl::StrCat("cannot create '", partial, "' (--save): ", ec.message()));
-    if (mine.ok()) {
-      absl::StatusOr<uint64_t> b = writeRankFile(partial);
-      if (b.ok())
-        bytes = *b;
-      else
-        mine = b.status();
+      p->status = absl::PermissionDeniedError(
+          absl::StrCat("cannot create '", p->partial, "' (--save): ", ec.message()));
+    p->staged.swap(spare);
+    if (p->status.ok())
+      p->status = stageBuffers(p->staged);
+    p->stageSeconds = seconds(p->t0, Clock::now());
+    return p;
+  }
+
+  /// The rank file of a staged save (on the training thread, or on the background thread).
+  void write(Pending &p) {
+    auto t = Clock::now();
+    if (p.status.ok()) {
+      try {
+        absl::StatusOr<uint64_t> b = writeRankFile(p.partial, p.staged);
+        if (b.ok())
+          p.bytes = *b;
+        else
+          p.status = b.status();
+      } catch (const std::exception &e) { // e.g. bad_alloc: fail the save, not the process
+        p.status = absl::ResourceExhaustedError(absl::StrCat(
+            "rank ", rank(), ": writing ", p.partial, "/rank", rank(), ".safetensors: ", e.what()));
+      }
     }
+    p.writeSeconds = seconds(t, Clock::now());
+    p.done.store(true, std::memory_order_release);
+  }
+
+  /// The cross-rank completion of a save whose rank file is written, on the training thread
+  /// (the only thread that uses the communicator): barrier, rank 0's index, rename and tracker,
+  /// barrier. `asyncWait` is how long the training thread waited for the background writer.
+  absl::Status complete(Pending &p, bool async, double asyncWait) {
+    auto tc = Clock::now();
+    const TrainState &st = p.st;
+    const std::string &dir = p.dir, &partial = p.partial, &final = p.final;
+    absl::Status mine = p.status;
+    uint64_t bytes = p.bytes;
+    std::error_code ec;
+    // The staging memory is free again: an async run keeps it for the next save (no page
+    // faults in the blocking part); a sync save frees it.
+    if (async)
+      spare.swap(p.staged);
+    p.staged.clear();
     // Barrier 1: every rank's file is complete (or someone failed).
     int64_t ok = mine.ok() ? 1 : 0;
     if (absl::Status s = reduceOverWorld(&ok, 1, ReduceOp::Min); !s.ok())
@@ -625,17 +708,73 @@ struct Checkpointer::Impl {
                                              "checkpoint at iteration ", st.iteration,
                                              " (see its error)"));
     lastSaved = st.iteration;
-    double dt = seconds(t0, Clock::now());
-    *log << absl::StrFormat(
-                " successfully saved checkpoint from iteration %7d to %s [ %s%d bytes in %.3f s, "
-                "%.1f MB/s ]\n",
-                st.iteration, dir,
-                rank() == 0 ? absl::StrCat(world(), " rank file", world() > 1 ? "s" : "",
-                                           " + index: ")
-                            : absl::StrCat("rank ", rank(), ": "),
-                bytes, dt, dt > 0 ? double(bytes) / dt / 1e6 : 0.0)
-         << std::flush;
+    std::string what = rank() == 0 ? absl::StrCat(world(), " rank file", world() > 1 ? "s" : "",
+                                                  " + index: ")
+                                   : absl::StrCat("rank ", rank(), ": ");
+    double finalize = seconds(tc, Clock::now());
+    if (!async) {
+      double dt = seconds(p.t0, Clock::now());
+      *log << absl::StrFormat(
+                  " successfully saved checkpoint from iteration %7d to %s [ %s%d bytes in %.3f s, "
+                  "%.1f MB/s ]\n",
+                  st.iteration, dir, what, bytes, dt, dt > 0 ? double(bytes) / dt / 1e6 : 0.0)
+           << std::flush;
+    } else {
+      double blocking = p.stageSeconds + asyncWait + finalize;
+      double bg = p.writeSeconds;
+      *log << absl::StrFormat(
+                  " successfully saved checkpoint from iteration %7d to %s [ %s%d bytes, async: "
+                  "blocking %.3f s (staging %.3f s, waiting %.3f s, finalize %.3f s), background "
+                  "write %.3f s, %.1f MB/s ]\n",
+                  st.iteration, dir, what, bytes, blocking, p.stageSeconds, asyncWait, finalize,
+                  bg, bg > 0 ? double(p.bytes) / bg / 1e6 : 0.0)
+           << std::flush;
+    }
     return absl::OkStatus();
+  }
+
+  /// A synchronous save (without --async-save, and the rerun state machine's pre-step save).
+  absl::Status save(const TrainState &st) {
+    if (absl::Status s = finalizePending(); !s.ok())
+      return s;
+    std::unique_ptr<Pending> p = stage(st);
+    write(*p);
+    return complete(*p, false, 0);
+  }
+
+  /// --async-save: finalizes the previous save, stages this one (blocking) and starts the
+  /// background writer; complete() runs later on the training thread (finalizePending).
+  absl::Status saveAsync(const TrainState &st) {
+    if (absl::Status s = finalizePending(); !s.ok())
+      return s;
+    pending = stage(st);
+    *log << absl::StrFormat(" scheduled an async checkpoint save at iteration %7d to %s [ staged "
+                            "in %.3f s; the rank file is written in the background ]\n",
+                            st.iteration, pending->dir, pending->stageSeconds)
+         << std::flush;
+    Pending *p = pending.get();
+    p->writer = std::thread([this, p] { write(*p); });
+    // Saved as far as the end of training is concerned: finish() finalizes it.
+    lastSaved = st.iteration;
+    return absl::OkStatus();
+  }
+
+  /// A save at an interval or an exit: asynchronous with --async-save.
+  absl::Status saveNow(const TrainState &st) { return opts.asyncSave ? saveAsync(st) : save(st); }
+
+  /// Megatron's finalize_async_save(blocking=True): waits for the background writer and
+  /// completes the save across the ranks. Collective when a save is pending (every rank has
+  /// one: saves are collective).
+  absl::Status finalizePending() {
+    if (!pending)
+      return absl::OkStatus();
+    auto t = Clock::now();
+    if (pending->writer.joinable())
+      pending->writer.join();
+    double wait = seconds(t, Clock::now());
+    std::unique_ptr<Pending> p = std::move(pending);
+    lastSaved = -1;
+    return complete(*p, true, wait);
   }
 
   //===--------------------------------------------------------------------===//
@@ -907,6 +1046,17 @@ struct Checkpointer::Impl {
 Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Checkpointer::~Checkpointer() {
+  // A pending --async-save that was not finalized (the run stopped with an error): let the
+  // writer finish its file, but publish nothing (the peers may be gone): iter_N.partial/ stays
+  // incomplete and the tracker names the previous checkpoint.
+  if (impl_ && impl_->pending) {
+    if (impl_->pending->writer.joinable())
+      impl_->pending->writer.join();
+    *impl_->log << absl::StrFormat(" async checkpoint save of iteration %d not finalized (the run "
+                                   "stopped before): %s is incomplete\n",
+                                   impl_->pending->st.iteration, impl_->pending->partial)
+                << std::flush;
+  }
   if (impl_ && impl_->handlerInstalled) {
     sigaction(SIGTERM, &impl_->oldTerm, nullptr);
     sigaction(SIGINT, &impl_->oldInt, nullptr);
@@ -917,6 +1067,9 @@ absl::StatusOr<std::unique_ptr<Checkpointer>>
 Checkpointer::create(const schema::Program &program, Executor &ex, Communicator &comm,
                      const CheckpointOptions &options, const LrSchedulerConfig &schedule,
                      int64_t seed, std::ostream &log) {
+  if (options.asyncSave && options.save.empty())
+    return absl::InvalidArgumentError(
+        "--async-save needs --save DIR (there is nothing to save asynchronously)");
   auto im = std::make_unique<Impl>();
   im->program = &program;
   im->ex = &ex;
@@ -961,22 +1114,35 @@ absl::StatusOr<bool> Checkpointer::afterIteration(const TrainState &st) {
   // a test can signal a run in the middle.
   if (const char *t = std::getenv("TRAINC_TEST_ITERATION_SLEEP_MS"))
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(t)));
-  int64_t flags[2] = {0, 0};
-  if (o.exitSignalHandler || o.exitDurationInMins > 0) {
+  // flags: [0] a signal, [1] the duration is over, [2] this rank's async writer still runs.
+  int64_t flags[3] = {0, 0, 0};
+  const bool pending = im.pending != nullptr;
+  if (o.exitSignalHandler || o.exitDurationInMins > 0 || pending) {
     // Every rank decides the same (Megatron's all-gather of the signals and all_reduce(MAX) of
     // the elapsed-time test): a rank that alone stopped would leave its peers in a collective.
+    // A pending async save is finalized once every rank's writer is done (Megatron's
+    // maybe_finalize_async_save(blocking=False), whose all_reduce this is).
     flags[0] = gExitSignal != 0 ? 1 : 0;
     flags[1] = o.exitDurationInMins > 0 &&
                        seconds(im.start, Clock::now()) / 60.0 > o.exitDurationInMins
                    ? 1
                    : 0;
-    if (absl::Status s = im.reduceOverWorld(flags, 2, ReduceOp::Max); !s.ok())
+    flags[2] = pending && !im.pending->done.load(std::memory_order_acquire) ? 1 : 0;
+    if (absl::Status s = im.reduceOverWorld(flags, 3, ReduceOp::Max); !s.ok())
       return s;
   }
+  if (pending && !flags[2])
+    if (absl::Status s = im.finalizePending(); !s.ok())
+      return s;
+  // Before an exit, every save is finalized (Megatron's finalize_async_save before exit).
+  auto saveAndFinalize = [&]() -> absl::Status {
+    if (absl::Status s = im.saveNow(st); !s.ok())
+      return s;
+    return im.finalizePending();
+  };
   if (flags[0]) {
-    if (saving)
-      if (absl::Status s = im.save(st); !s.ok())
-        return s;
+    if (absl::Status s = saving ? saveAndFinalize() : im.finalizePending(); !s.ok())
+      return s;
     int sig = gExitSignal ? int(gExitSignal) : SIGTERM;
     *im.log << absl::StrFormat(" exiting program after receiving %s at iteration %d\n",
                                sig == SIGINT ? "SIGINT" : "SIGTERM", st.iteration)
@@ -984,15 +1150,17 @@ absl::StatusOr<bool> Checkpointer::afterIteration(const TrainState &st) {
     return true;
   }
   bool saved = false;
+  const bool exiting = flags[1] || (o.exitInterval > 0 && st.iteration % o.exitInterval == 0);
   if (saving && o.saveInterval > 0 && st.iteration % o.saveInterval == 0) {
-    if (absl::Status s = im.save(st); !s.ok())
+    if (absl::Status s = im.saveNow(st); !s.ok())
       return s;
     saved = true;
   }
+  if (exiting) {
+    if (absl::Status s = saving && !saved ? saveAndFinalize() : im.finalizePending(); !s.ok())
+      return s;
+  }
   if (flags[1]) {
-    if (saving && !saved)
-      if (absl::Status s = im.save(st); !s.ok())
-        return s;
     *im.log << absl::StrFormat(" exiting program after %.2f minutes (--exit-duration-in-mins %g) "
                                "at iteration %d\n",
                                seconds(im.start, Clock::now()) / 60.0, o.exitDurationInMins,
@@ -1000,10 +1168,7 @@ absl::StatusOr<bool> Checkpointer::afterIteration(const TrainState &st) {
             << std::flush;
     return true;
   }
-  if (o.exitInterval > 0 && st.iteration % o.exitInterval == 0) {
-    if (saving && !saved)
-      if (absl::Status s = im.save(st); !s.ok())
-        return s;
+  if (exiting) {
     *im.log << absl::StrFormat(" exiting program at iteration %d (--exit-interval %d)\n",
                                st.iteration, o.exitInterval)
             << std::flush;
@@ -1013,9 +1178,14 @@ absl::StatusOr<bool> Checkpointer::afterIteration(const TrainState &st) {
 }
 
 absl::Status Checkpointer::finish(const TrainState &st) {
-  if (impl_->opts.save.empty() || impl_->lastSaved == st.iteration || st.iteration == 0)
+  Impl &im = *impl_;
+  if (absl::Status s = im.finalizePending(); !s.ok())
+    return s;
+  if (im.opts.save.empty() || im.lastSaved == st.iteration || st.iteration == 0)
     return absl::OkStatus();
-  return impl_->save(st);
+  if (absl::Status s = im.saveNow(st); !s.ok())
+    return s;
+  return im.finalizePending();
 }
 
 } // namespace trainc::rt::control

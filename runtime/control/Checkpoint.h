@@ -45,6 +45,7 @@ struct CheckpointOptions {
   bool exitSignalHandler = false;         // SIGTERM/SIGINT: finish the iteration, save, exit 0
   int64_t exitInterval = 0;               // --exit-interval N (iterations)
   double exitDurationInMins = 0;          // --exit-duration-in-mins X (minutes)
+  bool asyncSave = false; // --async-save: stage on the training thread, write in the background
 };
 
 /// Fills the defaults `trainc compile` recorded (metadata runtime.save, runtime.load,
@@ -55,7 +56,7 @@ void checkpointDefaults(const schema::Program &program, CheckpointOptions &optio
 /// reports a missing one) into `options` and returns true; returns false for any other flag.
 /// Errors name the flag and the value: "--save-interval expects a positive integer, got 'x'";
 /// "--exit-duration-in-mins expects a positive number of minutes, got '0'"; "not supported yet:
-/// --async-save".
+/// --ckpt-format".
 absl::StatusOr<bool> parseCheckpointFlag(const std::string &flag,
                                          const std::function<absl::Status(std::string &)> &value,
                                          CheckpointOptions &options);
@@ -104,16 +105,22 @@ public:
   /// After iteration state.iteration: saves at --save-interval, and decides Megatron's exits in
   /// checkpoint_and_decide_exit's order (signal, save interval, duration reduced with MAX over
   /// the ranks, exit interval), saving first when --save is set. Returns true when the loop must
-  /// stop. Collective: every rank calls it after every iteration.
+  /// stop. Collective: every rank calls it after every iteration. With --async-save the saves
+  /// here are asynchronous: the state is staged into host memory (blocking), a background thread
+  /// writes this rank's file, and the cross-rank completion (barriers, index, rename, tracker)
+  /// runs on this thread once every rank's writer is done (tested here every iteration while a
+  /// save is pending), before the next save, and before an exit.
   absl::StatusOr<bool> afterIteration(const TrainState &state);
 
-  /// At the end of training: saves unless the last iteration was just saved (Megatron).
+  /// At the end of training: finalizes a pending async save, then saves unless the last
+  /// iteration was just saved (Megatron), finalized before it returns.
   absl::Status finish(const TrainState &state);
 
   /// Saves `state` and this rank's tensors to --save (collective over all ranks): rank files
   /// durably into iter_N.partial/, then rank 0 checks that every rank's file is complete, writes
   /// metadata.json, renames the directory to iter_N/ and updates the tracker last. Logs bytes,
-  /// seconds and throughput.
+  /// seconds and throughput. Always synchronous (a pending async save is finalized first): the
+  /// rerun state machine saves here just before it stops the run.
   absl::Status save(const TrainState &state);
 
   struct Impl;

@@ -58,16 +58,24 @@ std::string parentDir(const std::string &path) {
 /// Writes the pieces to `path` through `path`.tmp and a rename (never through a symlink at
 /// `path`), fsyncing file and directory when durable.
 absl::Status writePieces(const std::string &path, const std::vector<std::string_view> &pieces,
-                         bool durable) {
+                         bool durable,
+                         const std::function<void(uint64_t, uint64_t)> &onProgress = {}) {
   std::string target = path + ".tmp";
   ::unlink(target.c_str());
   int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0)
     return absl::PermissionDeniedError(absl::StrCat("cannot write '", target, "': ", errnoText()));
   absl::Status s = absl::OkStatus();
+  uint64_t total = 0, written = 0;
   for (std::string_view p : pieces)
-    if (s.ok())
+    total += p.size();
+  for (std::string_view p : pieces)
+    if (s.ok()) {
       s = writeAll(fd, p.data(), p.size(), target);
+      written += p.size();
+      if (s.ok() && onProgress)
+        onProgress(written, total);
+    }
   if (s.ok() && durable && ::fsync(fd) != 0)
     s = absl::DataLossError(absl::StrCat("fsync of '", target, "' failed: ", errnoText()));
   if (::close(fd) != 0 && s.ok())
@@ -143,7 +151,7 @@ absl::StatusOr<uint64_t> writeSafetensors(const std::string &path,
   std::vector<std::string_view> pieces = {std::string_view(len, 8), header};
   for (const NamedTensor &t : tensors)
     pieces.push_back(t.bytes);
-  if (absl::Status s = writePieces(path, pieces, options.durable); !s.ok())
+  if (absl::Status s = writePieces(path, pieces, options.durable, options.onProgress); !s.ok())
     return s;
   return 8 + n + offset;
 }

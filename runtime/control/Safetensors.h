@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,10 @@ struct SafetensorsWriteOptions {
   /// Write `path`.tmp, fsync it, rename it to `path` and fsync the directory: a crash leaves
   /// either the old file or the complete new one, never a partial file under `path`.
   bool durable = false;
+  /// Called after each piece of the file (the 8-byte size, the header, every tensor) is written
+  /// to `path`.tmp with the bytes written so far and the file's total; a test hook (checkpoints
+  /// use it to stall an asynchronous write half-way). May be empty.
+  std::function<void(uint64_t written, uint64_t total)> onProgress;
 };
 
 /// Writes `tensors` (in order, data contiguous) and `metadata` (the "__metadata__" entry, omitted

@@ -150,3 +150,67 @@ TEST(CheckpointTest, SaveLoadRoundTrip) {
       EXPECT_EQ(x[i], want[i]) << name << "[" << i << "]";
   }
 }
+
+// Tests --async-save: each save writes the state staged at its iteration, not what the arena
+// holds when the background writer runs, and the second save (reusing the first one's staging
+// memory) writes its own iteration's values; finish() finalizes the pending one.
+TEST(CheckpointTest, AsyncSaveWritesTheStagedState) {
+  std::string dir = ::testing::TempDir() + "/checkpoint_test_async";
+  std::filesystem::remove_all(dir);
+  Rig a(Layout::Direct);
+  ASSERT_TRUE(a.ex);
+  const int wb = a.ex->findBuffer("w");
+  const float w1[4] = {1, 2, 3, 4}, w2[4] = {-1, -2, -3, -4}, w3[4] = {7, 7, 7, 7};
+  CheckpointOptions so;
+  so.save = dir;
+  so.saveInterval = 1;
+  so.asyncSave = true;
+  auto saver = a.checkpointer(so);
+  ASSERT_TRUE(saver.ok()) << saver.status();
+  ASSERT_TRUE(a.ex->writeBuffer(wb, w1, 16).ok());
+  auto stop = (*saver)->afterIteration({1, 8, 8, 1, 0, 0});
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_FALSE(*stop);
+  // The arena changes while iteration 1's save may still be written.
+  ASSERT_TRUE(a.ex->writeBuffer(wb, w2, 16).ok());
+  stop = (*saver)->afterIteration({2, 16, 16, 2, 0, 0});
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  ASSERT_TRUE(a.ex->writeBuffer(wb, w3, 16).ok());
+  ASSERT_TRUE((*saver)->finish({2, 16, 16, 2, 0, 0}).ok());
+  EXPECT_NE(a.log.str().find("scheduled an async checkpoint save at iteration       2"),
+            std::string::npos)
+      << a.log.str();
+  EXPECT_NE(a.log.str().find("successfully saved checkpoint from iteration       2"),
+            std::string::npos)
+      << a.log.str();
+  for (auto [step, want] : {std::pair{1, w1}, {2, w2}}) {
+    Rig b(Layout::Direct);
+    ASSERT_TRUE(b.ex);
+    CheckpointOptions lo;
+    lo.load = dir;
+    lo.ckptStep = step;
+    auto loader = b.checkpointer(lo);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    TrainState got;
+    int64_t seed = 0;
+    absl::Status s = (*loader)->load(got, seed);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(got.iteration, step);
+    float x[4];
+    ASSERT_TRUE(b.ex->readBuffer(b.ex->findBuffer("w"), x, 16).ok());
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(x[i], want[i]) << "iteration " << step << " w[" << i << "]";
+  }
+}
+
+// Tests that --async-save without --save is refused.
+TEST(CheckpointTest, AsyncSaveNeedsSave) {
+  Rig r(Layout::Direct);
+  ASSERT_TRUE(r.ex);
+  CheckpointOptions o;
+  o.asyncSave = true;
+  auto c = r.checkpointer(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("--async-save needs --save DIR"), std::string::npos)
+      << c.status();
+}

@@ -130,3 +130,29 @@ TEST(SafetensorsTest, WriteErrorsNameThePath) {
   EXPECT_NE(s.status().message().find("cannot write '"), std::string::npos);
   EXPECT_NE(s.status().message().find("no/such/dir/x.safetensors"), std::string::npos);
 }
+
+// Tests the write progress hook: called after every piece (size field, header, each tensor) with
+// the bytes so far, ending at the file's size, while the data goes to the .tmp file.
+TEST(SafetensorsTest, ProgressHookSeesEveryPiece) {
+  std::string path = tmpPath("progress.safetensors");
+  std::vector<NamedTensor> t = {{"a", "F32", {2}, floats({1, 2})}, {"b", "F32", {1}, floats({3})}};
+  std::vector<uint64_t> seen;
+  uint64_t total = 0;
+  bool tmpExisted = true;
+  SafetensorsWriteOptions w;
+  w.durable = true;
+  w.onProgress = [&](uint64_t written, uint64_t all) {
+    seen.push_back(written);
+    total = all;
+    tmpExisted = tmpExisted && std::filesystem::exists(path + ".tmp") &&
+                 std::filesystem::file_size(path + ".tmp") == written;
+  };
+  absl::StatusOr<uint64_t> bytes = writeSafetensors(path, t, {}, w);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0], 8u);
+  EXPECT_EQ(seen.back(), *bytes);
+  EXPECT_EQ(total, *bytes);
+  EXPECT_TRUE(tmpExisted);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}

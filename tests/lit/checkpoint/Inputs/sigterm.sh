@@ -5,6 +5,7 @@
 # trainrun once iteration 3 is logged, and prints trainrun's exit status, its exit and checkpoint
 # lines and its stderr. Then resumes with --load to iteration 20 and compares byte for byte with
 # the straight run: the resumed iterations' lines of losses.txt and every rank's final weights.
+# SAVE_FLAGS (e.g. --async-save) are added to the signalled run only.
 set -u
 nproc=$1 plan=$2 work=$3
 shift 3
@@ -13,7 +14,7 @@ rm -rf "$work"
 mkdir -p "$work"
 trainrun --nproc "$nproc" "$plan" -- "${common[@]}" --dump-dir "$work/straight" > "$work/straight.log" || exit 1
 TRAINC_TEST_ITERATION_SLEEP_MS=100 trainrun --nproc "$nproc" "$plan" -- "${common[@]}" \
-  --exit-signal-handler --save "$work/ck" > "$work/first.log" 2> "$work/first.err" &
+  --exit-signal-handler --save "$work/ck" ${SAVE_FLAGS:-} > "$work/first.log" 2> "$work/first.err" &
 pid=$!
 for _ in $(seq 1 600); do
   grep -q "iteration        3/" "$work/first.log" 2> /dev/null && break
