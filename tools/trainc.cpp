@@ -52,11 +52,14 @@ int fail(const std::string &msg) {
   return 1;
 }
 
-/// Checkpoint and exit flags that only trainrun takes (docs/checkpoint.md).
+/// Checkpoint, exit, timeout and rerun flags that only trainrun takes (docs/checkpoint.md,
+/// docs/design.md "Rerun state machine").
 const llvm::StringRef kRunTimeOnlyFlags[] = {
     "--no-save-optim", "--no-load-optim", "--no-load-rng", "--finetune", "--ckpt-step",
     "--exit-signal-handler", "--exit-interval", "--exit-duration-in-mins", "--async-save",
-    "--override-opt_param-scheduler"};
+    "--override-opt_param-scheduler", "--distributed-timeout-minutes",
+    "--rerun-mode", "--error-injection-rate", "--error-injection-type",
+    "--result-rejected-tracker-filename", "--check-for-spiky-loss", "--check-for-large-grads"};
 
 int cmdCompile(std::vector<std::string> args) {
   mlir::trainc::CompileOptions opts;
