@@ -9,7 +9,9 @@
 #include "runtime/cpu/FastMath.h"
 #include "runtime/core/Philox.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace trainc::rt::cpu {
@@ -187,14 +189,160 @@ template <typename A> inline A geluGrad(A x, bool tanhForm) {
   return cdf + x * pdf;
 }
 
+// f32 (and bf16, which computes in f32): vectorisable formulations, compiled for SSE2 and as AVX2
+// clones like expInPlace (no FMA contraction in either, so both give bitwise the same results).
+//   tanh form: 0.5 x (1 + tanh u) = x s,  s = sigmoid(2u) = 1 / (1 + e),  e = exp(-2u)
+//              gelu'(x) = s + 2 x s (1 - s) du,  1 - s = e s          (0.5 (1 - t^2) = 2 s (1 - s))
+//   erf form:  erf from a rational approximation (odd degree-13 numerator over an even degree-8
+//              denominator, +-1 beyond |z| >= 3.8325; Eigen's generic_fast_erf_float), the pdf from
+//              expInPlace.
+// No 1 - t or 1 + erf cancellation enters the tanh form; beyond |x| > 10 (tanh form) or |x| > 13
+// (erf pdf) the results are selected as the limits (gelu' = 1 or 0, the pdf term 0), which also
+// keeps the clamped exp of expInPlace (~1.6e-38 instead of 0) and an overflowing x^3 from leaking
+// into them. NaN propagates. Element i depends only on x[i] (and dy[i]), so any split of the index
+// range over threads gives the same bits.
+constexpr int kGeluChunk = 512;
+
+/// Bitwise select: m is all ones (take a) or zero (take b); written on the integer bits so that GCC
+/// vectorises it under -ftrapping-math.
+inline float selectBits(int32_t m, float a, float b) {
+  int32_t ab, bb;
+  std::memcpy(&ab, &a, 4);
+  std::memcpy(&bb, &b, 4);
+  int32_t r = (ab & m) | (bb & ~m);
+  float f;
+  std::memcpy(&f, &r, 4);
+  return f;
+}
+
+inline float erfRational(float x) {
+  float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  p = p * x;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  float r = p / q;
+  int32_t big = -int32_t(std::fabs(x) >= 3.832506856900711f);
+  int32_t neg = -int32_t(x < 0.0f);
+  return selectBits(big, selectBits(neg, -1.0f, 1.0f), r);
+}
+
+/// y[i] = gelu(x[i]) for i < n (n <= kGeluChunk).
+TRAINC_AVX2_CLONE void geluF32(const float *__restrict x, float *__restrict y, int n, bool tanhForm) {
+  if (tanhForm) {
+    const float k = 0.7978845608028654f, a = 0.044715f;
+    for (int i = 0; i < n; ++i) {
+      float v = x[i];
+      y[i] = -2.0f * (k * (v + a * v * v * v));
+    }
+    expInPlace(y, n, 0.0f);
+    for (int i = 0; i < n; ++i) {
+      float v = x[i];
+      float s = 1.0f / (1.0f + y[i]);
+      s = selectBits(-int32_t(v < -10.0f), 0.0f, s);
+      y[i] = v * s;
+    }
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + erfRational(v * 0.7071067811865476f));
+  }
+}
+
+/// dx[i] = dy[i] * gelu'(x[i]) for i < n (n <= kGeluChunk).
+TRAINC_AVX2_CLONE void geluGradF32(const float *__restrict dy, const float *__restrict x,
+                                   float *__restrict dx, int n, bool tanhForm) {
+  float e[kGeluChunk];
+  if (tanhForm) {
+    const float k = 0.7978845608028654f, a = 0.044715f;
+    for (int i = 0; i < n; ++i) {
+      float v = x[i];
+      e[i] = -2.0f * (k * (v + a * v * v * v));
+    }
+    expInPlace(e, n, 0.0f);
+    for (int i = 0; i < n; ++i) {
+      float v = x[i];
+      float s = 1.0f / (1.0f + e[i]);
+      float du = k * (1.0f + 3.0f * a * v * v);
+      float g = s + 2.0f * v * s * (e[i] * s) * du;
+      g = selectBits(-int32_t(v > 10.0f), 1.0f, g);
+      g = selectBits(-int32_t(v < -10.0f), 0.0f, g);
+      dx[i] = dy[i] * g;
+    }
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    float v = x[i];
+    e[i] = -0.5f * v * v;
+  }
+  expInPlace(e, n, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    float v = x[i];
+    float cdf = 0.5f * (1.0f + erfRational(v * 0.7071067811865476f));
+    float pdf = selectBits(-int32_t(std::fabs(v) > 13.0f), 0.0f, e[i] * 0.3989422804014327f);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+/// The chunks [ch * kGeluChunk, ...) of n elements, split statically over the OpenMP threads when
+/// there is enough work; f(begin, count) computes one chunk.
+template <typename F> void forChunks(int64_t n, F &&f) {
+  int64_t chunks = (n + kGeluChunk - 1) / kGeluChunk;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    int64_t b = ch * kGeluChunk;
+    f(b, int(std::min<int64_t>(kGeluChunk, n - b)));
+  }
+}
+
+/// Loads `m` elements of p + b as f32: p itself when T is float, else converted into buf.
+template <typename T> const float *loadF32(const T *p, int64_t b, int m, float *buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return p + b;
+  } else {
+    for (int i = 0; i < m; ++i)
+      buf[i] = float(p[b + i]);
+    return buf;
+  }
+}
+
+template <typename T> void storeF32(T *p, int64_t b, int m, const float *v) {
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(p + b, v, size_t(m) * 4);
+  else
+    for (int i = 0; i < m; ++i)
+      p[b + i] = T(v[i]);
+}
+
+// Both kernels are safe in place: a chunk's inputs are read (into the chunk's result buffer)
+// before any of its outputs are written, and chunks do not overlap.
 void geluKernel(const KernelCtx &c) {
   bool t = c.attrs->i(0) != 0;
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *x = c.in[0].as<T>();
     T *y = c.out[0].as<T>();
-    for (int64_t i = 0, n = c.in[0].numel; i < n; ++i)
-      st(y, i, geluFwd(ld(x, i), t));
+    forChunks(c.in[0].numel, [&](int64_t b, int m) {
+      if constexpr (std::is_same_v<T, double>) {
+        // f64 (gradient checks): the formula with the library tanh / erf.
+        for (int64_t i = b; i < b + m; ++i)
+          y[i] = geluFwd(x[i], t);
+      } else {
+        float xin[kGeluChunk], out[kGeluChunk];
+        geluF32(loadF32(x, b, m, xin), out, m, t);
+        storeF32(y, b, m, out);
+      }
+    });
   });
 }
 
@@ -204,8 +352,16 @@ void geluBackwardKernel(const KernelCtx &c) {
     using T = decltype(tag);
     const T *dy = c.in[0].as<T>(), *x = c.in[1].as<T>();
     T *dx = c.out[0].as<T>();
-    for (int64_t i = 0, n = c.in[1].numel; i < n; ++i)
-      st(dx, i, ld(dy, i) * geluGrad(ld(x, i), t));
+    forChunks(c.in[1].numel, [&](int64_t b, int m) {
+      if constexpr (std::is_same_v<T, double>) {
+        for (int64_t i = b; i < b + m; ++i)
+          dx[i] = dy[i] * geluGrad(x[i], t);
+      } else {
+        float xin[kGeluChunk], gin[kGeluChunk], out[kGeluChunk];
+        geluGradF32(loadF32(dy, b, m, gin), loadF32(x, b, m, xin), out, m, t);
+        storeF32(dx, b, m, out);
+      }
+    });
   });
 }
 

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace trainc::rt::cpu {
 namespace {
@@ -85,19 +86,26 @@ void crossEntropyKernel(const KernelCtx &c) {
     const int32_t *labels = c.in[1].as<int32_t>();
     const S *mask = c.in[2].as<S>();
     S *lse = c.out[2].as<S>();
-    double lossSum = 0, tokens = 0;
+    // Rows are independent and split over the OpenMP threads; the per-row losses are then summed
+    // on the calling thread in row order, so the result does not depend on the thread count.
+    std::vector<double> rowLoss(static_cast<size_t>(N));
+#pragma omp parallel for schedule(static) if (N > 1 && N * (shard.hi - shard.lo) > 65536)
     for (int64_t i = 0; i < N; ++i) {
       const T *row = x + i * V;
       A m = rowMax(row, shard);
       A l = m + std::log(rowSumExp(row, shard, m));
       S mk = mask[i];
       lse[i] = S(l);
-      tokens += double(mk);
-      if (mk == S(0))
-        continue;
       int64_t j = shard.labelColumn(labels[i]);
       double target = j >= 0 ? double(ld(row, j)) : 0.0; // out-of-range label: lse only
-      lossSum += double(mk) * (double(l) - target);
+      rowLoss[size_t(i)] = mk == S(0) ? 0.0 : double(mk) * (double(l) - target);
+    }
+    double lossSum = 0, tokens = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      S mk = mask[i];
+      tokens += double(mk);
+      if (mk != S(0))
+        lossSum += rowLoss[size_t(i)];
     }
     c.out[0].as<S>()[0] = S(lossSum);
     c.out[1].as<S>()[0] = S(tokens);
@@ -124,6 +132,7 @@ void crossEntropyBackwardKernel(const KernelCtx &c) {
     const S *mask = c.in[2].as<S>(), *lse = c.in[3].as<S>();
     A dloss = A(c.in[4].as<S>()[0]);
     T *dx = c.out[0].as<T>();
+#pragma omp parallel for schedule(static) if (N > 1 && N * V > 65536)
     for (int64_t i = 0; i < N; ++i) {
       const T *row = x + i * V;
       T *drow = dx + i * V;
@@ -162,6 +171,7 @@ void ceLocalMaxKernel(const KernelCtx &c) {
     VocabShard shard(*c.attrs, V);
     const T *x = c.in[0].as<T>();
     S *out = c.out[0].as<S>();
+#pragma omp parallel for schedule(static) if (N > 1 && N * V > 65536)
     for (int64_t i = 0; i < N; ++i)
       out[i] = S(rowMax(x + i * V, shard));
   });
@@ -178,6 +188,7 @@ void ceLocalSumExpKernel(const KernelCtx &c) {
     const T *x = c.in[0].as<T>();
     const S *mx = c.in[1].as<S>();
     S *out = c.out[0].as<S>();
+#pragma omp parallel for schedule(static) if (N > 1 && N * V > 65536)
     for (int64_t i = 0; i < N; ++i) {
       A m = A(mx[i]);
       out[i] = S(rowSumExp(x + i * V, shard, m));

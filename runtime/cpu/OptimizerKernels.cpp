@@ -12,8 +12,11 @@
 #include "runtime/cpu/CpuKernels.h"
 #include "runtime/cpu/Dispatch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 namespace trainc::rt::cpu {
 namespace {
@@ -66,8 +69,11 @@ template <typename T> void adamw(const KernelCtx &c) {
   T oneMinusB1 = T(1.0 - b1d), oneMinusB2 = T(1.0 - b2d);
   T biasCorr1 = T(1.0 - std::pow(b1d, t)), biasCorr2 = T(1.0 - std::pow(b2d, t));
   // Reads all inputs of element i before writing outputs of element i: in place is safe.
+  // Elements are independent: a range is split statically over the OpenMP threads (each element
+  // computed the same way whatever the split, so results do not depend on the thread count).
   auto run = [&](int64_t begin, int64_t end, bool decay) {
     T decayFactor = decay ? T(1) - lr * wd : T(1);
+#pragma omp parallel for schedule(static) if (end - begin > 32768)
     for (int64_t i = begin; i < end; ++i) {
       T gi = g[i] * gradScale;
       T mi = b1 * m[i] + oneMinusB1 * gi;
@@ -96,19 +102,56 @@ void adamwKernel(const KernelCtx &c) {
 
 //===----------------------------------------------------------------------===//
 // sum_squares: x (T) -> out[] (S) = sum x^2 (+ out when beta = 1). Squares and the sum are taken
-// in double, sequentially, whatever T is: the result is deterministic and exact to the final
-// rounding to S for any realistic element count.
+// in double whatever T is: sequentially for f64, in fixed blocks for f32/bf16 (threaded). The
+// result is deterministic, independent of the thread count, and exact to the final rounding to S
+// for any realistic element count.
 //===----------------------------------------------------------------------===//
+
+constexpr int64_t kSumSqBlock = 16384;
+
+template <typename T> double blockSumSquares(const T *x, int64_t n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      double v = double(float(x[i + k]));
+      lane[k] += v * v;
+    }
+  for (int k = 0; i + k < n; ++k) {
+    double v = double(float(x[i + k]));
+    lane[k] += v * v;
+  }
+  double s = 0;
+  for (int k = 0; k < 8; ++k)
+    s += lane[k];
+  return s;
+}
 
 void sumSquaresKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = Stat<T>;
     const T *x = c.in[0].as<T>();
+    int64_t n = c.in[0].numel;
     double acc = 0;
-    for (int64_t i = 0, n = c.in[0].numel; i < n; ++i) {
-      double xi = double(x[i]);
-      acc += xi * xi;
+    if constexpr (std::is_same_v<T, double>) {
+      // f64 (gradient checks): one sequential double sum.
+      for (int64_t i = 0; i < n; ++i)
+        acc += x[i] * x[i];
+    } else {
+      // f32 / bf16: fixed blocks of kSumSqBlock elements, each summed in double into 8 partial
+      // sums (lane k takes the elements i = k mod 8, then the 8 are added in order); the block sums
+      // are added in block order. The blocks do not depend on the thread count, so neither does
+      // the result; its double rounding error is far below the final rounding to f32.
+      int64_t blocks = (n + kSumSqBlock - 1) / kSumSqBlock;
+      std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        int64_t b = blk * kSumSqBlock, e = std::min(n, b + kSumSqBlock);
+        partial[size_t(blk)] = blockSumSquares(x + b, e - b);
+      }
+      for (double p : partial)
+        acc += p;
     }
     S *out = c.out[0].as<S>();
     if (c.attrs->f(0) != 0)

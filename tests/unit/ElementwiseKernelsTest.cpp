@@ -224,6 +224,60 @@ TEST_P(GeluTest, ForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Forms, GeluTest, ::testing::Values(0, 1));
 
+// The vectorised f32/bf16 path over a tensor large enough to be split over threads, with inputs
+// beyond the limits where the formulas saturate (|x| > 10): f32 and bf16 against f64 on the same
+// rounded inputs, in place equal to out of place, and the same bits on 1 and 2 threads.
+TEST_P(GeluTest, VectorisedAndThreaded) {
+  int approx = GetParam();
+  const int64_t n = 100003;
+  HostTensor x = randomTensor(DType::F64, {n}, 17, -6, 6), w = randomTensor(DType::F64, {n}, 18);
+  for (int64_t i = 0; i < 1000; ++i)
+    x.set(i, (i % 2 ? 1 : -1) * (10.0 + double(i) * 0.37));
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(t));
+    HostTensor xt = x.as(t), wt = w.as(t), x64 = xt.as(DType::F64), w64 = wt.as(DType::F64);
+    HostTensor y64(DType::F64, {n}), dx64(DType::F64, {n});
+    runKernel("gelu", {&x64}, {&y64}, {AttrArg("approximate", approx)});
+    runKernel("gelu_backward", {&w64, &x64}, {&dx64}, {AttrArg("approximate", approx)});
+    HostTensor y1(t, {n}), y2(t, {n}), dx1(t, {n}), dx2(t, {n});
+    withOmpThreads(1, [&] {
+      runKernel("gelu", {&xt}, {&y1}, {AttrArg("approximate", approx)});
+      runKernel("gelu_backward", {&wt, &xt}, {&dx1}, {AttrArg("approximate", approx)});
+    });
+    withOmpThreads(2, [&] {
+      runKernel("gelu", {&xt}, {&y2}, {AttrArg("approximate", approx)});
+      runKernel("gelu_backward", {&wt, &xt}, {&dx2}, {AttrArg("approximate", approx)});
+    });
+    EXPECT_EQ(y1.bytes, y2.bytes);
+    EXPECT_EQ(dx1.bytes, dx2.bytes);
+    double tol = t == DType::F32 ? 1e-6 : 4e-3;
+    EXPECT_LT(relError(y1, y64), tol);
+    EXPECT_LT(relError(dx1, dx64), tol);
+    HostTensor yi = xt, gi = wt;
+    runKernel("gelu", {&yi}, {&yi}, {AttrArg("approximate", approx)});
+    runKernel("gelu_backward", {&gi, &xt}, {&gi}, {AttrArg("approximate", approx)});
+    EXPECT_EQ(yi.bytes, y1.bytes);
+    EXPECT_EQ(gi.bytes, dx1.bytes);
+    // Saturated inputs: gelu(x) = x and gelu'(x) = 1 from 10 up; both within 1e-20 of 0 from -10
+    // down (true values below 1e-21; no clamped exp or overflowing x^3 leaks into them).
+    for (int64_t i = 0; i < 1000; ++i) {
+      double v = x64.get(i);
+      if (v > 0) {
+        EXPECT_EQ(y1.get(i), v) << v;
+        EXPECT_EQ(dx1.get(i), w64.get(i)) << v;
+      } else {
+        EXPECT_NEAR(y1.get(i), 0.0, 1e-20) << v;
+        EXPECT_NEAR(dx1.get(i), 0.0, 1e-20) << v;
+      }
+    }
+  }
+  // f64 keeps the library formula: its threaded run equals the 1-thread run bitwise.
+  HostTensor y1(DType::F64, {n}), y2(DType::F64, {n});
+  withOmpThreads(1, [&] { runKernel("gelu", {&x}, {&y1}, {AttrArg("approximate", approx)}); });
+  withOmpThreads(2, [&] { runKernel("gelu", {&x}, {&y2}, {AttrArg("approximate", approx)}); });
+  EXPECT_EQ(y1.bytes, y2.bytes);
+}
+
 TEST(Elementwise, SwigluForwardAndBackward) {
   HostTensor x = randomTensor(DType::F64, {3, 2, 14}, 9, -2, 2);
   HostTensor y(DType::F64, {3, 2, 7});

@@ -8,6 +8,7 @@
 #include "runtime/core/Resolve.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -122,6 +123,15 @@ inline void runKernel(const std::string &name, std::vector<HostTensor *> in,
   e = sig->verify(ctx);
   ASSERT_EQ(e, "") << name;
   fn(ctx);
+}
+
+/// Runs f() with the OpenMP thread count set to `threads`, then restores it (the threaded kernels'
+/// results must not depend on it).
+template <typename F> void withOmpThreads(int threads, F &&f) {
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  f();
+  omp_set_num_threads(saved);
 }
 
 /// Signature check only: returns "" or the verifier's message.

@@ -718,3 +718,63 @@ TEST(LossOptimizerSignatures, ErrorsNameTheOperand) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Threaded kernels: the same bits on 1 and 2 OpenMP threads (sizes above the threading thresholds)
+//===----------------------------------------------------------------------===//
+
+TEST(ThreadCount, SumSquaresCrossEntropyAdamWSameBitsOn1And2Threads) {
+  for (DType t : {DType::F32, DType::BF16, DType::F64}) {
+    SCOPED_TRACE(dtypeName(t));
+    DType s = statsDType(t);
+    HostTensor x = randomTensor(t, {300001}, 201, -1, 1);
+    HostTensor o1(s, {}), o2(s, {});
+    withOmpThreads(1, [&] { runKernel("sum_squares", {&x}, {&o1}); });
+    withOmpThreads(2, [&] { runKernel("sum_squares", {&x}, {&o2}); });
+    EXPECT_EQ(o1.bytes, o2.bytes);
+    double ref = 0;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      ref += x.get(i) * x.get(i);
+    EXPECT_EQ(o1.get(0), scalarOf(s, ref).get(0)); // the sequential double sum, rounded to S
+
+    const int64_t N = 37, V = 5003;
+    HostTensor logits = randomTensor(t, {N, V}, 202, -5, 5);
+    HostTensor labels = randomInts(DType::I32, {N}, 203, 0, V);
+    HostTensor mask = randomTensor(s, {N}, 204, 0, 1);
+    mask.set(3, 0.0);
+    HostTensor ls[2] = {HostTensor(s, {}), HostTensor(s, {})}, nt[2] = {HostTensor(s, {}), HostTensor(s, {})},
+               lse[2] = {HostTensor(s, {N}), HostTensor(s, {N})},
+               dx[2] = {HostTensor(t, {N, V}), HostTensor(t, {N, V})};
+    HostTensor dloss = scalarOf(s, 0.125);
+    for (int k = 0; k < 2; ++k)
+      withOmpThreads(k + 1, [&] {
+        runKernel("cross_entropy", {&logits, &labels, &mask}, {&ls[k], &nt[k], &lse[k]},
+                  {AttrArg("valid_vocab", int64_t(5000))});
+        runKernel("cross_entropy_backward", {&logits, &labels, &mask, &lse[k], &dloss}, {&dx[k]},
+                  {AttrArg("valid_vocab", int64_t(5000))});
+      });
+    EXPECT_EQ(ls[0].bytes, ls[1].bytes);
+    EXPECT_EQ(nt[0].bytes, nt[1].bytes);
+    EXPECT_EQ(lse[0].bytes, lse[1].bytes);
+    EXPECT_EQ(dx[0].bytes, dx[1].bytes);
+
+    if (t == DType::BF16)
+      continue; // adamw takes f32 or f64
+    const int64_t n = 100003;
+    HostTensor g = randomTensor(t, {n}, 205), lr = scalarOf(t, 1e-3), wd = scalarOf(t, 0.1),
+               step = scalarOf(t, 3), gs = scalarOf(t, 0.5), upd = scalarOf(t, 1);
+    HostTensor p[2], m[2], v[2];
+    for (int k = 0; k < 2; ++k) {
+      p[k] = randomTensor(t, {n}, 206);
+      m[k] = randomTensor(t, {n}, 207, -1e-2, 1e-2);
+      v[k] = randomTensor(t, {n}, 208, 0, 1e-4);
+      withOmpThreads(k + 1, [&] {
+        runKernel("adamw", {&p[k], &g, &m[k], &v[k], &lr, &wd, &step, &gs, &upd},
+                  {&p[k], &m[k], &v[k]});
+      });
+    }
+    EXPECT_EQ(p[0].bytes, p[1].bytes);
+    EXPECT_EQ(m[0].bytes, m[1].bytes);
+    EXPECT_EQ(v[0].bytes, v[1].bytes);
+  }
+}

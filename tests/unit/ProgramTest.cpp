@@ -8,6 +8,7 @@
 #include "runtime/core/ProgramBuilder.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdio>
 #include <fstream>
@@ -490,6 +491,58 @@ TEST(Executor, RefusesProgramForAnotherRank) {
 } // namespace
 
 namespace {
+
+// The threaded initialisation (chunks of 16384 elements) gives initialValue's values bit for bit,
+// on 1 and 2 threads, for a slice whose rows do not start at an even global index.
+TEST(Init, ThreadedEqualsInitialValueOn1And2Threads) {
+  ProgramBuilder b;
+  int w = b.addBuffer("w", schema::PARAMETER, DType::F32, {301, 257});
+  int ones = b.addBuffer("o", schema::PARAMETER, DType::BF16, {40000});
+  b.addFunction("main");
+  schema::Program p = b.finish();
+  schema::Parameter *q = p.add_parameters();
+  q->set_name("big.weight");
+  for (int64_t d : {603, 513})
+    q->add_global_shape(d);
+  for (int64_t d : {301, 255})
+    q->add_slice_start(d);
+  for (int64_t d : {301, 257})
+    q->add_slice_size(d);
+  q->set_buffer(uint32_t(w));
+  q->set_init("normal");
+  q->set_init_std(0.02);
+  schema::Parameter *o = p.add_parameters();
+  o->set_name("norm.weight");
+  o->add_global_shape(40000);
+  o->add_slice_start(0);
+  o->add_slice_size(40000);
+  o->set_buffer(uint32_t(ones));
+  o->set_init("ones");
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  std::vector<float> got[2];
+  for (int k = 0; k < 2; ++k) {
+    auto ex = Executor::create(p, *backend, *comm);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(k + 1);
+    ASSERT_TRUE(initializeParameters(**ex, 99).ok());
+    omp_set_num_threads(saved);
+    got[k].resize(301 * 257);
+    ASSERT_TRUE((*ex)->readBuffer(w, got[k].data(), got[k].size() * 4).ok());
+    std::vector<bf16> h(40000);
+    ASSERT_TRUE((*ex)->readBuffer(ones, h.data(), h.size() * 2).ok());
+    for (size_t i = 0; i < h.size(); ++i)
+      ASSERT_EQ(float(h[i]), 1.0f) << i;
+  }
+  EXPECT_EQ(got[0], got[1]);
+  for (int64_t r = 0; r < 301; ++r)
+    for (int64_t c = 0; c < 257; ++c) {
+      uint64_t g = uint64_t(301 + r) * 513 + uint64_t(255 + c);
+      float ref = float(initialValue(*q, 99, g));
+      ASSERT_EQ(got[0][size_t(r * 257 + c)], ref) << r << " " << c;
+    }
+}
 
 TEST(Init, SlicesGetTheirPartOfTheGlobalTensorAndF16IsRefused) {
   // One [4, 6] parameter held whole in buffer w, and its rows [1, 3) held by buffer s at element

@@ -1,0 +1,222 @@
+//===- KernelBench.cpp - elementwise, optimizer, loss kernels and init ----===//
+//
+// Prints ns per element (and GB/s where a kernel is memory-bound) of the non-GEMM kernels that
+// issue 17 names: gelu and gelu_backward (erf and tanh forms), adamw, sum_squares, cross_entropy
+// and its backward, and initializeParameters (ns per parameter). Each kernel runs as a
+// one-instruction program through the executor, as in an iteration; best of several repetitions,
+// measured in one run. The thread count is OpenMP's (OMP_NUM_THREADS).
+//
+// usage: bench_kernels [filter]   (runs only the lines whose name contains `filter`)
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/comm/Communicator.h"
+#include "runtime/core/Executor.h"
+#include "runtime/core/Init.h"
+#include "runtime/core/ProgramBuilder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace trainc::rt;
+namespace schema = trainc::schema;
+
+namespace {
+
+const char *gFilter = nullptr;
+
+template <typename F> double bestSeconds(int reps, F &&f) {
+  f(); // warm-up (page faults, first-touch)
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+bool selected(const std::string &name) { return !gFilter || name.find(gFilter) != std::string::npos; }
+
+std::unique_ptr<Executor> make(const schema::Program &p, Backend &backend, Communicator &comm) {
+  auto ex = Executor::create(p, backend, comm);
+  if (!ex.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(ex.status().message()).c_str());
+    std::exit(1);
+  }
+  return std::move(*ex);
+}
+
+void fillBuffer(Executor &ex, int buf, size_t n, float lo, float hi, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    v[i] = lo + (hi - lo) * float(s >> 8) * (1.0f / 16777216.0f);
+  }
+  (void)ex.writeBuffer(buf, v.data(), n * 4);
+}
+
+void report(const std::string &name, double seconds, double elements, double bytes) {
+  std::printf("%-34s %9.3f ms  %7.3f ns/element", name.c_str(), seconds * 1e3,
+              seconds / elements * 1e9);
+  if (bytes > 0)
+    std::printf("  %6.1f GB/s", bytes / seconds * 1e-9);
+  std::printf("\n");
+}
+
+void benchGelu(Backend &backend, Communicator &comm, int64_t n, int approx, bool backward) {
+  std::string name = std::string(backward ? "gelu_backward" : "gelu") +
+                     (approx ? " tanh" : " erf") + " f32 n=" + std::to_string(n);
+  if (!selected(name))
+    return;
+  ProgramBuilder b;
+  int x = b.addBuffer("x", schema::ACTIVATION, DType::F32, {n});
+  int dy = b.addBuffer("dy", schema::ACTIVATION, DType::F32, {n});
+  int y = b.addBuffer("y", schema::ACTIVATION, DType::F32, {n});
+  int fn = b.addFunction("main");
+  if (backward)
+    b.kernel(fn, "gelu_backward", {ProgramBuilder::buf(dy), ProgramBuilder::buf(x)},
+             {ProgramBuilder::buf(y)}, {AttrArg("approximate", approx)});
+  else
+    b.kernel(fn, "gelu", {ProgramBuilder::buf(x)}, {ProgramBuilder::buf(y)},
+             {AttrArg("approximate", approx)});
+  auto ex = make(b.finish(), backend, comm);
+  fillBuffer(*ex, x, size_t(n), -4, 4, 1);
+  fillBuffer(*ex, dy, size_t(n), -1, 1, 2);
+  double t = bestSeconds(10, [&] { (void)ex->run(); });
+  report(name, t, double(n), double(n) * 4 * (backward ? 3 : 2));
+}
+
+void benchAdamw(Backend &backend, Communicator &comm, int64_t n) {
+  std::string name = "adamw f32 n=" + std::to_string(n);
+  if (!selected(name))
+    return;
+  ProgramBuilder b;
+  int p = b.addBuffer("p", schema::PARAMETER, DType::F32, {n});
+  int g = b.addBuffer("g", schema::MAIN_GRAD, DType::F32, {n});
+  int m = b.addBuffer("m", schema::OPTIMIZER_STATE, DType::F32, {n});
+  int v = b.addBuffer("v", schema::OPTIMIZER_STATE, DType::F32, {n});
+  int sc[5];
+  const char *names[5] = {"lr", "wd", "step", "gs", "upd"};
+  for (int k = 0; k < 5; ++k)
+    sc[k] = b.addBuffer(names[k], schema::ACTIVATION, DType::F32, {});
+  int fn = b.addFunction("main");
+  std::vector<schema::Operand> in = {ProgramBuilder::buf(p), ProgramBuilder::buf(g),
+                                     ProgramBuilder::buf(m), ProgramBuilder::buf(v)};
+  for (int k = 0; k < 5; ++k)
+    in.push_back(ProgramBuilder::buf(sc[k]));
+  b.kernel(fn, "adamw", in, {ProgramBuilder::buf(p), ProgramBuilder::buf(m), ProgramBuilder::buf(v)},
+           {}, {0, 2, 3});
+  auto ex = make(b.finish(), backend, comm);
+  fillBuffer(*ex, p, size_t(n), -0.1f, 0.1f, 3);
+  fillBuffer(*ex, g, size_t(n), -1e-3f, 1e-3f, 4);
+  float vals[5] = {1e-4f, 0.1f, 10.0f, 1.0f, 1.0f};
+  for (int k = 0; k < 5; ++k)
+    (void)ex->writeBuffer(sc[k], &vals[k], 4);
+  double t = bestSeconds(10, [&] { (void)ex->run(); });
+  report(name, t, double(n), double(n) * 4 * 7);
+}
+
+void benchSumSquares(Backend &backend, Communicator &comm, int64_t n) {
+  std::string name = "sum_squares f32 n=" + std::to_string(n);
+  if (!selected(name))
+    return;
+  ProgramBuilder b;
+  int x = b.addBuffer("x", schema::MAIN_GRAD, DType::F32, {n});
+  int o = b.addBuffer("o", schema::ACTIVATION, DType::F32, {});
+  int fn = b.addFunction("main");
+  b.kernel(fn, "sum_squares", {ProgramBuilder::buf(x)}, {ProgramBuilder::buf(o)});
+  auto ex = make(b.finish(), backend, comm);
+  fillBuffer(*ex, x, size_t(n), -1, 1, 5);
+  double t = bestSeconds(10, [&] { (void)ex->run(); });
+  report(name, t, double(n), double(n) * 4);
+}
+
+void benchCrossEntropy(Backend &backend, Communicator &comm, int64_t N, int64_t V, bool backward) {
+  std::string name = std::string(backward ? "cross_entropy_backward" : "cross_entropy") +
+                     " f32 " + std::to_string(N) + "x" + std::to_string(V);
+  if (!selected(name))
+    return;
+  ProgramBuilder b;
+  int x = b.addBuffer("logits", schema::ACTIVATION, DType::F32, {N, V});
+  int lab = b.addBuffer("labels", schema::ACTIVATION, DType::I32, {N});
+  int mask = b.addBuffer("mask", schema::ACTIVATION, DType::F32, {N});
+  int lse = b.addBuffer("lse", schema::ACTIVATION, DType::F32, {N});
+  int ls = b.addBuffer("loss_sum", schema::ACTIVATION, DType::F32, {});
+  int nt = b.addBuffer("num_tokens", schema::ACTIVATION, DType::F32, {});
+  int dl = b.addBuffer("dloss", schema::ACTIVATION, DType::F32, {});
+  int dx = b.addBuffer("dlogits", schema::ACTIVATION, DType::F32, {N, V});
+  int fn = b.addFunction("main");
+  if (backward)
+    b.kernel(fn, "cross_entropy_backward",
+             {ProgramBuilder::buf(x), ProgramBuilder::buf(lab), ProgramBuilder::buf(mask),
+              ProgramBuilder::buf(lse), ProgramBuilder::buf(dl)},
+             {ProgramBuilder::buf(dx)});
+  else
+    b.kernel(fn, "cross_entropy",
+             {ProgramBuilder::buf(x), ProgramBuilder::buf(lab), ProgramBuilder::buf(mask)},
+             {ProgramBuilder::buf(ls), ProgramBuilder::buf(nt), ProgramBuilder::buf(lse)});
+  auto ex = make(b.finish(), backend, comm);
+  fillBuffer(*ex, x, size_t(N * V), -4, 4, 6);
+  std::vector<int32_t> labels(static_cast<size_t>(N));
+  std::vector<float> ones(size_t(N), 1.0f), lses(size_t(N), 11.0f);
+  for (int64_t i = 0; i < N; ++i)
+    labels[size_t(i)] = int32_t((i * 7919) % V);
+  (void)ex->writeBuffer(lab, labels.data(), size_t(N) * 4);
+  (void)ex->writeBuffer(mask, ones.data(), size_t(N) * 4);
+  (void)ex->writeBuffer(lse, lses.data(), size_t(N) * 4);
+  float d = 1.0f / float(N);
+  (void)ex->writeBuffer(dl, &d, 4);
+  double t = bestSeconds(5, [&] { (void)ex->run(); });
+  report(name, t, double(N * V), double(N * V) * 4 * (backward ? 2 : 1));
+}
+
+void benchInit(Backend &backend, Communicator &comm, int64_t rows, int64_t cols) {
+  std::string name = "init normal f32 " + std::to_string(rows) + "x" + std::to_string(cols);
+  if (!selected(name))
+    return;
+  ProgramBuilder b;
+  int w = b.addBuffer("w", schema::PARAMETER, DType::F32, {rows, cols});
+  b.addFunction("main");
+  schema::Program p = b.finish();
+  schema::Parameter *q = p.add_parameters();
+  q->set_name("layers.0.mlp.fc1.weight");
+  q->add_global_shape(rows);
+  q->add_global_shape(cols);
+  q->add_slice_start(0);
+  q->add_slice_start(0);
+  q->add_slice_size(rows);
+  q->add_slice_size(cols);
+  q->set_buffer(uint32_t(w));
+  q->set_buffer_offset(0);
+  q->set_init("normal");
+  q->set_init_std(0.02);
+  auto ex = make(p, backend, comm);
+  double t = bestSeconds(3, [&] { (void)initializeParameters(*ex, 1234); });
+  report(name, t, double(rows * cols), 0);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc > 1)
+    gFilter = argv[1];
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  // GPT-style MLP activations: 4 x 256 tokens x 4 x 768 (gpt2-small width, micro batch 4, seq 256).
+  const int64_t act = 4 * 256 * 3072;
+  for (int approx : {1, 0})
+    for (bool bwd : {false, true})
+      benchGelu(*backend, *comm, act, approx, bwd);
+  benchAdamw(*backend, *comm, 16 << 20);
+  benchSumSquares(*backend, *comm, 16 << 20);
+  benchCrossEntropy(*backend, *comm, 512, 50257, false);
+  benchCrossEntropy(*backend, *comm, 512, 50257, true);
+  benchInit(*backend, *comm, 2048, 2048);
+  return 0;
+}
