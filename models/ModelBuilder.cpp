@@ -160,26 +160,30 @@ LogicalResult ModelIRBuilder::build() {
   Value labels = body->getArgument(in0 + 2), mask = body->getArgument(in0 + 3);
   Value rng = dropout ? body->getArgument(in0 + 4) : Value();
   int64_t opId = 0;
-  auto drop = [&](Value x, Location l) -> Value {
+  // The op builders take the parameter values: @forward's arguments or @decoder_layer's.
+  auto dropWith = [&](Value x, Value key, int64_t id, Location l) -> Value {
     if (!dropout)
       return x;
-    return b.create<model::DropoutOp>(l, x.getType(), x, rng, b.getF64FloatAttr(cfg.hidden_dropout),
-                                      b.getI64IntegerAttr(++opId));
+    return b.create<model::DropoutOp>(l, x.getType(), x, key, b.getF64FloatAttr(cfg.hidden_dropout),
+                                      b.getI64IntegerAttr(id));
   };
-  auto norm = [&](Value x, unsigned w, unsigned bb, Location l) -> Value {
+  auto drop = [&](Value x, Location l) { return dropWith(x, rng, ++opId, l); };
+  // `bias` is ignored for RMSNorm.
+  auto norm = [&](Value x, Value w, Value bias, Location l) -> Value {
     Type rows = t({B * S}, stats);
     if (rms)
-      return b.create<model::RMSNormOp>(l, TypeRange{x.getType(), rows}, x, P(w),
+      return b.create<model::RMSNormOp>(l, TypeRange{x.getType(), rows}, x, w,
                                         b.getF64FloatAttr(cfg.norm_epsilon))
           .getResult();
-    return b.create<model::LayerNormOp>(l, TypeRange{x.getType(), rows, rows}, x, P(w), P(bb),
+    return b.create<model::LayerNormOp>(l, TypeRange{x.getType(), rows, rows}, x, w, bias,
                                         b.getF64FloatAttr(cfg.norm_epsilon))
         .getResult();
   };
-  auto linear = [&](Value x, unsigned w, std::optional<unsigned> bb, int64_t out, Location l) {
+  // `bias` may be null (no bias).
+  auto linear = [&](Value x, Value w, Value bias, int64_t out, Location l) {
     SmallVector<int64_t> shape(cast<RankedTensorType>(x.getType()).getShape());
     shape.back() = out;
-    return b.create<model::LinearOp>(l, t(shape), x, P(w), bb ? P(*bb) : Value()).getResult();
+    return b.create<model::LinearOp>(l, t(shape), x, w, bias).getResult();
   };
   auto reshape = [&](Value x, ArrayRef<int64_t> shape, Location l) -> Value {
     return b.create<model::ReshapeOp>(l, t(shape, cast<RankedTensorType>(x.getType()).getElementType()), x);
@@ -235,31 +239,16 @@ LogicalResult ModelIRBuilder::build() {
     llvm::DenseMap<unsigned, Value> local; // parameter index (of layer 0) -> argument
     for (auto [k, i] : llvm::enumerate(slots))
       local[i] = lb->getArgument(unsigned(k) + 1);
-    auto LP = [&](unsigned i) { return local.lookup(i); };
+    auto LP = [&](unsigned i) { return local.lookup(i); }; // null for an absent parameter
     Value lpos = rope ? lb->getArgument(unsigned(slots.size()) + 1) : Value();
     Value key = dropout ? lb->getArgument(lb->getNumArguments() - 1) : Value();
     opId = 0;
-    auto ldrop = [&](Value v, Location l) -> Value {
-      if (!dropout)
-        return v;
-      return b.create<model::DropoutOp>(l, v.getType(), v, key,
-                                        b.getF64FloatAttr(cfg.hidden_dropout),
-                                        b.getI64IntegerAttr(firstLayerOpId + ++opId));
-    };
-    auto lnorm = [&](Value v, unsigned w, unsigned bb, Location l) -> Value {
-      Type rows = t({B * S}, stats);
-      if (rms)
-        return b.create<model::RMSNormOp>(l, TypeRange{v.getType(), rows}, v, LP(w),
-                                          b.getF64FloatAttr(cfg.norm_epsilon))
-            .getResult();
-      return b.create<model::LayerNormOp>(l, TypeRange{v.getType(), rows, rows}, v, LP(w),
-                                          LP(bb), b.getF64FloatAttr(cfg.norm_epsilon))
-          .getResult();
+    auto ldrop = [&](Value v, Location l) { return dropWith(v, key, firstLayerOpId + ++opId, l); };
+    auto lnorm = [&](Value v, unsigned w, unsigned bb, Location l) {
+      return norm(v, LP(w), LP(bb), l);
     };
     auto llinear = [&](Value v, unsigned w, std::optional<unsigned> bb, int64_t out, Location l) {
-      SmallVector<int64_t> shape(cast<RankedTensorType>(v.getType()).getShape());
-      shape.back() = out;
-      return b.create<model::LinearOp>(l, t(shape), v, LP(w), bb ? LP(*bb) : Value()).getResult();
+      return linear(v, LP(w), bb ? LP(*bb) : Value(), out, l);
     };
     int64_t rd = int64_t(double(D) * cfg.rotary_percent);
     const Layer &y = y0;
@@ -313,8 +302,8 @@ LogicalResult ModelIRBuilder::build() {
     x = call.getResult(0);
   }
   Location lo = at("output_layer", line++);
-  Value hf = norm(x, lnf, lnfb, at("decoder.final_layernorm", line++));
-  Value logits = reshape(linear(hf, wout, std::nullopt, V, lo), {B * S, V}, lo);
+  Value hf = norm(x, P(lnf), rms ? Value() : P(lnfb), at("decoder.final_layernorm", line++));
+  Value logits = reshape(linear(hf, P(wout), Value(), V, lo), {B * S, V}, lo);
   Location lc = at("loss", line++);
   auto ce = b.create<model::CrossEntropyOp>(
       lc, TypeRange{scalar, scalar, t({B * S}, stats)}, logits, reshape(labels, {B * S}, lc),

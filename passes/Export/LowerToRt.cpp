@@ -213,6 +213,8 @@ private:
   /// The ops of a function body that stages and callees share: model ops (KernelOpInterface) and
   /// calls. Returns false for an op it does not handle.
   FailureOr<bool> lowerCommonOp(Operation &op, Location loc, BodyState &st);
+  /// The func.return of a stage or callee body.
+  void lowerReturn(Operation &ret, Location loc, BodyState &st);
 
   ModuleOp module;
   OpBuilder b;
@@ -352,6 +354,12 @@ LogicalResult Lowering::collectParams() {
   return success();
 }
 
+/// The location of an instruction lowered from `op`: op's own, named by the op (instructions keep
+/// the location of the op they come from).
+Location sourceLoc(Operation &op) {
+  return NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()), op.getLoc());
+}
+
 /// The lowering of one function body: the value map, where returned values go (a forward unit's
 /// stash slot views, a callee's result arguments), the instruction counter and the FLOPs.
 struct BodyState {
@@ -477,17 +485,15 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
       map.map(fn.getArgument(i), valueRef(ob, fn.getLoc(), params[paramIndex[name.getValue()]]));
 
-  int &counter = st.counter;
+  const int &counter = st.counter;
   for (Operation &op : fn.getBody().front()) {
-    // Instructions keep the location of the op they come from, named by it.
-    Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
-                                op.getLoc());
+    Location loc = sourceLoc(op);
+    ++st.counter;
     FailureOr<bool> common = lowerCommonOp(op, loc, st);
     if (failed(common))
       return failure();
     if (*common)
       continue;
-    ++counter;
     if (auto acc = dyn_cast<sched::AccumulateGradOp>(&op)) {
       auto it = paramIndex.find(acc.getParam());
       if (it == paramIndex.end())
@@ -532,11 +538,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       continue;
     }
     if (isa<func::ReturnOp>(op)) {
-      // Stash values that are views of other buffers (or returned twice) are copied out.
-      for (auto [k, v] : llvm::enumerate(op.getOperands()))
-        if (!st.outView[k] || map.lookup(v) != st.outView[k])
-          kernel(ob, loc, "copy", {map.lookup(v)}, {stashView(k)});
-      ob.create<func::ReturnOp>(op.getLoc());
+      lowerReturn(op, loc, st);
       continue;
     }
     if (isa<sched::GradSyncStartOp, sched::ParamGatherWaitOp>(op)) {
@@ -554,7 +556,6 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
 FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &st) {
   OpBuilder &ob = st.ob;
   StringRef fname = st.fn.getSymName();
-  ++st.counter;
   if (auto cost = dyn_cast<model::CostOpInterface>(&op)) {
     st.flops += cost.getFlops();
     st.bytes += cost.getBytesMoved();
@@ -603,8 +604,16 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
     st.bytes += calleeBytes[call.getCallee()];
     return true;
   }
-  --st.counter;
   return false;
+}
+
+void Lowering::lowerReturn(Operation &ret, Location loc, BodyState &st) {
+  // Returned values that were not written in place (arguments, views of other buffers, a value
+  // returned twice) are copied into their result buffers.
+  for (auto [k, v] : llvm::enumerate(ret.getOperands()))
+    if (!st.outView[k] || st.map.lookup(v) != st.outView[k])
+      kernel(st.ob, loc, "copy", {st.map.lookup(v)}, {st.outTarget(k)});
+  st.ob.create<func::ReturnOp>(ret.getLoc());
 }
 
 FailureOr<func::FuncOp> Lowering::lowerCallee(func::CallOp call) {
@@ -643,19 +652,15 @@ FailureOr<func::FuncOp> Lowering::lowerCallee(func::CallOp call) {
   st.outTarget = [&](size_t k) -> Value { return entry->getArgument(firstOut + unsigned(k)); };
   st.indexResults();
   for (Operation &op : fn.getBody().front()) {
-    Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
-                                op.getLoc());
+    Location loc = sourceLoc(op);
+    ++st.counter;
     FailureOr<bool> common = lowerCommonOp(op, loc, st);
     if (failed(common))
       return failure();
     if (*common)
       continue;
     if (isa<func::ReturnOp>(op)) {
-      // Results that are arguments, views of other buffers or returned twice are copied out.
-      for (auto [k, v] : llvm::enumerate(op.getOperands()))
-        if (!st.outView[k] || st.map.lookup(v) != st.outView[k])
-          kernel(ob, loc, "copy", {st.map.lookup(v)}, {st.outTarget(k)});
-      ob.create<func::ReturnOp>(op.getLoc());
+      lowerReturn(op, loc, st);
       continue;
     }
     return op.emitOpError() << "cannot be lowered to rt in a called function (only model ops "
@@ -701,8 +706,7 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       shardUpdates[entry.first] = {k, std::move(entry.second)};
   }
   for (Operation &op : fn.getBody().front()) {
-    Location loc = NameLoc::get(StringAttr::get(op.getContext(), op.getName().getStringRef()),
-                                op.getLoc());
+    Location loc = sourceLoc(op);
     if (isa<sched::ZeroLossesOp>(op)) {
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
