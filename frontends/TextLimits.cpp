@@ -3,12 +3,9 @@
 #include "frontends/TextLimits.h"
 
 #include "frontends/Support.h"
+#include "runtime/core/Files.h"
 
 #include "llvm/ADT/Twine.h"
-
-#include <cerrno>
-#include <cstring>
-#include <sys/stat.h>
 
 namespace trainc::config {
 namespace {
@@ -75,18 +72,10 @@ llvm::Error checkMlirDepth(llvm::StringRef text, llvm::StringRef source, size_t 
 }
 
 llvm::Error checkRegularFile(llvm::StringRef path, llvm::StringRef what) {
-  struct stat st;
-  if (::stat(path.str().c_str(), &st) != 0)
-    return detail::makeError("cannot read " + what + " file '" + path + "': " +
-                             std::strerror(errno));
-  const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
-                     : S_ISFIFO(st.st_mode) ? "a FIFO"
-                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                     : S_ISSOCK(st.st_mode) ? "a socket"
-                                            : nullptr;
-  if (kind)
-    return detail::makeError(what + " file '" + path + "' is " + kind + ", not a regular file");
-  return llvm::Error::success();
+  absl::Status s = ::trainc::rt::checkRegularFile(path.str(), std::string_view(what.data(), what.size()));
+  if (s.ok())
+    return llvm::Error::success();
+  return detail::makeError(std::string(s.message()));
 }
 
 } // namespace trainc::config

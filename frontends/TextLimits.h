@@ -33,7 +33,8 @@ llvm::Error checkMlirDepth(llvm::StringRef text, llvm::StringRef source,
                            size_t maxDepth = kMaxMlirDepth);
 
 /// Checks that `path` names a regular file (following symlinks), so that a FIFO, a device such
-/// as /dev/zero or a directory is refused instead of blocking or reading without end. Errors:
+/// as /dev/zero or a directory is refused instead of blocking or reading without end: the
+/// runtime's trainc::rt::checkRegularFile (runtime/core/Files.h) as an llvm::Error. Errors:
 /// "cannot read <what> file 'P': <reason>", "<what> file 'P' is a directory|FIFO|device|socket,
 /// not a regular file".
 llvm::Error checkRegularFile(llvm::StringRef path, llvm::StringRef what);

@@ -401,24 +401,24 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
       (void)llvm::sys::fs::remove(f);
     return emitError(module.getLoc()) << message;
   };
+  // A plan too large for the runtime is the user's sizes, not a compiler bug: say which buffer.
+  // Buffers are the same on every rank (specialising changes data only).
+  for (const auto &buf : program.buffers()) {
+    constexpr double kMaxElements = double(int64_t(1) << 50);
+    double numel = 1;
+    for (int64_t d : buf.shape())
+      numel *= double(d);
+    if (numel > kMaxElements)
+      return fail(llvm::formatv("the plan needs buffer '{0}' of {1:e} elements, more than the "
+                                "runtime's 2^50 per buffer (a stash holds one microbatch's "
+                                "activations of every layer): reduce --micro-batch-size, "
+                                "--seq-length or the model size",
+                                buf.name(), numel)
+                      .str());
+  }
   for (int64_t rank = 0; rank < world; ++rank) {
     if (std::string e = exported->specialise(placementOf(rank)); !e.empty())
       return fail("internal error: " + e);
-    // A plan too large for the runtime is the user's sizes, not a compiler bug: say which buffer.
-    if (rank == 0)
-      for (const auto &buf : program.buffers()) {
-        constexpr double kMaxElements = double(int64_t(1) << 50);
-        double numel = 1;
-        for (int64_t d : buf.shape())
-          numel *= double(d);
-        if (numel > kMaxElements)
-          return fail(llvm::formatv("the plan needs buffer '{0}' of {1:e} elements, more than the "
-                                    "runtime's 2^50 per buffer (a stash holds one microbatch's "
-                                    "activations of every layer): reduce --micro-batch-size, "
-                                    "--seq-length or the model size",
-                                    buf.name(), numel)
-                          .str());
-      }
     if (absl::Status st = ::trainc::rt::validateProgram(program); !st.ok())
       return fail("internal error: the exported program of rank " + Twine(rank) +
                   " fails runtime validation: " + std::string(st.message()));
