@@ -145,7 +145,7 @@ LogicalResult ModelIRBuilder::build() {
                                    p.init == "normal" ? b.getF64FloatAttr(p.std) : FloatAttr(),
                                    p.noWd ? b.getUnitAttr() : UnitAttr());
       argAttrs.push_back(
-          b.getDictionaryAttr({b.getNamedAttr("model.param", b.getStringAttr(p.name))}));
+          b.getDictionaryAttr({b.getNamedAttr(model::kParamAttr, FlatSymbolRefAttr::get(b.getContext(), p.name))}));
     }
   }
   for (const std::string &name : inputs)

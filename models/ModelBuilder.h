@@ -6,7 +6,7 @@
 //
 // Parameters are declared once at module level (model.parameter @<Megatron name>: init =
 // "normal" | "ones" | "zeros", init_std, no_weight_decay on biases and norm weights).
-// Arguments: every parameter (model.param = its name), then the
+// Arguments: every parameter (model.param = @its name), then the
 // inputs of one microbatch (model.input = "tokens", "position_ids", "labels", "loss_mask" and,
 // with dropout, "rng"). Results: (loss_sum, num_tokens) of cross entropy over the padded
 // vocabulary with padding columns masked out.

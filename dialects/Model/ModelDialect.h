@@ -4,6 +4,7 @@
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/AffineMap.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
@@ -83,14 +84,28 @@ struct ShardingRule {
 /// `op` naming the operand and dimension otherwise.
 LogicalResult verifyShardingRule(Operation *op, const ShardingRule &rule);
 
-/// The declared attributes of the parameter held by argument `arg` of `fn` (its
-/// `model.param = "<name>"`): init, init_std, no_weight_decay, from the module's
-/// `model.parameter @<name>` (looked up from `from`), or from the argument's own `model.init`,
-/// `model.init_std`, `model.no_weight_decay` when there is no declaration (hand-written IR).
-/// Null when the argument is not a parameter. `symbols` caches the module's symbol table (one
-/// lookup per parameter, not a scan of the module).
+/// Argument attribute naming the parameter an argument holds: `model.param = @<name>`, the
+/// symbol of the module's `model.parameter @<name>` (Megatron's global name).
+constexpr llvm::StringLiteral kParamAttr = "model.param";
+
+/// The parameter argument `arg` of `fn` holds (its `model.param` symbol), null when the argument
+/// is not a parameter.
+FlatSymbolRefAttr paramOf(func::FuncOp fn, unsigned arg);
+
+/// The declared attributes of the parameter held by argument `arg` of `fn`: init, init_std,
+/// no_weight_decay of the module's `model.parameter @<name>` (looked up from `from`). Null when
+/// the argument is not a parameter or the parameter is not declared. `symbols` caches the
+/// module's symbol table (one lookup per parameter, not a scan of the module).
 DictionaryAttr parameterAttrs(SymbolTableCollection &symbols, Operation *from, func::FuncOp fn,
                               unsigned arg);
+
+/// Declares, at the top of `module`, every parameter that a function argument names
+/// (`model.param = @<name>`) but no `model.parameter` declares, from the argument's
+/// `model.init` / `model.init_std` / `model.no_weight_decay` (hand-written IR; init "zeros" when
+/// absent), and removes those three attributes from every argument. Fails, with an error on the
+/// argument, when two arguments give one parameter different types or initialisations, or when
+/// a declaration's type differs from an argument's.
+LogicalResult declareParameters(ModuleOp module);
 
 /// Whether `op` is cheaper to recompute in a backward than to stash for it: views (model.reshape),
 /// constants (model ops without operands) and dropout keys (model.rng_offset). Used wherever a

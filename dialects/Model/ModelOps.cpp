@@ -1171,24 +1171,93 @@ LogicalResult ParameterOp::verify() {
   return success();
 }
 
+FlatSymbolRefAttr mlir::trainc::model::paramOf(func::FuncOp fn, unsigned arg) {
+  return fn.getArgAttrOfType<FlatSymbolRefAttr>(arg, kParamAttr);
+}
+
 DictionaryAttr mlir::trainc::model::parameterAttrs(SymbolTableCollection &symbols, Operation *from,
                                                    func::FuncOp fn, unsigned arg) {
-  Builder b(fn.getContext());
-  auto name = fn.getArgAttrOfType<StringAttr>(arg, "model.param");
+  FlatSymbolRefAttr name = paramOf(fn, arg);
   if (!name)
     return {};
-  if (auto decl = symbols.lookupNearestSymbolFrom<ParameterOp>(
-          from, FlatSymbolRefAttr::get(fn.getContext(), name.getValue()))) {
-    SmallVector<NamedAttribute> a{b.getNamedAttr("init", decl.getInitAttr())};
-    if (decl.getInitStdAttr())
-      a.push_back(b.getNamedAttr("init_std", decl.getInitStdAttr()));
-    if (decl.getNoWeightDecay())
-      a.push_back(b.getNamedAttr("no_weight_decay", b.getUnitAttr()));
-    return b.getDictionaryAttr(a);
-  }
-  SmallVector<NamedAttribute> a;
-  for (StringRef k : {"model.init", "model.init_std", "model.no_weight_decay"})
-    if (Attribute v = fn.getArgAttr(arg, k))
-      a.push_back(b.getNamedAttr(k.drop_front(6), v));
+  auto decl = symbols.lookupNearestSymbolFrom<ParameterOp>(from, name);
+  if (!decl)
+    return {};
+  Builder b(fn.getContext());
+  SmallVector<NamedAttribute> a{b.getNamedAttr("init", decl.getInitAttr())};
+  if (decl.getInitStdAttr())
+    a.push_back(b.getNamedAttr("init_std", decl.getInitStdAttr()));
+  if (decl.getNoWeightDecay())
+    a.push_back(b.getNamedAttr("no_weight_decay", b.getUnitAttr()));
   return b.getDictionaryAttr(a);
+}
+
+LogicalResult mlir::trainc::model::declareParameters(ModuleOp module) {
+  SymbolTable table(module);
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToStart(module.getBody());
+  // Insert after existing declarations so the order stays the order of first use.
+  for (Operation &op : *module.getBody())
+    if (isa<ParameterOp>(op))
+      b.setInsertionPointAfter(&op);
+  for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+      FlatSymbolRefAttr name = paramOf(fn, i);
+      if (!name)
+        continue;
+      auto type = dyn_cast<RankedTensorType>(fn.getArgument(i).getType());
+      if (!type)
+        return fn.emitOpError() << "argument " << i << " holds parameter " << name
+                                << " but is not a ranked tensor";
+      auto init = fn.getArgAttrOfType<StringAttr>(i, "model.init");
+      auto std = fn.getArgAttrOfType<FloatAttr>(i, "model.init_std");
+      bool noWd = bool(fn.getArgAttr(i, "model.no_weight_decay"));
+      fn.removeArgAttr(i, "model.init");
+      fn.removeArgAttr(i, "model.init_std");
+      fn.removeArgAttr(i, "model.no_weight_decay");
+      auto decl = table.lookup<ParameterOp>(name.getValue());
+      if (!decl) {
+        if (table.lookup(name.getValue()))
+          return fn.emitOpError() << "argument " << i << " names " << name
+                                  << ", which is not a model.parameter";
+        decl = b.create<ParameterOp>(fn.getLoc(), name.getAttr(), TypeAttr::get(type),
+                                     init ? init : b.getStringAttr("zeros"), std,
+                                     noWd ? b.getUnitAttr() : UnitAttr());
+        table.insert(decl, b.getInsertionPoint());
+        b.setInsertionPointAfter(decl);
+        if (failed(decl.verify()))
+          return failure();
+        continue;
+      }
+      if (decl.getType() != type)
+        return fn.emitOpError() << "argument " << i << " holds parameter " << name << " as "
+                                << type << " but it is declared " << decl.getType();
+      if ((init && init != decl.getInitAttr()) || (std && std != decl.getInitStdAttr()) ||
+          (noWd && !decl.getNoWeightDecay()))
+        return fn.emitOpError() << "argument " << i << " gives parameter " << name
+                                << " another initialisation or weight decay than its "
+                                   "declaration";
+    }
+  }
+  return success();
+}
+
+LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op, unsigned region,
+                                                     unsigned arg, NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  auto fail = [&](StringRef expected) {
+    return op->emitOpError() << "argument " << arg << " of region " << region << ": '" << name
+                             << "' must be " << expected << ", not " << attr.getValue();
+  };
+  if (name == kParamAttr)
+    return isa<FlatSymbolRefAttr>(attr.getValue())
+               ? success()
+               : fail("a symbol reference to a model.parameter (@<name>)");
+  if (name == "model.input" || name == "model.layer_param" || name == "model.init")
+    return isa<StringAttr>(attr.getValue()) ? success() : fail("a string");
+  if (name == "model.init_std")
+    return isa<FloatAttr>(attr.getValue()) ? success() : fail("a float");
+  if (name == "model.no_weight_decay")
+    return isa<UnitAttr>(attr.getValue()) ? success() : fail("a unit attribute");
+  return success();
 }

@@ -26,6 +26,10 @@ def Model_Dialect : Dialect {
     ShardingRuleOpInterface.
   }];
   let cppNamespace = "::mlir::trainc::model";
+  // Argument attributes: `model.param = @<name>` (a model.parameter symbol), `model.input`,
+  // `model.layer_param` (strings) and, in hand-written IR before autodiff declares them,
+  // `model.init`, `model.init_std`, `model.no_weight_decay`.
+  let hasRegionArgAttrVerify = 1;
 }
 
 class Model_Op<string mnemonic, list<Trait> traits = []>
@@ -46,7 +50,7 @@ def Model_ParameterOp : Op<Model_Dialect, "parameter", [Symbol]> {
   let description = [{
     One per parameter at module level (Megatron's global name as the symbol): the attributes a
     parameter has once, wherever it is used. Function arguments that hold it carry only
-    `model.param = "<name>"`.
+    `model.param = @<name>`, and sched ops name it by the same symbol.
     ```mlir
     model.parameter @"decoder.layers.0.mlp.linear_fc1.weight" {init = "normal", init_std = 2.0e-02 : f64} : tensor<64x16xf32>
     model.parameter @"decoder.final_layernorm.weight" {init = "ones", no_weight_decay} : tensor<16xf32>

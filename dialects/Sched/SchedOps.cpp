@@ -1,6 +1,7 @@
 //===- SchedOps.cpp - sched dialect ---------------------------------------===//
 
 #include "dialects/Sched/SchedDialect.h"
+#include "dialects/Model/ModelDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -41,6 +42,49 @@ static LogicalResult verifyNormalization(Operation *op, StringRef n) {
   if (n != "per_token" && n != "per_microbatch")
     return op->emitOpError() << "normalization '" << n
                              << "' is not one of 'per_token', 'per_microbatch'";
+  return success();
+}
+
+/// The `model.parameter` that `name` (used by `op`) refers to; an error on `op` when it names
+/// nothing or something else.
+static FailureOr<mlir::trainc::model::ParameterOp>
+lookupParameter(Operation *op, SymbolTableCollection &symbols, FlatSymbolRefAttr name) {
+  Operation *decl = symbols.lookupNearestSymbolFrom(op, name);
+  auto param = dyn_cast_or_null<mlir::trainc::model::ParameterOp>(decl);
+  if (!param)
+    return op->emitOpError() << "names " << name << ", which is "
+                             << (decl ? "not a model.parameter" : "not declared in this module")
+                             << " (parameters are declared once as model.parameter @<name>)";
+  return param;
+}
+
+LogicalResult AccumulateGradOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<mlir::trainc::model::ParameterOp> p =
+      lookupParameter(*this, symbolTable, getParamAttr());
+  if (failed(p))
+    return failure();
+  auto t = cast<ShapedType>(p->getType());
+  if (t.getShape() != getGrad().getType().getShape())
+    return emitOpError() << "gradient of type " << getGrad().getType() << " for " << getParamAttr()
+                         << ", which is declared " << p->getType();
+  return success();
+}
+
+LogicalResult AdamWOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return lookupParameter(*this, symbolTable, getParamAttr());
+}
+
+LogicalResult GradBufferOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  for (auto [i, a] : llvm::enumerate(getParams())) {
+    FailureOr<mlir::trainc::model::ParameterOp> p =
+        lookupParameter(*this, symbolTable, cast<FlatSymbolRefAttr>(a));
+    if (failed(p))
+      return failure();
+    if (cast<ShapedType>(p->getType()).getNumElements() != getSizes()[i])
+      return emitOpError() << "size " << getSizes()[i] << " of " << a << " differs from its "
+                           << cast<ShapedType>(p->getType()).getNumElements()
+                           << " declared elements";
+  }
   return success();
 }
 
@@ -446,15 +490,13 @@ LogicalResult GradBufferOp::verify() {
   int64_t end = 0;
   for (size_t i = 0; i < offsets.size(); ++i) {
     if (sizes[i] <= 0 || offsets[i] < end)
-      return emitOpError() << "param '" << cast<StringAttr>(getParams()[i]).getValue()
-                           << "' at offset " << offsets[i] << " with " << sizes[i]
+      return emitOpError() << "param " << getParams()[i] << " at offset " << offsets[i] << " with " << sizes[i]
                            << " elements overlaps the previous one or is empty";
     end = offsets[i] + sizes[i];
     // A parameter lives in one bucket (Megatron never splits a parameter across buckets).
     auto it = llvm::upper_bound(bounds, offsets[i]);
     if (it == bounds.end() || end > *it)
-      return emitOpError() << "param '" << cast<StringAttr>(getParams()[i]).getValue()
-                           << "' [" << offsets[i] << ", " << end << ") crosses a bucket boundary";
+      return emitOpError() << "param " << getParams()[i] << " [" << offsets[i] << ", " << end << ") crosses a bucket boundary";
   }
   if (end > numel)
     return emitOpError() << "params end at " << end << ", beyond numel = " << numel;

@@ -174,15 +174,17 @@ def Sched_BackwardOp : Sched_Op<"backward", [DeclareOpInterfaceMethods<SymbolUse
   let hasVerifier = 1;
 }
 
-def Sched_AccumulateGradOp : Sched_Op<"accumulate_grad"> {
+def Sched_AccumulateGradOp : Sched_Op<"accumulate_grad",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Add a microbatch's parameter gradient into the fp32 main_grad of `param`";
   let description = [{
+    `param` is the parameter's `model.parameter` symbol; the gradient has its shape.
     ```mlir
-    sched.accumulate_grad %dw {param = "output_layer.weight"} : tensor<37x16xf32>
+    sched.accumulate_grad %dw into @output_layer.weight : tensor<37x16xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$grad, StrAttr:$param);
-  let assemblyFormat = "$grad attr-dict `:` type($grad)";
+  let arguments = (ins AnyRankedTensor:$grad, FlatSymbolRefAttr:$param);
+  let assemblyFormat = "$grad `into` $param attr-dict `:` type($grad)";
 }
 
 def Sched_AccumulateLossOp : Sched_Op<"accumulate_loss"> {
@@ -252,37 +254,40 @@ def Sched_ClipGradNormOp : Sched_Op<"clip_grad_norm"> {
   let assemblyFormat = "attr-dict";
 }
 
-def Sched_AdamWOp : Sched_Op<"adamw"> {
+def Sched_AdamWOp : Sched_Op<"adamw", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "AdamW update of one parameter, predicated on update_successful";
   let description = [{
+    `param` is the parameter's `model.parameter` symbol; its main_grad and its Adam states
+    (exp_avg, exp_avg_sq) are the ones lowering allocates for that parameter.
     ```mlir
-    sched.adamw {param = "output_layer.weight", decay = true, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-08 : f64}
+    sched.adamw @output_layer.weight {decay = true, beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-08 : f64}
     ```
   }];
-  let arguments = (ins StrAttr:$param, BoolAttr:$decay, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps);
-  let assemblyFormat = "attr-dict";
+  let arguments = (ins FlatSymbolRefAttr:$param, BoolAttr:$decay, F64Attr:$beta1, F64Attr:$beta2,
+                   F64Attr:$eps);
+  let assemblyFormat = "$param attr-dict";
 }
 
 //===----------------------------------------------------------------------===//
 // Data parallelism (Megatron's DistributedDataParallel, _ParamAndGradBuffer, DistributedOptimizer)
 //===----------------------------------------------------------------------===//
 
-def Sched_GradBufferOp : Sched_Op<"grad_buffer"> {
+def Sched_GradBufferOp : Sched_Op<"grad_buffer", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Layout of the contiguous main-grad buffer: parameter ranges and buckets";
   let description = [{
     One fp32 buffer holds every parameter's main_grad. `params[i]` occupies elements
     [offsets[i], offsets[i] + numel(param)); parameters are placed in the order their gradients
-    become final in backward (Megatron: reverse order of use). `bucket_bounds` has one more entry
+    become final in backward (Megatron: reverse order of use); each is a `model.parameter` symbol. `bucket_bounds` has one more entry
     than there are buckets: bucket b is [bucket_bounds[b], bucket_bounds[b+1]). With the
     distributed optimizer every bucket's size is a multiple of `dp` and DP rank r owns the shard
     [start + r * size / dp, start + (r + 1) * size / dp) of each bucket; padding elements belong to
     no parameter. `numel` is the padded total.
     ```mlir
-    sched.grad_buffer {params = ["b", "a"], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64,
+    sched.grad_buffer {params = [@b, @a], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64,
                        bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
     ```
   }];
-  let arguments = (ins StrArrayAttr:$params, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
+  let arguments = (ins FlatSymbolRefArrayAttr:$params, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
                    I64Attr:$numel, DenseI64ArrayAttr:$bucket_bounds, I64Attr:$dp,
                    UnitAttr:$distributed_optimizer, UnitAttr:$overlap_param_gather);
   let assemblyFormat = "attr-dict";

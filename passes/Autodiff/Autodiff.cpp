@@ -353,6 +353,9 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
       fwd.emitOpError() << "@" << fwd.getSymName() << " is a declaration; trainc-autodiff needs its body";
       return signalPassFailure();
     }
+    // Hand-written IR may give the parameters' attributes on the arguments: declare them once.
+    if (failed(model::declareParameters(module)))
+      return signalPassFailure();
     if (fwd.getNumResults() != 2) {
       fwd.emitOpError() << "must return (loss_sum, num_tokens), returns " << fwd.getNumResults()
                         << " values";
@@ -381,7 +384,7 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
     SmallVector<Type> types(fb.getResultTypes());
     SmallVector<Attribute> resultAttrs = {b.getDictionaryAttr({}), b.getDictionaryAttr({})};
     for (BlockArgument arg : body.getArguments()) {
-      auto name = fb.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "model.param");
+      FlatSymbolRefAttr name = model::paramOf(fb, arg.getArgNumber());
       if (!name)
         continue;
       Value g = grads.lookup(arg);

@@ -14,13 +14,13 @@ def AutodiffPass : Pass<"trainc-autodiff", "::mlir::ModuleOp"> {
 
     Before:
     ```mlir
-    func.func @forward(%w: tensor<4x8xf32> {model.param = "w"}, %x: tensor<2x8xf32> {model.input = "x"}, ...)
+    func.func @forward(%w: tensor<4x8xf32> {model.param = @w}, %x: tensor<2x8xf32> {model.input = "x"}, ...)
         -> (tensor<f32>, tensor<f32>)
     ```
     After (added):
     ```mlir
     func.func @forward_backward(%w: ..., %x: ..., ...)
-        -> (tensor<f32>, tensor<f32>, tensor<4x8xf32> {model.grad_of = "w"}) {
+        -> (tensor<f32>, tensor<f32>, tensor<4x8xf32> {model.grad_of = @w}) {
       ... forward ops ...
       %seed = model.fill {model.loss_seed, value = 1.0 : f64} : () -> tensor<f32>
       ... backward ops ...

@@ -260,7 +260,7 @@ LogicalResult Lowering::collectParams() {
     l.geo.sizes.assign(l.op.getSizes().begin(), l.op.getSizes().end());
     l.geo.bounds.assign(l.op.getBucketBounds().begin(), l.op.getBucketBounds().end());
     for (auto [i, n] : llvm::enumerate(l.op.getParams()))
-      layoutIndex[cast<StringAttr>(n).getValue()] = i;
+      layoutIndex[cast<FlatSymbolRefAttr>(n).getValue()] = i;
   }
   for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
     if (!fn->hasAttr("sched.stage"))
@@ -270,7 +270,8 @@ LogicalResult Lowering::collectParams() {
     stages[fn.getSymName()] = fn;
     for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
       Type t = fn.getArgument(i).getType();
-      if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param")) {
+      if (FlatSymbolRefAttr ref = model::paramOf(fn, i)) {
+        StringAttr name = ref.getAttr();
         if (!statsType)
           statsType = model::statsElementType(cast<ShapedType>(t).getElementType());
         if (paramIndex.count(name.getValue()))
@@ -482,7 +483,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   st.outTarget = stashView;
   st.indexResults();
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-    if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
+    if (FlatSymbolRefAttr name = model::paramOf(fn, i))
       map.map(fn.getArgument(i), valueRef(ob, fn.getLoc(), params[paramIndex[name.getValue()]]));
 
   const int &counter = st.counter;

@@ -69,10 +69,10 @@ LogicalResult verifyAutodiff(ModuleOp m) {
     return m.emitError() << "phase autodiff: no @forward_backward function";
   llvm::StringSet<> grads;
   for (unsigned i = 2; i < fb.getNumResults(); ++i)
-    if (auto g = fb.getResultAttrOfType<StringAttr>(i, "model.grad_of"))
+    if (auto g = fb.getResultAttrOfType<FlatSymbolRefAttr>(i, "model.grad_of"))
       grads.insert(g.getValue());
   for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-    if (auto p = fb.getArgAttrOfType<StringAttr>(i, "model.param"))
+    if (FlatSymbolRefAttr p = model::paramOf(fb, i))
       if (!grads.count(p.getValue()))
         return fb.emitOpError() << "phase autodiff: parameter '" << p.getValue()
                                 << "' has no gradient result";

@@ -80,7 +80,7 @@ struct GradAccumulatePass : mlir::trainc::impl::GradAccumulatePassBase<GradAccum
     b.create<sched::AccumulateLossOp>(ret.getLoc(), ret.getOperand(0), numTokens,
                                       b.getStringAttr(normalization));
     for (unsigned i = 2; i < ret.getNumOperands(); ++i) {
-      auto name = fn.getResultAttrOfType<StringAttr>(i, "model.grad_of");
+      auto name = fn.getResultAttrOfType<FlatSymbolRefAttr>(i, "model.grad_of");
       if (!name) {
         fn.emitOpError() << "result " << i << " has no model.grad_of attribute";
         return signalPassFailure();

@@ -10,6 +10,8 @@
 #include "passes/Grad/Passes.h"
 #include "passes/PlanOption.h"
 
+#include "dialects/Model/ModelDialect.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
@@ -115,7 +117,7 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
       sizes.push_back(cast<ShapedType>(acc.getGrad().getType()).getNumElements());
     }
     for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-      if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
+      if (FlatSymbolRefAttr name = model::paramOf(fn, i))
         if (!index.count(name.getValue())) {
           index[name.getValue()] = order.size();
           order.push_back(name.getValue());
@@ -132,7 +134,7 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     b.setInsertionPointToStart(module.getBody());
     SmallVector<Attribute> names;
     for (StringRef n : order)
-      names.push_back(b.getStringAttr(n));
+      names.push_back(FlatSymbolRefAttr::get(b.getContext(), n));
     auto layout = b.create<sched::GradBufferOp>(
         fn.getLoc(), b.getArrayAttr(names), b.getDenseI64ArrayAttr(geo.offsets),
         b.getDenseI64ArrayAttr(sizes), b.getI64IntegerAttr(geo.numel()),
@@ -255,7 +257,7 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     SmallVector<Operation *> firstUse(lastParamOfBucket.size(), nullptr);
     Block &body = first.getBody().front();
     for (unsigned i = 0; i < first.getNumArguments(); ++i) {
-      auto name = first.getArgAttrOfType<StringAttr>(i, "model.param");
+      FlatSymbolRefAttr name = model::paramOf(first, i);
       if (!name || !index.count(name.getValue()))
         continue;
       size_t k = bucketOf(index.lookup(name.getValue()));

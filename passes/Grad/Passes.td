@@ -22,7 +22,7 @@ def GradAccumulatePass : Pass<"trainc-grad-accumulate", "::mlir::ModuleOp"> {
     func.func @forward_backward(...) {
       ...
       sched.accumulate_loss %l, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
-      sched.accumulate_grad %dw {param = "w"} : tensor<4x8xf32>
+      sched.accumulate_grad %dw into @w : tensor<4x8xf32>
       return
     }
     ```
@@ -69,8 +69,8 @@ def GradBucketsPass : Pass<"trainc-grad-buckets", "::mlir::ModuleOp"> {
     func.func @forward_backward(...) attributes {sched.stage} {
       %dw = model.linear_grad_weight ...
       ...
-      sched.accumulate_grad %dw {param = "w"} : tensor<11x8xf32>
-      sched.accumulate_grad %db {param = "b"} : tensor<11xf32>
+      sched.accumulate_grad %dw into @w : tensor<11x8xf32>
+      sched.accumulate_grad %db into @b : tensor<11xf32>
       return
     }
     func.func @train_step() attributes {sched.iteration} {
@@ -83,13 +83,13 @@ def GradBucketsPass : Pass<"trainc-grad-buckets", "::mlir::ModuleOp"> {
     After (dp=2 bucket-size=50):
     ```mlir
     sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 99>, dp = 2 : i64, numel = 99 : i64,
-                       offsets = array<i64: 0, 88>, params = ["w", "b"], sizes = array<i64: 88, 11>}
+                       offsets = array<i64: 0, 88>, params = [@w, @b], sizes = array<i64: 88, 11>}
     func.func @forward_backward_last(...) attributes {sched.last_microbatch, sched.stage} {
       %dw = model.linear_grad_weight ...
-      sched.accumulate_grad %dw {param = "w"} : tensor<11x8xf32>
+      sched.accumulate_grad %dw into @w : tensor<11x8xf32>
       sched.grad_sync_start {bucket = 0 : i64}
       ...
-      sched.accumulate_grad %db {param = "b"} : tensor<11xf32>
+      sched.accumulate_grad %db into @b : tensor<11xf32>
       sched.grad_sync_start {bucket = 1 : i64}
       return
     }

@@ -25,14 +25,14 @@ struct OptimizerExpandPass : mlir::trainc::impl::OptimizerExpandPassBase<Optimiz
   void runOnOperation() override {
     ModuleOp module = getOperation();
     // Parameters (name, no_weight_decay) from the stage functions' arguments, in order, once each.
-    SmallVector<std::pair<StringAttr, bool>> params;
+    SmallVector<std::pair<FlatSymbolRefAttr, bool>> params;
     llvm::DenseSet<StringRef> seen;
     SymbolTableCollection symbols;
     module.walk([&](func::FuncOp fn) {
       if (!fn->hasAttr("sched.stage"))
         return;
       for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-        if (auto name = fn.getArgAttrOfType<StringAttr>(i, "model.param"))
+        if (FlatSymbolRefAttr name = model::paramOf(fn, i))
           if (seen.insert(name.getValue()).second)
             params.push_back(
                 {name, bool(model::parameterAttrs(symbols, module, fn, i).get("no_weight_decay"))});

@@ -14,7 +14,7 @@ def OptimizerExpandPass : Pass<"trainc-optimizer-expand", "::mlir::ModuleOp"> {
     After:
     ```mlir
     sched.clip_grad_norm {max_norm = 1.0 : f64}
-    sched.adamw {param = "w", decay = true, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64}
+    sched.adamw @w {decay = true, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64}
     ```
   }];
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];

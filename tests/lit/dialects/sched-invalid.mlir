@@ -128,57 +128,66 @@ func.func @train_step() {
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that sched.grad_buffer needs a positive data-parallel size.
 // expected-error@+1 {{'sched.grad_buffer' op dp = 0, expected a positive data-parallel size}}
-sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 0 : i64}
+sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 0 : i64}
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that every parameter has an offset and a size.
 // expected-error@+1 {{'sched.grad_buffer' op has 2 params but 1 offsets and 1 sizes}}
-sched.grad_buffer {params = ["a", "b"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+sched.grad_buffer {params = [@a, @b], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that the buckets cover the buffer from 0 to numel.
 // expected-error@+1 {{'sched.grad_buffer' op bucket_bounds must start at 0 and end at numel = 8}}
-sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that buckets are not empty.
 // expected-error@+1 {{'sched.grad_buffer' op bucket 1 [4, 4) is empty or reversed}}
-sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4, 4>, dp = 1 : i64}
+sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4, 4>, dp = 1 : i64}
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<6xf32>
 // Tests that the distributed optimizer needs buckets that are a multiple of dp.
 // expected-error@+1 {{'sched.grad_buffer' op bucket 0 has 6 elements, not a multiple of dp = 4 (the distributed optimizer shards every bucket evenly)}}
-sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 6 : i64, bucket_bounds = array<i64: 0, 6>, dp = 4 : i64, distributed_optimizer}
+sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 6 : i64, bucket_bounds = array<i64: 0, 6>, dp = 4 : i64, distributed_optimizer}
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<4xf32>
+model.parameter @b {init = "zeros"} : tensor<4xf32>
 // Tests that parameters do not overlap.
-// expected-error@+1 {{'sched.grad_buffer' op param 'b' at offset 2 with 4 elements overlaps the previous one or is empty}}
-sched.grad_buffer {params = ["a", "b"], offsets = array<i64: 0, 2>, sizes = array<i64: 4, 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
+// expected-error@+1 {{'sched.grad_buffer' op param @b at offset 2 with 4 elements overlaps the previous one or is empty}}
+sched.grad_buffer {params = [@a, @b], offsets = array<i64: 0, 2>, sizes = array<i64: 4, 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<6xf32>
 // Tests that a parameter stays inside one bucket (Megatron never splits one across buckets).
-// expected-error@+1 {{'sched.grad_buffer' op param 'a' [0, 6) crosses a bucket boundary}}
-sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4, 8>, dp = 1 : i64}
+// expected-error@+1 {{'sched.grad_buffer' op param @a [0, 6) crosses a bucket boundary}}
+sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4, 8>, dp = 1 : i64}
 
 // -----
 
+model.parameter @a {init = "zeros"} : tensor<10xf32>
 // Tests that parameters end inside the buffer.
-// expected-error@+1 {{'sched.grad_buffer' op param 'a' [0, 10) crosses a bucket boundary}}
-sched.grad_buffer {params = ["a"], offsets = array<i64: 0>, sizes = array<i64: 10>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
+// expected-error@+1 {{'sched.grad_buffer' op param @a [0, 10) crosses a bucket boundary}}
+sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 10>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
 
 // -----
 
 // Tests that a backward unit consumes the stash of its own microbatch.
-func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
-func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bwd(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
 func.func @step() {
   %s = sched.forward @fwd microbatch 0 chunk 0
   // expected-error@+1 {{'sched.backward' op consumes the stash of microbatch 0 chunk 0 as microbatch 1 chunk 0}}
@@ -189,8 +198,8 @@ func.func @step() {
 // -----
 
 // Tests that a stash is consumed once.
-func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
-func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bwd(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
 func.func @step() {
   %s = sched.forward @fwd microbatch 0 chunk 0
   // expected-error@+1 {{'sched.backward' op stash of microbatch 0 is consumed more than once}}
@@ -202,8 +211,8 @@ func.func @step() {
 // -----
 
 // Tests that the backward's stash arguments match the forward's results.
-func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
-func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<8xf32> {sched.stash = 0 : i64}) { return }
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bwd(%w: tensor<4xf32> {model.param = @w}, %s: tensor<8xf32> {sched.stash = 0 : i64}) { return }
 func.func @step() {
   %s = sched.forward @fwd microbatch 0 chunk 0
   // expected-error@+1 {{'sched.backward' op callee @bwd takes 1 stash arguments that do not match the 1 results of the forward unit @fwd}}
@@ -223,7 +232,7 @@ func.func @step() {
 // -----
 
 // Tests that a forward unit's microbatch is not negative.
-func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> { return %w : tensor<4xf32> }
 func.func @step() {
   // expected-error@+1 {{'sched.forward' op microbatch -1 is negative}}
   %s = sched.forward @fwd microbatch -1 chunk 0
@@ -233,7 +242,7 @@ func.func @step() {
 // -----
 
 // Tests that a forward unit's stash has static shapes.
-func.func @fwd(%w: tensor<?xf32> {model.param = "w"}) -> tensor<?xf32> { return %w : tensor<?xf32> }
+func.func @fwd(%w: tensor<?xf32> {model.param = @w}) -> tensor<?xf32> { return %w : tensor<?xf32> }
 func.func @step() {
   // expected-error@+1 {{'sched.forward' op callee @fwd returns 'tensor<?xf32>'; a forward unit returns its stash as statically shaped tensors of integers or floats}}
   %s = sched.forward @fwd microbatch 0 chunk 0

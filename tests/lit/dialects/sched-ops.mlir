@@ -3,19 +3,22 @@
 
 // Round trip of every sched op.
 
+model.parameter @w {init = "zeros"} : tensor<11x8xf32>
+model.parameter @b {init = "zeros"} : tensor<6xf32>
+model.parameter @a {init = "zeros"} : tensor<10xf32>
 // Tests that the ops of a stage function (loss seed, loss and gradient accumulation) round-trip.
 // CHECK-LABEL: func.func @stage
-// CHECK-SAME: (%[[W:[^:]+]]: tensor<11x8xf32> {model.param = "w"}, %[[L:[^:]+]]: tensor<f32> {model.input = "l"}, %[[N:[^:]+]]: tensor<f32> {model.input = "n"})
+// CHECK-SAME: (%[[W:[^:]+]]: tensor<11x8xf32> {model.param = @w}, %[[L:[^:]+]]: tensor<f32> {model.input = "l"}, %[[N:[^:]+]]: tensor<f32> {model.input = "n"})
 // CHECK-SAME: attributes {sched.stage}
 // CHECK: %[[SEED:.+]] = sched.loss_seed %[[N]] {num_microbatches = 4 : i64} : (tensor<f32>) -> tensor<f32>
 // CHECK: sched.accumulate_loss %[[L]], %[[N]] {normalization = "per_microbatch"} : tensor<f32>, tensor<f32>
 // CHECK: sched.accumulate_loss %[[SEED]], %[[N]] {normalization = "per_token"} : tensor<f32>, tensor<f32>
-// CHECK: sched.accumulate_grad %[[W]] {param = "w"} : tensor<11x8xf32>
-func.func @stage(%w: tensor<11x8xf32> {model.param = "w"}, %l: tensor<f32> {model.input = "l"}, %n: tensor<f32> {model.input = "n"}) attributes {sched.stage} {
+// CHECK: sched.accumulate_grad %[[W]] into @w : tensor<11x8xf32>
+func.func @stage(%w: tensor<11x8xf32> {model.param = @w}, %l: tensor<f32> {model.input = "l"}, %n: tensor<f32> {model.input = "n"}) attributes {sched.stage} {
   %seed = sched.loss_seed %n {num_microbatches = 4 : i64} : (tensor<f32>) -> tensor<f32>
   sched.accumulate_loss %l, %n {normalization = "per_microbatch"} : tensor<f32>, tensor<f32>
   sched.accumulate_loss %seed, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
-  sched.accumulate_grad %w {param = "w"} : tensor<11x8xf32>
+  sched.accumulate_grad %w into @w : tensor<11x8xf32>
   return
 }
 
@@ -29,7 +32,7 @@ func.func @stage(%w: tensor<11x8xf32> {model.param = "w"}, %l: tensor<f32> {mode
 // CHECK-NEXT: sched.finalize_grads {normalization = "per_token"}
 // CHECK-NEXT: sched.optimizer_step {beta1 = 9.000000e-01 : f64, beta2 = 7.500000e-01 : f64, clip_grad = 1.000000e+00 : f64, eps = 1.000000e-08 : f64}
 // CHECK-NEXT: sched.clip_grad_norm {max_norm = 5.000000e-01 : f64}
-// CHECK-NEXT: sched.adamw {beta1 = 9.000000e-01 : f64, beta2 = 7.500000e-01 : f64, decay = false, eps = 1.000000e-08 : f64, param = "w"}
+// CHECK-NEXT: sched.adamw @w {beta1 = 9.000000e-01 : f64, beta2 = 7.500000e-01 : f64, decay = false, eps = 1.000000e-08 : f64}
 // CHECK-NEXT: sched.read_outputs "outputs"
 // CHECK-NEXT: return
 // CHECK-LABEL: func.func @eval_step
@@ -44,7 +47,7 @@ func.func @train_step() attributes {sched.iteration} {
   sched.finalize_grads {normalization = "per_token"}
   sched.optimizer_step {beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64, clip_grad = 1.0 : f64}
   sched.clip_grad_norm {max_norm = 0.5 : f64}
-  sched.adamw {param = "w", decay = false, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
+  sched.adamw @w {decay = false, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
   sched.read_outputs "outputs"
   return
 }
@@ -54,8 +57,8 @@ func.func @eval_step() attributes {sched.iteration, sched.eval} {
 }
 
 // Tests that the data-parallel ops round-trip.
-// CHECK: sched.grad_buffer {bucket_bounds = array<i64: 0, 6, 16>, distributed_optimizer, dp = 2 : i64, numel = 16 : i64, offsets = array<i64: 0, 6>, params = ["b", "a"], sizes = array<i64: 6, 10>}
-sched.grad_buffer {params = ["b", "a"], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64, bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
+// CHECK: sched.grad_buffer {bucket_bounds = array<i64: 0, 6, 16>, distributed_optimizer, dp = 2 : i64, numel = 16 : i64, offsets = array<i64: 0, 6>, params = [@b, @a], sizes = array<i64: 6, 10>}
+sched.grad_buffer {params = [@b, @a], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64, bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
 // CHECK-LABEL: func.func @dp_ops
 func.func @dp_ops() {
   // CHECK: sched.grad_sync_start {bucket = 0 : i64}
@@ -75,10 +78,10 @@ func.func @dp_ops() {
 // CHECK-LABEL: func.func @unit_step()
 // CHECK: %[[S:.+]] = sched.forward @fwd microbatch 3 chunk 1
 // CHECK-NEXT: sched.backward @bwd(%[[S]]) microbatch 3 chunk 1
-func.func @fwd(%w: tensor<4xf32> {model.param = "w"}) -> tensor<4xf32> attributes {sched.stage} {
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> attributes {sched.stage} {
   return %w : tensor<4xf32>
 }
-func.func @bwd(%w: tensor<4xf32> {model.param = "w"}, %s: tensor<4xf32> {sched.stash = 0 : i64}) attributes {sched.stage} {
+func.func @bwd(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}) attributes {sched.stage} {
   return
 }
 func.func @unit_step() {

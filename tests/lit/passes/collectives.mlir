@@ -28,8 +28,8 @@
 // RT: rt.collective "all_reduce" "tp"
 mesh.mesh @mesh(shape = 2x1x1x2x1) {trainc.axis_names = ["tp", "cp", "ep", "dp", "pp"]}
 func.func @forward(
-    %w: tensor<8x8xf32> {model.param = "w"},
-    %wout: tensor<11x8xf32> {model.param = "wout"},
+    %w: tensor<8x8xf32> {model.param = @w},
+    %wout: tensor<11x8xf32> {model.param = @wout},
     %x: tensor<2x5x8xf32> {model.input = "x"},
     %labels: tensor<10xi32> {model.input = "labels"},
     %mask: tensor<10xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {

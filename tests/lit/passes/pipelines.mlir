@@ -14,9 +14,9 @@
 // The input: a tiny language model (embedding -> rms_norm -> linear -> cross_entropy; vocab 11,
 // hidden 8, batch 2, seq 5; the final norm weight has no weight decay).
 func.func @forward(
-    %wte: tensor<11x8xf32> {model.param = "wte", model.init = "normal", model.init_std = 2.0e-02 : f64},
-    %ln: tensor<8xf32> {model.param = "ln", model.init = "ones", model.no_weight_decay},
-    %wout: tensor<11x8xf32> {model.param = "wout", model.init = "normal", model.init_std = 2.0e-02 : f64},
+    %wte: tensor<11x8xf32> {model.param = @wte, model.init = "normal", model.init_std = 2.0e-02 : f64},
+    %ln: tensor<8xf32> {model.param = @ln, model.init = "ones", model.no_weight_decay},
+    %wout: tensor<11x8xf32> {model.param = @wout, model.init = "normal", model.init_std = 2.0e-02 : f64},
     %tokens: tensor<2x5xi32> {model.input = "tokens"},
     %labels: tensor<2x5xi32> {model.input = "labels"},
     %mask: tensor<2x5xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
@@ -34,7 +34,7 @@ func.func @forward(
 // parameter.
 // AUTODIFF-LABEL: func.func @forward(
 // AUTODIFF-LABEL: func.func @forward_backward(
-// AUTODIFF-SAME: -> (tensor<f32>, tensor<f32>, tensor<11x8xf32> {model.grad_of = "wte"}, tensor<8xf32> {model.grad_of = "ln"}, tensor<11x8xf32> {model.grad_of = "wout"})
+// AUTODIFF-SAME: -> (tensor<f32>, tensor<f32>, tensor<11x8xf32> {model.grad_of = @wte}, tensor<8xf32> {model.grad_of = @ln}, tensor<11x8xf32> {model.grad_of = @wout})
 // AUTODIFF: model.embedding_grad
 
 // Tests that trainc-phase-schedule passes its options on: per_microbatch normalization (legacy
@@ -57,9 +57,9 @@ func.func @forward(
 // SCHED-NEXT: sched.backward @forward_backward.backward(%[[S1]]) microbatch 1 chunk 0
 // SCHED-NEXT: sched.finalize_grads {normalization = "per_microbatch"}
 // SCHED-NEXT: sched.clip_grad_norm {max_norm = 5.000000e-01 : f64}
-// SCHED-NEXT: sched.adamw {{.*}}decay = true, {{.*}}param = "wte"}
-// SCHED-NEXT: sched.adamw {{.*}}decay = false, {{.*}}param = "ln"}
-// SCHED-NEXT: sched.adamw {{.*}}decay = true, {{.*}}param = "wout"}
+// SCHED-NEXT: sched.adamw @wte {{.*}}decay = true
+// SCHED-NEXT: sched.adamw @ln {{.*}}decay = false
+// SCHED-NEXT: sched.adamw @wout {{.*}}decay = true
 // SCHED-NOT: sched.optimizer_step
 // SCHED-LABEL: func.func @eval_step()
 

@@ -70,11 +70,11 @@ func.func private @layer(%x: tensor<2x5x8xf32>, %w: tensor<8x8xf32> {model.layer
   return %o : tensor<2x5x8xf32>
 }
 func.func @forward(
-    %wte: tensor<11x8xf32> {model.param = "wte"},
-    %w0: tensor<8x8xf32> {model.param = "layers.0.w"},
-    %ln0: tensor<8xf32> {model.param = "layers.0.ln"},
-    %w1: tensor<8x8xf32> {model.param = "layers.1.w"},
-    %ln1: tensor<8xf32> {model.param = "layers.1.ln"},
+    %wte: tensor<11x8xf32> {model.param = @wte},
+    %w0: tensor<8x8xf32> {model.param = @layers.0.w},
+    %ln0: tensor<8xf32> {model.param = @layers.0.ln},
+    %w1: tensor<8x8xf32> {model.param = @layers.1.w},
+    %ln1: tensor<8xf32> {model.param = @layers.1.ln},
     %tokens: tensor<2x5xi32> {model.input = "tokens"},
     %labels: tensor<10xi32> {model.input = "labels"},
     %mask: tensor<10xf32> {model.input = "loss_mask"},

@@ -11,13 +11,13 @@
 // CHECK-NOT: model.fill
 // CHECK: return
 // CHECK-LABEL: func.func @forward_backward(
-// CHECK-SAME: %[[WTE:[^:]+]]: tensor<11x8xf32> {model.param = "wte"}
-// CHECK-SAME: %[[LN:[^:]+]]: tensor<8xf32> {model.param = "ln"}
-// CHECK-SAME: %[[WOUT:[^:]+]]: tensor<11x8xf32> {model.param = "wout"}
+// CHECK-SAME: %[[WTE:[^:]+]]: tensor<11x8xf32> {model.param = @wte}
+// CHECK-SAME: %[[LN:[^:]+]]: tensor<8xf32> {model.param = @ln}
+// CHECK-SAME: %[[WOUT:[^:]+]]: tensor<11x8xf32> {model.param = @wout}
 // CHECK-SAME: %[[TOK:[^:]+]]: tensor<2x5xi32> {model.input = "tokens"}
 // CHECK-SAME: %[[LAB:[^:]+]]: tensor<10xi32> {model.input = "labels"}
 // CHECK-SAME: %[[MASK:[^:]+]]: tensor<10xf32> {model.input = "loss_mask"}
-// CHECK-SAME: -> (tensor<f32>, tensor<f32>, tensor<11x8xf32> {model.grad_of = "wte"}, tensor<8xf32> {model.grad_of = "ln"}, tensor<11x8xf32> {model.grad_of = "wout"})
+// CHECK-SAME: -> (tensor<f32>, tensor<f32>, tensor<11x8xf32> {model.grad_of = @wte}, tensor<8xf32> {model.grad_of = @ln}, tensor<11x8xf32> {model.grad_of = @wout})
 // CHECK: %[[X:.+]] = model.embedding %[[WTE]], %[[TOK]]
 // CHECK: %[[H:.+]], %[[RSTD:.+]] = model.rms_norm %[[X]], %[[LN]]
 // CHECK: %[[LOGITS:.+]] = model.linear %[[H]], %[[WOUT]]
@@ -33,9 +33,9 @@
 // CHECK-NOT: model.add
 // CHECK: return %[[LOSS]], %[[N]], %[[DWTE]], %[[DLN]], %[[DWOUT]]
 func.func @forward(
-    %wte: tensor<11x8xf32> {model.param = "wte"},
-    %ln: tensor<8xf32> {model.param = "ln"},
-    %wout: tensor<11x8xf32> {model.param = "wout"},
+    %wte: tensor<11x8xf32> {model.param = @wte},
+    %ln: tensor<8xf32> {model.param = @ln},
+    %wout: tensor<11x8xf32> {model.param = @wout},
     %tokens: tensor<2x5xi32> {model.input = "tokens"},
     %labels: tensor<10xi32> {model.input = "labels"},
     %mask: tensor<10xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
@@ -52,8 +52,8 @@ func.func @forward(
 // Tests that a tied embedding (used by the embedding and by the output linear) gets the sum of its
 // two gradients with model.add, and that an unused parameter gets a zero gradient.
 // CHECK-LABEL: func.func @forward_backward(
-// CHECK-SAME: %[[WTE:[^:]+]]: tensor<11x8xf32> {model.param = "wte"}
-// CHECK-SAME: -> (tensor<f32>, tensor<f32>, tensor<11x8xf32> {model.grad_of = "wte"}, tensor<8xf32> {model.grad_of = "ln"}, tensor<4x8xf32> {model.grad_of = "unused"})
+// CHECK-SAME: %[[WTE:[^:]+]]: tensor<11x8xf32> {model.param = @wte}
+// CHECK-SAME: -> (tensor<f32>, tensor<f32>, tensor<11x8xf32> {model.grad_of = @wte}, tensor<8xf32> {model.grad_of = @ln}, tensor<4x8xf32> {model.grad_of = @unused})
 // CHECK: %[[DW_LINEAR:.+]] = model.linear_grad_weight
 // CHECK: %{{.+}}, %[[DLN:.+]] = model.rms_norm_grad
 // CHECK: %[[DW_EMB:.+]] = model.embedding_grad
@@ -61,9 +61,9 @@ func.func @forward(
 // CHECK: %[[ZERO:.+]] = model.fill {{.*}}{value = 0.000000e+00 : f64} : () -> tensor<4x8xf32>
 // CHECK: return %{{.+}}, %{{.+}}, %[[DWTE]], %[[DLN]], %[[ZERO]]
 func.func @forward(
-    %wte: tensor<11x8xf32> {model.param = "wte"},
-    %ln: tensor<8xf32> {model.param = "ln"},
-    %unused: tensor<4x8xf32> {model.param = "unused"},
+    %wte: tensor<11x8xf32> {model.param = @wte},
+    %ln: tensor<8xf32> {model.param = @ln},
+    %unused: tensor<4x8xf32> {model.param = @unused},
     %tokens: tensor<2x5xi32> {model.input = "tokens"},
     %labels: tensor<10xi32> {model.input = "labels"},
     %mask: tensor<10xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
@@ -81,7 +81,7 @@ func.func @forward(
 // log-sum-exp, the three gradients of one value used as query, key and value are summed, and rope's
 // gradient is rope_grad with the same base.
 // CHECK-LABEL: func.func @forward_backward(
-// CHECK-SAME: %[[W:[^:]+]]: tensor<16x8xf32> {model.param = "qkv"}
+// CHECK-SAME: %[[W:[^:]+]]: tensor<16x8xf32> {model.param = @qkv}
 // CHECK-SAME: %[[X:[^:]+]]: tensor<2x5x8xf32> {model.input = "x"}
 // CHECK-SAME: %[[POS:[^:]+]]: tensor<2x5xi32> {model.input = "pos"}
 // CHECK: %[[Q:.+]] = model.rope %{{.+}}, %[[POS]] {base = 5.000000e+02 : f64}
@@ -95,7 +95,7 @@ func.func @forward(
 // CHECK: %[[DW:.+]] = model.linear_grad_weight %[[DQKV]], %[[X]]
 // CHECK: return %{{.+}}, %{{.+}}, %[[DW]] :
 func.func @forward(
-    %wqkv: tensor<16x8xf32> {model.param = "qkv"},
+    %wqkv: tensor<16x8xf32> {model.param = @qkv},
     %x: tensor<2x5x8xf32> {model.input = "x"},
     %pos: tensor<2x5xi32> {model.input = "pos"},
     %labels: tensor<10xi32> {model.input = "labels"},
@@ -115,7 +115,7 @@ func.func @forward(
 // swiglu, dropout (the same mask: p and op_id carried over) and the residual add, whose input
 // gradient is the sum of the residual path and the block path.
 // CHECK-LABEL: func.func @forward_backward(
-// CHECK-SAME: -> (tensor<f32>, tensor<f32>, tensor<8xf32> {model.grad_of = "ln.weight"}, tensor<8xf32> {model.grad_of = "ln.bias"}, tensor<16x8xf32> {model.grad_of = "fc1.weight"}, tensor<16xf32> {model.grad_of = "fc1.bias"})
+// CHECK-SAME: -> (tensor<f32>, tensor<f32>, tensor<8xf32> {model.grad_of = @ln.weight}, tensor<8xf32> {model.grad_of = @ln.bias}, tensor<16x8xf32> {model.grad_of = @fc1.weight}, tensor<16xf32> {model.grad_of = @fc1.bias})
 // CHECK: %[[DROP:.+]] = model.dropout
 // CHECK: model.fill {{.*}}model.loss_seed
 // CHECK: %[[DDROP:.+]] = model.dropout_grad %{{.+}}, %{{.+}} {op_id = 5 : i64, p = 1.250000e-01 : f64}
@@ -127,10 +127,10 @@ func.func @forward(
 // CHECK: %{{.+}}, %[[DLNW:.+]], %[[DLNB:.+]] = model.layer_norm_grad %[[DN]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} :
 // CHECK: return %{{.+}}, %{{.+}}, %[[DLNW]], %[[DLNB]], %[[DW1]], %[[DB1]] :
 func.func @forward(
-    %lnw: tensor<8xf32> {model.param = "ln.weight"},
-    %lnb: tensor<8xf32> {model.param = "ln.bias"},
-    %w1: tensor<16x8xf32> {model.param = "fc1.weight"},
-    %b1: tensor<16xf32> {model.param = "fc1.bias"},
+    %lnw: tensor<8xf32> {model.param = @ln.weight},
+    %lnb: tensor<8xf32> {model.param = @ln.bias},
+    %w1: tensor<16x8xf32> {model.param = @fc1.weight},
+    %b1: tensor<16xf32> {model.param = @fc1.bias},
     %x: tensor<2x5x8xf32> {model.input = "x"},
     %rng: tensor<3xi64> {model.input = "rng"},
     %labels: tensor<10xi32> {model.input = "labels"},
@@ -180,7 +180,7 @@ func.func @forward(%l: tensor<f32> {model.input = "l"}) -> tensor<f32> {
 // -----
 
 // Tests that an op without a VJP rule on the gradient path is reported.
-func.func @forward(%w: tensor<4x8xf32> {model.param = "w"}, %dy: tensor<2x4xf32> {model.input = "dy"}, %labels: tensor<2xi32> {model.input = "labels"}, %mask: tensor<2xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
+func.func @forward(%w: tensor<4x8xf32> {model.param = @w}, %dy: tensor<2x4xf32> {model.input = "dy"}, %labels: tensor<2xi32> {model.input = "labels"}, %mask: tensor<2xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
   // expected-error@+1 {{'model.linear_grad_input' op has no VJP rule (VJPOpInterface) but a gradient flows into it}}
   %x = model.linear_grad_input %dy, %w : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
   %loss, %n, %lse = model.cross_entropy %x, %labels, %mask : (tensor<2x8xf32>, tensor<2xi32>, tensor<2xf32>) -> (tensor<f32>, tensor<f32>, tensor<2xf32>)
@@ -189,7 +189,7 @@ func.func @forward(%w: tensor<4x8xf32> {model.param = "w"}, %dy: tensor<2x4xf32>
 
 // OUTPUT: func.func @forward(
 // OUTPUT: func.func @step_grad(
-// OUTPUT-SAME: {model.grad_of = "embedding.word_embeddings.weight"}, tensor<8xf32> {model.grad_of = "decoder.final_layernorm.weight"}, tensor<11x8xf32> {model.grad_of = "output_layer.weight"})
+// OUTPUT-SAME: {model.grad_of = @embedding.word_embeddings.weight}, tensor<8xf32> {model.grad_of = @decoder.final_layernorm.weight}, tensor<11x8xf32> {model.grad_of = @output_layer.weight})
 // OUTPUT-NOT: @forward_backward
 
 // FUNCTION: error: trainc-autodiff: no function @model to differentiate

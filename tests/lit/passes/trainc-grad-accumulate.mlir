@@ -5,12 +5,14 @@
 // RUN: %not trainc-opt %S/Inputs/tiny-model.mlir -trainc-autodiff -trainc-grad-accumulate="num-microbatches=0" 2>&1 | FileCheck %s --check-prefix=BADMB
 // REQUIRES: compiler
 
+model.parameter @w {init = "zeros"} : tensor<4x8xf32>
+model.parameter @b {init = "zeros"} : tensor<4xf32>
 // Tests that with per_token normalization (the default) the stage function accumulates
 // (loss_sum, num_tokens) and each parameter gradient into its main_grad, returns nothing, is
 // tagged sched.stage, and backward still starts from the d(loss_sum) = 1 seed.
 // CHECK-LABEL: func.func @forward_backward(
-// CHECK-SAME: %[[W:[^:]+]]: tensor<4x8xf32> {model.param = "w"}
-// CHECK-SAME: %[[B:[^:]+]]: tensor<4xf32> {model.param = "b"}
+// CHECK-SAME: %[[W:[^:]+]]: tensor<4x8xf32> {model.param = @w}
+// CHECK-SAME: %[[B:[^:]+]]: tensor<4xf32> {model.param = @b}
 // CHECK-SAME: %[[L:[^:]+]]: tensor<f32> {model.input = "l"}
 // CHECK-SAME: %[[N:[^:]+]]: tensor<f32> {model.input = "n"}
 // CHECK-SAME: ) attributes {sched.stage} {
@@ -18,11 +20,11 @@
 // CHECK-NOT: sched.loss_seed
 // CHECK: %[[DW:.+]] = model.add %[[W]], %[[W]]
 // CHECK: sched.accumulate_loss %[[L]], %[[N]] {normalization = "per_token"} : tensor<f32>, tensor<f32>
-// CHECK-NEXT: sched.accumulate_grad %[[DW]] {param = "w"} : tensor<4x8xf32>
-// CHECK-NEXT: sched.accumulate_grad %[[B]] {param = "b"} : tensor<4xf32>
+// CHECK-NEXT: sched.accumulate_grad %[[DW]] into @w : tensor<4x8xf32>
+// CHECK-NEXT: sched.accumulate_grad %[[B]] into @b : tensor<4xf32>
 // CHECK-NEXT: return{{$}}
-func.func @forward_backward(%w: tensor<4x8xf32> {model.param = "w"}, %b: tensor<4xf32> {model.param = "b"}, %l: tensor<f32> {model.input = "l"}, %n: tensor<f32> {model.input = "n"})
-    -> (tensor<f32>, tensor<f32>, tensor<4x8xf32> {model.grad_of = "w"}, tensor<4xf32> {model.grad_of = "b"}) {
+func.func @forward_backward(%w: tensor<4x8xf32> {model.param = @w}, %b: tensor<4xf32> {model.param = @b}, %l: tensor<f32> {model.input = "l"}, %n: tensor<f32> {model.input = "n"})
+    -> (tensor<f32>, tensor<f32>, tensor<4x8xf32> {model.grad_of = @w}, tensor<4xf32> {model.grad_of = @b}) {
   %seed = model.fill {model.loss_seed, value = 1.0 : f64} : () -> tensor<f32>
   %dw = model.add %w, %w : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %l, %n, %dw, %b : tensor<f32>, tensor<f32>, tensor<4x8xf32>, tensor<4xf32>
@@ -50,7 +52,7 @@ func.func @forward_backward(%l: tensor<f32> {model.input = "l"}) -> tensor<f32> 
 
 // Tests that every gradient result names its parameter.
 // expected-error@+1 {{'func.func' op result 2 has no model.grad_of attribute}}
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %l: tensor<f32> {model.input = "l"}) -> (tensor<f32>, tensor<f32>, tensor<4xf32>) {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}, %l: tensor<f32> {model.input = "l"}) -> (tensor<f32>, tensor<f32>, tensor<4xf32>) {
   return %l, %l, %w : tensor<f32>, tensor<f32>, tensor<4xf32>
 }
 
@@ -62,9 +64,9 @@ func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %l: tensor<f3
 // LEGACY-NEXT: %[[SEED:.+]] = sched.loss_seed %[[N]] {num_microbatches = 4 : i64} : (tensor<f32>) -> tensor<f32>
 // LEGACY-NEXT: model.cross_entropy_grad %{{.+}}, %{{.+}}, %{{.+}}, %[[LSE]], %[[SEED]]
 // LEGACY: sched.accumulate_loss %[[LOSS]], %[[N]] {normalization = "per_microbatch"}
-// LEGACY-NEXT: sched.accumulate_grad %{{.+}} {param = "embedding.word_embeddings.weight"} : tensor<11x8xf32>
-// LEGACY-NEXT: sched.accumulate_grad %{{.+}} {param = "decoder.final_layernorm.weight"} : tensor<8xf32>
-// LEGACY-NEXT: sched.accumulate_grad %{{.+}} {param = "output_layer.weight"} : tensor<11x8xf32>
+// LEGACY-NEXT: sched.accumulate_grad %{{.+}} into @embedding.word_embeddings.weight : tensor<11x8xf32>
+// LEGACY-NEXT: sched.accumulate_grad %{{.+}} into @decoder.final_layernorm.weight : tensor<8xf32>
+// LEGACY-NEXT: sched.accumulate_grad %{{.+}} into @output_layer.weight : tensor<11x8xf32>
 // LEGACY-NEXT: return
 
 // Tests that per_microbatch needs the seed that trainc-autodiff emits.

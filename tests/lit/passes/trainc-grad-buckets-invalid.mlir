@@ -3,8 +3,9 @@
 
 // One case per trainc-grad-buckets error on IR that does not have the expected shape.
 
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 // Tests that the iteration must have exactly one finalize_grads.
@@ -16,8 +17,9 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 // Tests that the iteration must call the stage function.
@@ -29,8 +31,9 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 // Tests that the distributed optimizer needs the expanded AdamW ops.

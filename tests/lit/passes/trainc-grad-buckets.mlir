@@ -13,15 +13,15 @@
 
 // Tests the layout: parameters in the order their gradients become final (w, then b), buckets
 // closed after the parameter reaching 50 elements, padded to a multiple of dp = 2 (88 and 11 -> 12).
-// ZERO: sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 100>, distributed_optimizer, dp = 2 : i64, numel = 100 : i64, offsets = array<i64: 0, 88>, params = ["w", "b"], sizes = array<i64: 88, 11>}
+// ZERO: sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 100>, distributed_optimizer, dp = 2 : i64, numel = 100 : i64, offsets = array<i64: 0, 88>, params = [@w, @b], sizes = array<i64: 88, 11>}
 // Tests that earlier microbatches do not communicate and the last one starts each bucket's
 // reduction right after the bucket's last gradient.
 // ZERO-LABEL: func.func @forward_backward(
 // ZERO-NOT: sched.grad_sync_start
 // ZERO-LABEL: func.func @forward_backward_last(
-// ZERO: sched.accumulate_grad %{{.*}} {param = "w"}
+// ZERO: sched.accumulate_grad %{{.*}} into @w
 // ZERO-NEXT: sched.grad_sync_start {bucket = 0 : i64}
-// ZERO-NEXT: sched.accumulate_grad %{{.*}} {param = "b"}
+// ZERO-NEXT: sched.accumulate_grad %{{.*}} into @b
 // ZERO-NEXT: sched.grad_sync_start {bucket = 1 : i64}
 // Tests the iteration: the last microbatch calls the clone, every bucket is waited for and the
 // losses are reduced before finalize; each bucket's parameter all-gather starts after its last
@@ -34,9 +34,9 @@
 // ZERO-NEXT: sched.reduce_losses
 // ZERO-NEXT: sched.finalize_grads
 // ZERO-NEXT: sched.clip_grad_norm
-// ZERO-NEXT: sched.adamw {{.*}}param = "w"}
+// ZERO-NEXT: sched.adamw @w {{.*}}
 // ZERO-NEXT: sched.param_gather_start {bucket = 0 : i64}
-// ZERO-NEXT: sched.adamw {{.*}}param = "b"}
+// ZERO-NEXT: sched.adamw @b {{.*}}
 // ZERO-NEXT: sched.param_gather_start {bucket = 1 : i64}
 // ZERO-NEXT: sched.param_gather_wait {bucket = 0 : i64}
 // ZERO-NEXT: sched.param_gather_wait {bucket = 1 : i64}
@@ -45,7 +45,7 @@
 // Tests plain DP with the default bucket size: one bucket, no padding, no parameter gathers.
 // PLAIN: sched.grad_buffer {bucket_bounds = array<i64: 0, 99>, dp = 2 : i64, numel = 99 : i64
 // PLAIN-LABEL: func.func @forward_backward_last(
-// PLAIN: sched.accumulate_grad %{{.*}} {param = "b"}
+// PLAIN: sched.accumulate_grad %{{.*}} into @b
 // PLAIN-NEXT: sched.grad_sync_start {bucket = 0 : i64}
 // PLAIN-NOT: sched.param_gather
 
@@ -53,7 +53,7 @@
 // bucket per parameter with bucket-size 1.
 // ONE: sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 99>
 // ONE-NOT: forward_backward_last
-// ONE: sched.accumulate_grad %{{.*}} {param = "w"}
+// ONE: sched.accumulate_grad %{{.*}} into @w
 // ONE-NEXT: sched.grad_sync_start {bucket = 0 : i64}
 // ONE-NOT: forward_backward_last
 
@@ -64,7 +64,7 @@
 // shards (the padding's gradients are zero) and all-reduces, one AdamW per bucket shard updates
 // its parameters' pieces (`segments` of coordinate 0; rt.shard_segments are the bucket's: b is
 // [0, 11) of bucket 1, padding excluded, no weight decay), and the all-gather returns each bucket.
-// RT-DAG: rt.buffer @params {kind = "parameter", param_info = [{name = "w", offset = 0 : i64, shape = array<i64: 11, 8>}, {name = "b", no_weight_decay, offset = 88 : i64, shape = array<i64: 11>}]} : memref<100xf32>
+// RT-DAG: rt.buffer @params {kind = "parameter", param_info = [{init = "zeros", name = "w", offset = 0 : i64, shape = array<i64: 11, 8>}, {init = "zeros", name = "b", no_weight_decay, offset = 88 : i64, shape = array<i64: 11>}]} : memref<100xf32>
 // RT-DAG: rt.buffer @main_grad {grad_info = [{name = "w", offset = 0 : i64}, {name = "b", offset = 88 : i64}], kind = "main_grad"} : memref<100xf32>
 // RT-DAG: rt.buffer @exp_avg {kind = "optimizer_state"} : memref<50xf32>
 // RT-LABEL: func.func @forward_backward_last(
@@ -102,9 +102,9 @@
 // the first read of each bucket's parameters; the step ends without waiting.
 // OVERLAP-LABEL: func.func @forward_backward_first(
 // OVERLAP: sched.param_gather_wait {bucket = 0 : i64}
-// OVERLAP-NEXT: sched.accumulate_grad %{{.*}} {param = "w"}
+// OVERLAP-NEXT: sched.accumulate_grad %{{.*}} into @w
 // OVERLAP-NEXT: sched.param_gather_wait {bucket = 1 : i64}
-// OVERLAP-NEXT: sched.accumulate_grad %{{.*}} {param = "b"}
+// OVERLAP-NEXT: sched.accumulate_grad %{{.*}} into @b
 // OVERLAP-LABEL: func.func @train_step()
 // OVERLAP: sched.microbatch @forward_backward_first {index = 0 : i64}
 // OVERLAP-NEXT: sched.microbatch @forward_backward {index = 1 : i64}

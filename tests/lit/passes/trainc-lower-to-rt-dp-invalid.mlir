@@ -3,8 +3,9 @@
 
 // One case per data-parallel error of trainc-lower-to-rt, then the errors of calls.
 
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -16,9 +17,10 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
-sched.grad_buffer {params = ["w"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -30,9 +32,10 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
-sched.grad_buffer {params = ["w"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -44,10 +47,12 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
-sched.grad_buffer {params = ["w"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+model.parameter @v {init = "zeros"} : tensor<4xf32>
+sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
 // expected-error@+1 {{'func.func' op parameter 'v' is not in the sched.grad_buffer layout}}
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %v: tensor<4xf32> {model.param = "v"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}, %v: tensor<4xf32> {model.param = @v}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -57,11 +62,12 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
-sched.grad_buffer {params = ["w"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 // expected-error@+1 {{'sched.grad_buffer' op is the second sched.grad_buffer; one is supported}}
-sched.grad_buffer {params = ["w"], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -71,12 +77,13 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // The errors of calls inside stages (layer functions).
 func.func private @external(%x: tensor<4xf32>) -> tensor<4xf32>
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   // expected-error@+1 {{'func.call' op calls @external, not a function with a body}}
   %0 = call @external(%w) : (tensor<4xf32>) -> tensor<4xf32>
-  sched.accumulate_grad %0 {param = "w"} : tensor<4xf32>
+  sched.accumulate_grad %0 into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -86,14 +93,15 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 func.func private @loop(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error@+1 {{'func.call' op calls @loop recursively; a program's call graph is acyclic}}
   %0 = call @loop(%x) : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   %0 = call @loop(%w) : (tensor<4xf32>) -> tensor<4xf32>
-  sched.accumulate_grad %0 {param = "w"} : tensor<4xf32>
+  sched.accumulate_grad %0 into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -103,14 +111,15 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 func.func private @layer(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error@+1 {{'sched.accumulate_grad' op cannot be lowered to rt in a called function (only model ops and calls are)}}
-  sched.accumulate_grad %x {param = "w"} : tensor<4xf32>
+  sched.accumulate_grad %x into @w : tensor<4xf32>
   return %x : tensor<4xf32>
 }
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   %0 = call @layer(%w) : (tensor<4xf32>) -> tensor<4xf32>
-  sched.accumulate_grad %0 {param = "w"} : tensor<4xf32>
+  sched.accumulate_grad %0 into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -120,10 +129,11 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   // expected-error@+1 {{'func.call' op calls the stage function @forward_backward; stages are called by sched units only}}
   call @forward_backward(%w) : (tensor<4xf32>) -> ()
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {

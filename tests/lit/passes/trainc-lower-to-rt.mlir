@@ -58,6 +58,8 @@
 // CHECK: rt.kernel "add" ins(%[[MG]], %[[DW]] : memref<11x8xf32>, memref<11x8xf32>) outs(%[[MG]] : memref<11x8xf32>) {in_place = array<i32: 0>}
 // CHECK: return
 
+model.parameter @output_layer.weight {init = "normal", init_std = 2.0e-02 : f64} : tensor<11x8xf32>
+model.parameter @norm.weight {init = "ones", no_weight_decay} : tensor<8xf32>
 // Tests the iteration function: main grads and loss outputs zeroed, one call per microbatch on that
 // microbatch's input buffers, per-token finalize (grads scaled by 1 / num_tokens in place), the
 // grad-norm clip, and one in-place AdamW kernel per parameter.
@@ -90,8 +92,8 @@
 // CHECK-NOT: sched.
 // CHECK-NOT: model.
 func.func @forward_backward(
-    %w: tensor<11x8xf32> {model.param = "output_layer.weight", model.init = "normal", model.init_std = 2.0e-02 : f64},
-    %g: tensor<8xf32> {model.param = "norm.weight", model.init = "ones", model.no_weight_decay},
+    %w: tensor<11x8xf32> {model.param = @output_layer.weight},
+    %g: tensor<8xf32> {model.param = @norm.weight},
     %x: tensor<2x5x8xf32> {model.input = "hidden"},
     %labels: tensor<10xi32> {model.input = "labels"},
     %mask: tensor<10xf32> {model.input = "loss_mask"}) attributes {sched.stage} {
@@ -104,8 +106,8 @@ func.func @forward_backward(
   %dw = model.linear_grad_weight %dlogits, %x : (tensor<2x5x11xf32>, tensor<2x5x8xf32>) -> tensor<11x8xf32>
   %dg = model.fill {value = 0.0 : f64} : () -> tensor<8xf32>
   sched.accumulate_loss %loss, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
-  sched.accumulate_grad %dw {param = "output_layer.weight"} : tensor<11x8xf32>
-  sched.accumulate_grad %dg {param = "norm.weight"} : tensor<8xf32>
+  sched.accumulate_grad %dw into @output_layer.weight : tensor<11x8xf32>
+  sched.accumulate_grad %dg into @norm.weight : tensor<8xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration, sched.num_microbatches = 2 : i64} {
@@ -115,14 +117,15 @@ func.func @train_step() attributes {sched.iteration, sched.num_microbatches = 2 
   sched.microbatch @forward_backward {index = 1 : i64}
   sched.finalize_grads {normalization = "per_token"}
   sched.clip_grad_norm {max_norm = 0.5 : f64}
-  sched.adamw {param = "output_layer.weight", decay = true, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
-  sched.adamw {param = "norm.weight", decay = false, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
+  sched.adamw @output_layer.weight {decay = true, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
+  sched.adamw @norm.weight {decay = false, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
   sched.read_outputs "outputs"
   return
 }
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<11x8xbf16>
 // Tests Megatron's legacy per-microbatch normalization: the seed is 1 / (num_tokens * m) (a
 // reciprocal, then a scale by 1/m), the loss output adds the microbatch's token mean and
 // num_tokens counts microbatches (adds the constant one); finalize does not scale the grads.
@@ -152,7 +155,7 @@ func.func @train_step() attributes {sched.iteration, sched.num_microbatches = 2 
 // CHECK-NOT: rt.kernel
 // CHECK: return
 func.func @forward_backward(
-    %w: tensor<11x8xbf16> {model.param = "w"},
+    %w: tensor<11x8xbf16> {model.param = @w},
     %x: tensor<10x8xbf16> {model.input = "x"},
     %labels: tensor<10xi32> {model.input = "labels"},
     %mask: tensor<10xf32> {model.input = "loss_mask"}) attributes {sched.stage} {
@@ -162,7 +165,7 @@ func.func @forward_backward(
   %dl = model.cross_entropy_grad %logits, %labels, %mask, %lse, %seed : (tensor<10x11xbf16>, tensor<10xi32>, tensor<10xf32>, tensor<10xf32>, tensor<f32>) -> tensor<10x11xbf16>
   %dw = model.linear_grad_weight %dl, %x : (tensor<10x11xbf16>, tensor<10x8xbf16>) -> tensor<11x8xbf16>
   sched.accumulate_loss %loss, %n {normalization = "per_microbatch"} : tensor<f32>, tensor<f32>
-  sched.accumulate_grad %dw {param = "w"} : tensor<11x8xbf16>
+  sched.accumulate_grad %dw into @w : tensor<11x8xbf16>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -174,6 +177,7 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4x8xf32>
 // Tests that an evaluation iteration (sched.eval) becomes an extra entry point named after it, that
 // sched.zero_losses zeroes only the loss outputs, and that the FLOPs recorded on the module are
 // those of the training iteration only (one call of a 2 x 10 x 4 x 8 = 640-FLOP linear; the three
@@ -193,11 +197,11 @@ func.func @train_step() attributes {sched.iteration} {
 // CHECK: call @forward_only(
 // CHECK: call @forward_only(
 // CHECK: rt.host_io "read_outputs" "eval_outputs"
-func.func @forward_backward(%w: tensor<4x8xf32> {model.param = "w"}, %x: tensor<10x8xf32> {model.input = "x"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4x8xf32> {model.param = @w}, %x: tensor<10x8xf32> {model.input = "x"}) attributes {sched.stage} {
   %y = model.linear %x, %w : (tensor<10x8xf32>, tensor<4x8xf32>) -> tensor<10x4xf32>
   return
 }
-func.func @forward_only(%w: tensor<4x8xf32> {model.param = "w"}, %x: tensor<10x8xf32> {model.input = "x"}) attributes {sched.stage} {
+func.func @forward_only(%w: tensor<4x8xf32> {model.param = @w}, %x: tensor<10x8xf32> {model.input = "x"}) attributes {sched.stage} {
   %y = model.linear %x, %w : (tensor<10x8xf32>, tensor<4x8xf32>) -> tensor<10x4xf32>
   return
 }
@@ -220,7 +224,8 @@ func.func @eval_step() attributes {sched.iteration, sched.eval} {
 // Tests that an evaluation iteration does not count as the training iteration.
 // expected-error@+1 {{trainc-lower-to-rt: expected one training iteration function (sched.iteration without sched.eval), found 0}}
 module {
-  func.func @forward_only(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+  model.parameter @w {init = "zeros"} : tensor<4xf32>
+  func.func @forward_only(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
     return
   }
   func.func @eval_step() attributes {sched.iteration, sched.eval} {
@@ -247,9 +252,10 @@ module {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // Tests that every stage function argument is a parameter or an input.
 // expected-error@+1 {{'func.func' op argument 1 is neither a model.param, a model.input nor a sched.stash}}
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %x: tensor<4xf32>) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}, %x: tensor<4xf32>) attributes {sched.stage} {
   return
 }
 
@@ -258,7 +264,8 @@ func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %x: tensor<4x
 // Tests that a module needs exactly one training iteration function.
 // expected-error@+1 {{trainc-lower-to-rt: expected one training iteration function (sched.iteration without sched.eval), found 2}}
 module {
-  func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+  model.parameter @w {init = "zeros"} : tensor<4xf32>
+  func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
     return
   }
   func.func @a() attributes {sched.iteration} {
@@ -271,10 +278,12 @@ module {
 
 // -----
 
+model.parameter @v {init = "zeros"} : tensor<4xf32>
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // Tests that a gradient is accumulated into a known parameter.
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   // expected-error@+1 {{'sched.accumulate_grad' op names unknown parameter 'v'}}
-  sched.accumulate_grad %w {param = "v"} : tensor<4xf32>
+  sched.accumulate_grad %w into @v : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
@@ -283,8 +292,9 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // Tests that an op without a kernel lowering in a stage function is reported.
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   // expected-error@+1 {{'sched.zero_grads' op cannot be lowered to rt (no KernelOpInterface)}}
   sched.zero_grads
   return
@@ -295,8 +305,9 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // Tests that the iteration function calls only stage functions.
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   return
 }
 func.func @helper() {
@@ -310,33 +321,36 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // Tests that AdamW updates a known parameter.
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   return
 }
 func.func @train_step() attributes {sched.iteration} {
-  // expected-error@+1 {{'sched.adamw' op names unknown parameter 'v'}}
-  sched.adamw {param = "v", decay = true, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64}
+  // expected-error@+1 {{'sched.adamw' op names @v, which is not declared in this module}}
+  sched.adamw @v {decay = true, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64}
   return
 }
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xbf16>
 // Tests that AdamW on a bf16 parameter (which needs fp32 master weights) is reported as not
 // supported.
-func.func @forward_backward(%w: tensor<4xbf16> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xbf16> {model.param = @w}) attributes {sched.stage} {
   return
 }
 func.func @train_step() attributes {sched.iteration} {
   // expected-error@+1 {{'sched.adamw' op parameter 'w' has element type 'bf16'; mixed precision (fp32 master weights) is not supported yet}}
-  sched.adamw {param = "w", decay = true, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64}
+  sched.adamw @w {decay = true, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64}
   return
 }
 
 // -----
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // Tests that an unexpanded optimizer step in the iteration function is reported.
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   return
 }
 func.func @train_step() attributes {sched.iteration} {

@@ -8,9 +8,10 @@
 // RUN: trainc-opt %s -split-input-file -trainc-schedule="eval=false num-microbatches=3" -trainc-optimizer-expand -trainc-grad-buckets="dp=2" -trainc-schedule-units -trainc-lower-to-rt -trainc-memory-plan | FileCheck %s --check-prefix=RT1
 // REQUIRES: compiler
 
+model.parameter @w {init = "zeros"} : tensor<4x3xf32>
 // A stage function as trainc-grad-accumulate leaves it: the forward (linear, a view of its
 // result), the seed, a backward that reads the forward's view and an input.
-func.func @forward_backward(%w: tensor<4x3xf32> {model.param = "w"},
+func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
                             %x: tensor<2x3xf32> {model.input = "x"},
                             %z: tensor<3x2xf32> {model.input = "z"},
                             %n: tensor<f32> {model.input = "n"}) attributes {sched.stage} {
@@ -20,7 +21,7 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = "w"},
   %u = model.reshape %v : (tensor<8xf32>) -> tensor<4x2xf32>
   %dw = model.linear %u, %z : (tensor<4x2xf32>, tensor<3x2xf32>) -> tensor<4x3xf32>
   sched.accumulate_loss %n, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
-  sched.accumulate_grad %dw {param = "w"} : tensor<4x3xf32>
+  sched.accumulate_grad %dw into @w : tensor<4x3xf32>
   return
 }
 
@@ -28,7 +29,7 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = "w"},
 // backward, not stashed) and accumulates the loss; the backward takes the stage's arguments plus
 // the stash. The last microbatch's clone (dp = 2) has its own backward but shares the forward.
 // CHECK-LABEL: func.func @forward_backward.forward(
-// CHECK-SAME: %{{.+}}: tensor<4x3xf32> {model.param = "w"}, %{{.+}}: tensor<2x3xf32> {model.input = "x"}, %{{.+}}: tensor<3x2xf32> {model.input = "z"}, %{{.+}}: tensor<f32> {model.input = "n"}) -> tensor<2x4xf32> attributes {sched.stage, sched.unit = "forward"}
+// CHECK-SAME: %{{.+}}: tensor<4x3xf32> {model.param = @w}, %{{.+}}: tensor<2x3xf32> {model.input = "x"}, %{{.+}}: tensor<3x2xf32> {model.input = "z"}, %{{.+}}: tensor<f32> {model.input = "n"}) -> tensor<2x4xf32> attributes {sched.stage, sched.unit = "forward"}
 // CHECK: %[[Y:.+]] = model.linear
 // CHECK-NOT: model.reshape
 // CHECK: sched.accumulate_loss

@@ -7,13 +7,14 @@
 // RUN: %not trainc-opt %S/Inputs/tiny-stage.mlir -trainc-schedule=eval=false -trainc-schedule=eval=false 2>&1 | FileCheck %s --check-prefix=TWICE
 // REQUIRES: compiler
 
+model.parameter @w {init = "zeros"} : tensor<4xf32>
 // Tests that the iteration function of a single-stage rank (Megatron's no-pipelining schedule)
 // zeroes the grads, fills the inputs, calls the stage function once per microbatch (here 1),
 // finalizes with the stage's normalization and takes the default AdamW step; and that the
 // evaluation step (eval, on by default) runs the forward function only and sums the losses.
 // CHECK-LABEL: func.func @forward(
 // CHECK-LABEL: func.func @forward_only(
-// CHECK-SAME: %{{[^:]+}}: tensor<4xf32> {model.param = "w"}, %[[L:[^:]+]]: tensor<f32> {model.input = "l"})
+// CHECK-SAME: %{{[^:]+}}: tensor<4xf32> {model.param = @w}, %[[L:[^:]+]]: tensor<f32> {model.input = "l"})
 // CHECK-SAME: attributes {sched.stage}
 // CHECK-NEXT: sched.accumulate_loss %[[L]], %[[L]] {normalization = "per_token"}
 // CHECK-NEXT: return{{$}}
@@ -34,12 +35,12 @@
 // CHECK-NEXT: sched.microbatch @forward_only {index = 0 : i64}
 // CHECK-NEXT: sched.read_outputs "eval_outputs"
 // CHECK-NEXT: return
-func.func @forward(%w: tensor<4xf32> {model.param = "w"}, %l: tensor<f32> {model.input = "l"}) -> (tensor<f32>, tensor<f32>) {
+func.func @forward(%w: tensor<4xf32> {model.param = @w}, %l: tensor<f32> {model.input = "l"}) -> (tensor<f32>, tensor<f32>) {
   return %l, %l : tensor<f32>, tensor<f32>
 }
-func.func @forward_backward(%w: tensor<4xf32> {model.param = "w"}, %l: tensor<f32> {model.input = "l"}) attributes {sched.stage} {
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}, %l: tensor<f32> {model.input = "l"}) attributes {sched.stage} {
   sched.accumulate_loss %l, %l {normalization = "per_token"} : tensor<f32>, tensor<f32>
-  sched.accumulate_grad %w {param = "w"} : tensor<4xf32>
+  sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 

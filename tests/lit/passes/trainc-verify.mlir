@@ -25,7 +25,7 @@
 // PHASE: error: trainc-verify: unknown phase 'export' (expected model, autodiff, sched, rt or memory)
 
 func.func @forward(
-    %w: tensor<4x8xf32> {model.param = "w"},
+    %w: tensor<4x8xf32> {model.param = @w},
     %x: tensor<2x8xf32> {model.input = "x"},
     %labels: tensor<2xi32> {model.input = "labels"},
     %mask: tensor<2xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {

@@ -9,7 +9,7 @@
 // CHECK-LABEL: func.func @forward_backward(
 // CHECK: %[[DW:.+]] = model.linear_grad_weight
 // CHECK: return %{{.+}}, %{{.+}}, %[[DW]] :
-func.func @forward(%w: tensor<4x8xf32> {model.param = "w"}, %x: tensor<2x8xf32> {model.input = "x"}, %labels: tensor<2xi32> {model.input = "labels"}, %mask: tensor<2xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
+func.func @forward(%w: tensor<4x8xf32> {model.param = @w}, %x: tensor<2x8xf32> {model.input = "x"}, %labels: tensor<2xi32> {model.input = "labels"}, %mask: tensor<2xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
   %logits = model.linear %x, %w : (tensor<2x8xf32>, tensor<4x8xf32>) -> tensor<2x4xf32>
   %c = model.fill {value = 1.0 : f64} : () -> tensor<2x4xf32>
   %s = model.add %logits, %c : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>

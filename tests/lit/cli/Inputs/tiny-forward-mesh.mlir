@@ -1,8 +1,8 @@
 // tiny-forward.mlir with a device mesh that the test's command line contradicts (not a test itself).
 mesh.mesh @mesh(shape = 1x1x1x4x1) {trainc.axis_names = ["tp", "cp", "ep", "dp", "pp"]}
-func.func @forward(%emb: tensor<11x8xf32> {model.param = "embedding.word_embeddings.weight", model.init = "normal", model.init_std = 0.02 : f64},
-                   %g: tensor<8xf32> {model.param = "decoder.final_layernorm.weight", model.init = "ones", model.no_weight_decay},
-                   %w: tensor<11x8xf32> {model.param = "output_layer.weight", model.init = "normal", model.init_std = 0.02 : f64},
+func.func @forward(%emb: tensor<11x8xf32> {model.param = @embedding.word_embeddings.weight, model.init = "normal", model.init_std = 0.02 : f64},
+                   %g: tensor<8xf32> {model.param = @decoder.final_layernorm.weight, model.init = "ones", model.no_weight_decay},
+                   %w: tensor<11x8xf32> {model.param = @output_layer.weight, model.init = "normal", model.init_std = 0.02 : f64},
                    %tokens: tensor<2x5xi32> {model.input = "tokens"},
                    %labels: tensor<2x5xi32> {model.input = "labels"},
                    %mask: tensor<2x5xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {

@@ -1,6 +1,6 @@
 // Inputs of trainc-autodiff-call.mlir: calls autodiff cannot differentiate.
 func.func private @external(%x: tensor<2x5x8xf32>) -> tensor<2x5x8xf32>
-func.func @forward(%wte: tensor<11x8xf32> {model.param = "wte"}, %tokens: tensor<2x5xi32> {model.input = "tokens"},
+func.func @forward(%wte: tensor<11x8xf32> {model.param = @wte}, %tokens: tensor<2x5xi32> {model.input = "tokens"},
                    %labels: tensor<10xi32> {model.input = "labels"}, %mask: tensor<10xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
   %x = model.embedding %wte, %tokens : (tensor<11x8xf32>, tensor<2x5xi32>) -> tensor<2x5x8xf32>
   %y = call @external(%x) : (tensor<2x5x8xf32>) -> tensor<2x5x8xf32>
@@ -16,7 +16,7 @@ func.func private @loop(%x: tensor<2x5x8xf32>) -> tensor<2x5x8xf32> {
   %y = call @loop(%x) : (tensor<2x5x8xf32>) -> tensor<2x5x8xf32>
   return %y : tensor<2x5x8xf32>
 }
-func.func @forward(%wte: tensor<11x8xf32> {model.param = "wte"}, %tokens: tensor<2x5xi32> {model.input = "tokens"},
+func.func @forward(%wte: tensor<11x8xf32> {model.param = @wte}, %tokens: tensor<2x5xi32> {model.input = "tokens"},
                    %labels: tensor<10xi32> {model.input = "labels"}, %mask: tensor<10xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
   %x = model.embedding %wte, %tokens : (tensor<11x8xf32>, tensor<2x5xi32>) -> tensor<2x5x8xf32>
   %y = call @loop(%x) : (tensor<2x5x8xf32>) -> tensor<2x5x8xf32>

@@ -2,9 +2,9 @@
 // embedding -> rms_norm -> output linear -> cross_entropy. Vocab 11, hidden 8, batch 2, seq 5.
 // Three parameters (the final norm weight has no weight decay) and three microbatch inputs.
 func.func @forward(
-    %wte: tensor<11x8xf32> {model.param = "embedding.word_embeddings.weight", model.init = "normal", model.init_std = 2.0e-02 : f64},
-    %ln: tensor<8xf32> {model.param = "decoder.final_layernorm.weight", model.init = "ones", model.no_weight_decay},
-    %wout: tensor<11x8xf32> {model.param = "output_layer.weight", model.init = "normal", model.init_std = 2.0e-02 : f64},
+    %wte: tensor<11x8xf32> {model.param = @embedding.word_embeddings.weight, model.init = "normal", model.init_std = 2.0e-02 : f64},
+    %ln: tensor<8xf32> {model.param = @decoder.final_layernorm.weight, model.init = "ones", model.no_weight_decay},
+    %wout: tensor<11x8xf32> {model.param = @output_layer.weight, model.init = "normal", model.init_std = 2.0e-02 : f64},
     %tokens: tensor<2x5xi32> {model.input = "tokens"},
     %labels: tensor<2x5xi32> {model.input = "labels"},
     %mask: tensor<2x5xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {

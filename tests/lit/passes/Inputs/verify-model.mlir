@@ -27,7 +27,7 @@ func.func @forward(%l: tensor<f32> {model.input = "l"}, %x: tensor<f32>) -> (ten
 // -----
 
 // Tests that @forward holds no backward op.
-func.func @forward(%w: tensor<4x8xf32> {model.param = "w"}, %dy: tensor<2x4xf32> {model.input = "dy"}) -> (tensor<f32>, tensor<f32>) {
+func.func @forward(%w: tensor<4x8xf32> {model.param = @w}, %dy: tensor<2x4xf32> {model.input = "dy"}) -> (tensor<f32>, tensor<f32>) {
   // expected-error@+1 {{'model.linear_grad_input' op phase model: backward or schedule op in the forward function}}
   %0 = model.linear_grad_input %dy, %w : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
   %1 = model.fill {value = 0.0 : f64} : () -> tensor<f32>
@@ -51,7 +51,7 @@ func.func private @layer(%w: tensor<4x8xf32>, %dy: tensor<2x4xf32>) -> tensor<2x
   %0 = model.linear_grad_input %dy, %w : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
   return %0 : tensor<2x8xf32>
 }
-func.func @forward(%w: tensor<4x8xf32> {model.param = "w"}, %dy: tensor<2x4xf32> {model.input = "dy"}) -> (tensor<f32>, tensor<f32>) {
+func.func @forward(%w: tensor<4x8xf32> {model.param = @w}, %dy: tensor<2x4xf32> {model.input = "dy"}) -> (tensor<f32>, tensor<f32>) {
   %0 = call @layer(%w, %dy) : (tensor<4x8xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
   %1 = model.fill {value = 0.0 : f64} : () -> tensor<f32>
   return %1, %1 : tensor<f32>, tensor<f32>
