@@ -19,6 +19,8 @@
 namespace mlir::trainc::sched {
 /// The module attribute that holds the plan.
 inline constexpr llvm::StringLiteral kPlanAttrName = "sched.plan";
+/// The symbol of the main-grad buffer trainc-grad-buckets declares (sched.grad_buffer).
+inline constexpr llvm::StringLiteral kGradBufferName = "grad_buffer";
 /// The plan of the module that holds `op` (null if it has none).
 PlanAttr getPlan(Operation *op);
 /// The value of plan field `name` (a field of PlanAttr::getFields) for a pass: `explicitValue`

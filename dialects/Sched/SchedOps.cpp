@@ -88,14 +88,38 @@ LogicalResult GradBufferOp::verifySymbolUses(SymbolTableCollection &symbolTable)
   return success();
 }
 
+static LogicalResult verifyUnitTokens(Operation *op, func::FuncOp fn, size_t waits,
+                                      size_t tokens);
+
+/// The grad buffer an async start names and its bucket, checked.
+static LogicalResult verifyBucket(Operation *op, SymbolTableCollection &symbols,
+                                  FlatSymbolRefAttr buffer, int64_t bucket, bool needsDistributed) {
+  auto buf = symbols.lookupNearestSymbolFrom<GradBufferOp>(op, buffer);
+  if (!buf)
+    return op->emitOpError() << "names " << buffer << ", which is not a sched.grad_buffer";
+  if (bucket < 0 || bucket >= buf.getNumBuckets())
+    return op->emitOpError() << "bucket " << bucket << " is not one of the "
+                             << buf.getNumBuckets() << " buckets of " << buffer;
+  if (needsDistributed && !buf.getDistributedOptimizer())
+    return op->emitOpError() << "needs the distributed optimizer (" << buffer
+                             << " has no distributed_optimizer)";
+  return success();
+}
+
+LogicalResult GradSyncStartOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyBucket(*this, symbolTable, getBufferAttr(), int64_t(getBucket()), false);
+}
+
+LogicalResult ParamGatherStartOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyBucket(*this, symbolTable, getBufferAttr(), int64_t(getBucket()), true);
+}
+
 LogicalResult MicrobatchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   auto fn = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, getCalleeAttr());
   if (!fn)
     return emitOpError() << "callee @" << getCallee() << " is not a function in this module";
-  if (fn.getNumResults() != 0)
-    return emitOpError() << "callee @" << getCallee() << " returns " << fn.getNumResults()
-                         << " values; a stage function accumulates its gradients and losses and "
-                            "returns nothing (run trainc-grad-accumulate first)";
+  if (failed(verifyUnitTokens(*this, fn, getWaits().size(), getTokens().size())))
+    return failure();
   if (int64_t(getIndex()) < 0)
     return emitOpError() << "microbatch index " << int64_t(getIndex()) << " is negative";
   return success();
@@ -370,6 +394,24 @@ static FailureOr<func::FuncOp> unitCallee(Operation *op, FlatSymbolRefAttr calle
   return fn;
 }
 
+/// A unit call's tokens against its callee: the callee takes `waits` tokens as its trailing
+/// arguments and its results are exactly `tokens` tokens (stage functions return nothing else).
+static LogicalResult verifyUnitTokens(Operation *op, func::FuncOp fn, size_t waits,
+                                      size_t tokens) {
+  auto isToken = [](Type t) { return isa<TokenType>(t); };
+  if (fn.getNumResults() != tokens || !llvm::all_of(fn.getResultTypes(), isToken))
+    return op->emitOpError() << "callee @" << fn.getSymName() << " returns "
+                             << fn.getNumResults() << " values but the call has " << tokens
+                             << " token results; a stage function accumulates its gradients "
+                                "and losses and returns only the tokens of the collectives it "
+                                "starts";
+  unsigned tokenArgs = unsigned(llvm::count_if(fn.getArgumentTypes(), isToken));
+  if (tokenArgs != waits)
+    return op->emitOpError() << "passes " << waits << " tokens to @" << fn.getSymName()
+                             << ", which takes " << tokenArgs;
+  return success();
+}
+
 static LogicalResult verifyUnitIndices(Operation *op, int64_t microbatch, int64_t chunk) {
   if (microbatch < 0)
     return op->emitOpError() << "microbatch " << microbatch << " is negative";
@@ -382,6 +424,10 @@ LogicalResult ForwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   FailureOr<func::FuncOp> fn = unitCallee(*this, getCalleeAttr(), symbolTable);
   if (failed(fn))
     return failure();
+  unsigned tokenArgs = unsigned(llvm::count_if(fn->getArgumentTypes(), llvm::IsaPred<TokenType>));
+  if (tokenArgs != getWaits().size())
+    return emitOpError() << "passes " << getWaits().size() << " tokens to @" << getCallee()
+                         << ", which takes " << tokenArgs;
   for (Type t : fn->getResultTypes()) {
     auto r = dyn_cast<RankedTensorType>(t);
     if (!r || !r.hasStaticShape() || !r.getElementType().isIntOrFloat())
@@ -410,10 +456,8 @@ LogicalResult BackwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   FailureOr<func::FuncOp> fn = unitCallee(*this, getCalleeAttr(), symbolTable);
   if (failed(fn))
     return failure();
-  if (fn->getNumResults() != 0)
-    return emitOpError() << "callee @" << getCallee() << " returns " << fn->getNumResults()
-                         << " values; a backward unit accumulates its gradients and returns "
-                            "nothing";
+  if (failed(verifyUnitTokens(*this, *fn, 0, getTokens().size())))
+    return failure();
   auto fwd = getStash().getDefiningOp<ForwardOp>();
   if (!fwd)
     return success(); // reported by verify()

@@ -86,6 +86,20 @@ def Sched_StashType : TypeDef<Sched_Dialect, "Stash"> {
   }];
 }
 
+def Sched_TokenType : TypeDef<Sched_Dialect, "Token"> {
+  let mnemonic = "token";
+  let summary = "An asynchronous collective in flight; the wait that consumes it completes it";
+  let description = [{
+    Produced by `sched.grad_sync_start` and `sched.param_gather_start`, consumed by the matching
+    wait. Tokens leave a stage function as its results (`sched.microbatch` / `sched.backward`
+    results) and enter one as arguments (`sched.microbatch` / `sched.forward` operands). The
+    training iteration's token arguments are its token results of the previous iteration (the
+    all-gathers that `--overlap-param-gather` leaves in flight across the step boundary); an
+    iteration that has not run yet leaves nothing in flight. Lowering gives each start its
+    runtime token number and each wait the number of the start its token comes from.
+  }];
+}
+
 def Sched_ZeroGradsOp : Sched_Op<"zero_grads"> {
   let summary = "Zero every main_grad buffer and the loss accumulators";
   let description = [{
@@ -131,15 +145,20 @@ def Sched_ReadOutputsOp : Sched_Op<"read_outputs"> {
 def Sched_MicrobatchOp : Sched_Op<"microbatch", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Run a stage function on microbatch `index` (its inputs bound to that microbatch)";
   let description = [{
-    The callee is a stage function whose arguments are parameters (model.param) and per-microbatch
-    inputs (model.input); parameters bind to the persistent buffers and inputs to the buffers of
-    microbatch `index`. Calling, not cloning, keeps programs O(layers + microbatches).
+    The callee is a stage function whose arguments are parameters (model.param), per-microbatch
+    inputs (model.input) and the tokens it waits on (`waits`, its trailing arguments);
+    parameters bind to the persistent buffers and inputs to the buffers of microbatch `index`.
+    Its results are the tokens of the collectives it starts. Calling, not cloning, keeps
+    programs O(layers + microbatches).
     ```mlir
     sched.microbatch @forward_backward {index = 1 : i64}
+    %t = sched.microbatch @forward_backward_last {index = 2 : i64} -> !sched.token
     ```
   }];
-  let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$index);
-  let assemblyFormat = "$callee attr-dict";
+  let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$index,
+                   Variadic<Sched_TokenType>:$waits);
+  let results = (outs Variadic<Sched_TokenType>:$tokens);
+  let assemblyFormat = "$callee (`(` $waits^ `)`)? attr-dict (`->` type($tokens)^)?";
 }
 
 def Sched_ForwardOp : Sched_Op<"forward", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
@@ -152,9 +171,12 @@ def Sched_ForwardOp : Sched_Op<"forward", [DeclareOpInterfaceMethods<SymbolUserO
     %s0 = sched.forward @forward_backward.forward microbatch 0 chunk 0
     ```
   }];
-  let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$microbatch, I64Attr:$chunk);
+  let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$microbatch, I64Attr:$chunk,
+                   Variadic<Sched_TokenType>:$waits);
   let results = (outs Sched_StashType:$stash);
-  let assemblyFormat = "$callee `microbatch` $microbatch `chunk` $chunk attr-dict";
+  let assemblyFormat = [{
+    $callee (`(` $waits^ `)`)? `microbatch` $microbatch `chunk` $chunk attr-dict
+  }];
 }
 
 def Sched_BackwardOp : Sched_Op<"backward", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
@@ -170,7 +192,11 @@ def Sched_BackwardOp : Sched_Op<"backward", [DeclareOpInterfaceMethods<SymbolUse
   }];
   let arguments = (ins FlatSymbolRefAttr:$callee, Sched_StashType:$stash, I64Attr:$microbatch,
                        I64Attr:$chunk);
-  let assemblyFormat = "$callee `(` $stash `)` `microbatch` $microbatch `chunk` $chunk attr-dict";
+  let results = (outs Variadic<Sched_TokenType>:$tokens);
+  let assemblyFormat = [{
+    $callee `(` $stash `)` `microbatch` $microbatch `chunk` $chunk attr-dict
+    (`->` type($tokens)^)?
+  }];
   let hasVerifier = 1;
 }
 
@@ -272,7 +298,7 @@ def Sched_AdamWOp : Sched_Op<"adamw", [DeclareOpInterfaceMethods<SymbolUserOpInt
 // Data parallelism (Megatron's DistributedDataParallel, _ParamAndGradBuffer, DistributedOptimizer)
 //===----------------------------------------------------------------------===//
 
-def Sched_GradBufferOp : Sched_Op<"grad_buffer", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+def Sched_GradBufferOp : Sched_Op<"grad_buffer", [Symbol, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Layout of the contiguous main-grad buffer: parameter ranges and buckets";
   let description = [{
     One fp32 buffer holds every parameter's main_grad. `params[i]` occupies elements
@@ -283,65 +309,72 @@ def Sched_GradBufferOp : Sched_Op<"grad_buffer", [DeclareOpInterfaceMethods<Symb
     [start + r * size / dp, start + (r + 1) * size / dp) of each bucket; padding elements belong to
     no parameter. `numel` is the padded total.
     ```mlir
-    sched.grad_buffer {params = [@b, @a], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64,
+    sched.grad_buffer @main_grad {params = [@b, @a], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64,
                        bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
     ```
   }];
-  let arguments = (ins FlatSymbolRefArrayAttr:$params, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
+  let arguments = (ins SymbolNameAttr:$sym_name, FlatSymbolRefArrayAttr:$params, DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
                    I64Attr:$numel, DenseI64ArrayAttr:$bucket_bounds, I64Attr:$dp,
                    UnitAttr:$distributed_optimizer, UnitAttr:$overlap_param_gather);
-  let assemblyFormat = "attr-dict";
+  let assemblyFormat = "$sym_name attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     int64_t getNumBuckets() { return int64_t(getBucketBounds().size()) - 1; }
   }];
 }
 
-def Sched_GradSyncStartOp : Sched_Op<"grad_sync_start"> {
-  let summary = "Start the data-parallel reduction of one gradient bucket (async)";
-  let description = [{
-    Plain DP all-reduces (sum) the bucket; the distributed optimizer reduce-scatters it so that
-    each DP rank holds the reduced values of its shard. Placed right after the op that writes the
-    bucket's last gradient contribution in the last microbatch.
-    ```mlir
-    sched.grad_sync_start {bucket = 0 : i64}
-    ```
-  }];
-  let arguments = (ins I64Attr:$bucket);
-  let assemblyFormat = "attr-dict";
+class Sched_AsyncStartOp<string mnemonic, string what>
+    : Sched_Op<mnemonic, [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Start " # what # " (async; the token's wait completes it)";
+  let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket);
+  let results = (outs Sched_TokenType:$token);
+  let assemblyFormat = "$buffer `bucket` $bucket attr-dict";
 }
 
-def Sched_GradSyncWaitOp : Sched_Op<"grad_sync_wait"> {
-  let summary = "Wait for a bucket's gradient reduction";
-  let description = [{
-    ```mlir
-    sched.grad_sync_wait {bucket = 0 : i64}
-    ```
-  }];
-  let arguments = (ins I64Attr:$bucket);
-  let assemblyFormat = "attr-dict";
+class Sched_AsyncWaitOp<string mnemonic, string what> : Sched_Op<mnemonic> {
+  let summary = "Wait for " # what # " that `token` stands for";
+  let arguments = (ins Sched_TokenType:$token);
+  let assemblyFormat = "$token attr-dict";
 }
 
-def Sched_ParamGatherStartOp : Sched_Op<"param_gather_start"> {
-  let summary = "Start the all-gather of one bucket of updated parameters (distributed optimizer)";
+def Sched_GradSyncStartOp
+    : Sched_AsyncStartOp<"grad_sync_start", "the data-parallel reduction of one gradient bucket"> {
   let description = [{
+    Bucket `bucket` of the main-grad buffer `buffer` (a sched.grad_buffer). Plain DP all-reduces
+    (sum) the bucket; the distributed optimizer reduce-scatters it so that each DP rank holds
+    the reduced values of its shard. Placed right after the op that writes the bucket's last
+    gradient contribution in the last microbatch.
     ```mlir
-    sched.param_gather_start {bucket = 0 : i64}
+    %t = sched.grad_sync_start @main_grad bucket 0
     ```
   }];
-  let arguments = (ins I64Attr:$bucket);
-  let assemblyFormat = "attr-dict";
 }
 
-def Sched_ParamGatherWaitOp : Sched_Op<"param_gather_wait"> {
-  let summary = "Wait for a bucket's parameter all-gather";
+def Sched_GradSyncWaitOp : Sched_AsyncWaitOp<"grad_sync_wait", "a bucket's gradient reduction"> {
   let description = [{
     ```mlir
-    sched.param_gather_wait {bucket = 0 : i64}
+    sched.grad_sync_wait %t
     ```
   }];
-  let arguments = (ins I64Attr:$bucket);
-  let assemblyFormat = "attr-dict";
+}
+
+def Sched_ParamGatherStartOp
+    : Sched_AsyncStartOp<"param_gather_start",
+                         "the all-gather of one bucket of updated parameters (distributed optimizer)"> {
+  let description = [{
+    ```mlir
+    %t = sched.param_gather_start @main_grad bucket 0
+    ```
+  }];
+}
+
+def Sched_ParamGatherWaitOp
+    : Sched_AsyncWaitOp<"param_gather_wait", "a bucket's parameter all-gather"> {
+  let description = [{
+    ```mlir
+    sched.param_gather_wait %t
+    ```
+  }];
 }
 
 def Sched_ReduceLossesOp : Sched_Op<"reduce_losses"> {

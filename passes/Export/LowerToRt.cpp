@@ -163,6 +163,11 @@ private:
     createCollective(ob, loc, kind, "dp", in, out, token);
   }
   LogicalResult lowerDataParallelOp(OpBuilder &ob, Location loc, Operation &op);
+  /// The runtime token number of `token` (a sched.token that `user` waits on): bucket k's
+  /// reduction is k and its all-gather numBuckets + k, found by following the token back to its
+  /// start through unit results, stage-function arguments and the iteration's carried
+  /// arguments. Fails, with an error on `user`, when it comes from no start.
+  FailureOr<int64_t> tokenId(Value token, Operation *user);
   void lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm);
   LogicalResult lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp adam);
   void reduceLosses(OpBuilder &ob, Location loc) {
@@ -245,6 +250,7 @@ private:
   llvm::DenseMap<Operation *, std::pair<int64_t, SmallVector<int64_t>>> shardUpdates;
   SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
   SmallVector<Attribute> gradInfos;  // the main_grad buffer's contents
+  SmallVector<int64_t> carriedTokens; // token numbers the training iteration returns
 };
 
 LogicalResult Lowering::collectParams() {
@@ -332,6 +338,8 @@ LogicalResult Lowering::collectParams() {
         stageInputs[fn.getSymName()].push_back(i);
       } else if (fn.getArgAttrOfType<IntegerAttr>(i, "sched.stash")) {
         stageStash[fn.getSymName()].push_back(i);
+      } else if (isa<sched::TokenType>(t)) {
+        continue; // a token the stage waits on: no buffer
       } else {
         return fn.emitOpError() << "argument " << i
                                 << " is neither a model.param, a model.input nor a sched.stash";
@@ -377,12 +385,17 @@ struct BodyState {
 
   /// Indexes the operands of `fn`'s return.
   void indexResults() {
-    outView.assign(fn.getNumResults(), Value());
-    if (fn.getNumResults() == 0)
+    outView.assign(numBufferResults(), Value());
+    if (outView.empty())
       return;
     auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
-    for (auto [k, v] : llvm::enumerate(ret.getOperands()))
+    for (auto [k, v] : llvm::enumerate(ret.getOperands().take_front(outView.size())))
       outIndex.try_emplace(v, k);
+  }
+  /// The results held in buffers: all but the trailing tokens (sched.token) of a stage.
+  size_t numBufferResults() {
+    return size_t(llvm::count_if(fn.getResultTypes(),
+                                 [](Type t) { return !isa<sched::TokenType>(t); }));
   }
   /// The buffer of result `r` of an op: the result buffer when `r` is returned, else null.
   Value outputFor(Value r) {
@@ -447,7 +460,10 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   SmallVector<Type> argTypes;
   for (unsigned i : stageInputs[fname])
     argTypes.push_back(memrefOf(fn.getArgument(i).getType()));
-  SmallVector<Type> stashTypes(fn.getResultTypes());
+  SmallVector<Type> stashTypes;
+  for (Type t : fn.getResultTypes())
+    if (!isa<sched::TokenType>(t))
+      stashTypes.push_back(t);
   for (unsigned i : stageStash[fname])
     stashTypes.push_back(fn.getArgument(i).getType());
   StashLayout layout = StashLayout::of(stashTypes);
@@ -477,8 +493,9 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
                                  entry->getArgument(firstStash + d),
                                  ob.getI64IntegerAttr(offset));
   };
+  const size_t stashResults = st.numBufferResults();
   for (auto [k, i] : llvm::enumerate(stageStash[fname]))
-    map.map(fn.getArgument(i), stashView(fn.getNumResults() + k));
+    map.map(fn.getArgument(i), stashView(stashResults + k));
   // A forward unit's stash results are written straight into the caller's slot buffers.
   st.outTarget = stashView;
   st.indexResults();
@@ -611,7 +628,7 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
 void Lowering::lowerReturn(Operation &ret, Location loc, BodyState &st) {
   // Returned values that were not written in place (arguments, views of other buffers, a value
   // returned twice) are copied into their result buffers.
-  for (auto [k, v] : llvm::enumerate(ret.getOperands()))
+  for (auto [k, v] : llvm::enumerate(ret.getOperands().take_front(st.outView.size())))
     if (!st.outView[k] || st.map.lookup(v) != st.outView[k])
       kernel(st.ob, loc, "copy", {st.map.lookup(v)}, {st.outTarget(k)});
   st.ob.create<func::ReturnOp>(ret.getLoc());
@@ -773,6 +790,14 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       if (failed(lowerAdamW(ob, loc, adam)))
         return failure();
     } else if (isa<func::ReturnOp>(op)) {
+      // The tokens the training iteration returns stay in flight into the next one.
+      for (Value t : op.getOperands()) {
+        FailureOr<int64_t> id = tokenId(t, &op);
+        if (failed(id))
+          return failure();
+        if (!isEval)
+          carriedTokens.push_back(*id);
+      }
       ob.create<func::ReturnOp>(op.getLoc());
     } else {
       return op.emitOpError() << "cannot be lowered to rt in an iteration function";
@@ -897,7 +922,7 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     return k;
   };
   if (auto start = dyn_cast<sched::GradSyncStartOp>(op)) {
-    FailureOr<int64_t> k = bucketOf(start.getBucket());
+    FailureOr<int64_t> k = bucketOf(int64_t(start.getBucket()));
     if (failed(k))
       return failure();
     Value bucket = range(ob, loc, layout.mainGrad, layout.bound(*k), layout.bound(*k + 1));
@@ -907,28 +932,21 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
       collective(ob, loc, "all_reduce", bucket, bucket, *k);
     return success();
   }
-  if (auto wait = dyn_cast<sched::GradSyncWaitOp>(op)) {
-    FailureOr<int64_t> k = bucketOf(wait.getBucket());
-    if (failed(k))
+  if (isa<sched::GradSyncWaitOp, sched::ParamGatherWaitOp>(op)) {
+    FailureOr<int64_t> token = tokenId(op.getOperand(0), &op);
+    if (failed(token))
       return failure();
-    ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(*k));
+    ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(*token));
     return success();
   }
-  if (isa<sched::ParamGatherStartOp, sched::ParamGatherWaitOp>(op)) {
+  if (auto start = dyn_cast<sched::ParamGatherStartOp>(op)) {
     if (!layout.distributed())
       return op.emitOpError() << "needs the distributed optimizer (sched.grad_buffer "
                                  "distributed_optimizer)";
-    int64_t bucket = isa<sched::ParamGatherStartOp>(op)
-                         ? int64_t(cast<sched::ParamGatherStartOp>(op).getBucket())
-                         : int64_t(cast<sched::ParamGatherWaitOp>(op).getBucket());
-    FailureOr<int64_t> k = bucketOf(bucket);
+    FailureOr<int64_t> k = bucketOf(int64_t(start.getBucket()));
     if (failed(k))
       return failure();
     int64_t token = layout.numBuckets() + *k;
-    if (isa<sched::ParamGatherWaitOp>(op)) {
-      ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(token));
-      return success();
-    }
     collective(ob, loc, "all_gather", shardOf(ob, loc, layout.params, *k),
                range(ob, loc, layout.params, layout.bound(*k), layout.bound(*k + 1)), token);
     return success();
@@ -938,6 +956,60 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     return success();
   }
   return op.emitOpError() << "is not a data-parallel op";
+}
+
+FailureOr<int64_t> Lowering::tokenId(Value token, Operation *user) {
+  // Each step moves one call or function boundary back; a start is at most a few away.
+  for (int hop = 0; hop < 16; ++hop) {
+    if (auto s = token.getDefiningOp<sched::GradSyncStartOp>())
+      return int64_t(s.getBucket());
+    if (auto s = token.getDefiningOp<sched::ParamGatherStartOp>())
+      return layout.numBuckets() + int64_t(s.getBucket());
+    if (auto r = dyn_cast<OpResult>(token)) {
+      // A unit's token result: the token its stage function returns there.
+      auto callee = r.getOwner()->getAttrOfType<FlatSymbolRefAttr>("callee");
+      func::FuncOp fn = callee ? stages.lookup(callee.getValue()) : func::FuncOp();
+      if (!fn)
+        break;
+      Operation *ret = fn.getBody().front().getTerminator();
+      token = ret->getOperand(fn.getNumResults() - r.getOwner()->getNumResults() +
+                              r.getResultNumber());
+      continue;
+    }
+    auto arg = cast<BlockArgument>(token);
+    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    if (!fn)
+      break;
+    unsigned pos = 0; // among the function's token arguments
+    for (unsigned i = 0; i < arg.getArgNumber(); ++i)
+      pos += isa<sched::TokenType>(fn.getArgument(i).getType());
+    if (fn->hasAttr("sched.iteration")) {
+      // Carried: the training iteration's token result `pos` of the previous iteration.
+      func::FuncOp step;
+      for (func::FuncOp f : module.getOps<func::FuncOp>())
+        if (f->hasAttr("sched.iteration") && !f->hasAttr("sched.eval"))
+          step = f;
+      Operation *ret = step.getBody().front().getTerminator();
+      if (pos >= ret->getNumOperands())
+        break;
+      token = ret->getOperand(pos);
+      continue;
+    }
+    // A stage function's token argument: what its calls pass (the same start for every call).
+    Value passed;
+    module.walk([&](Operation *call) {
+      auto callee = call->getAttrOfType<FlatSymbolRefAttr>("callee");
+      if (!passed && callee && callee.getValue() == fn.getSymName() &&
+          isa<sched::ForwardOp, sched::MicrobatchOp>(call))
+        passed = isa<sched::ForwardOp>(call) ? cast<sched::ForwardOp>(call).getWaits()[pos]
+                                             : cast<sched::MicrobatchOp>(call).getWaits()[pos];
+    });
+    if (!passed)
+      break;
+    token = passed;
+  }
+  return user->emitOpError() << "waits on a token that comes from no sched.grad_sync_start or "
+                                "sched.param_gather_start";
 }
 
 void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
@@ -1057,13 +1129,8 @@ LogicalResult Lowering::run() {
     // The layout stays readable in the rt IR (and `trainc inspect`) as module attributes.
     module->setAttr("trainc.grad_bucket_bounds", layout.op.getBucketBoundsAttr());
     module->setAttr("trainc.data_parallel_size", b.getI64IntegerAttr(layout.dp()));
-    if (layout.op.getOverlapParamGather()) {
-      // The parameter all-gathers stay in flight into the next iteration.
-      SmallVector<int64_t> carried;
-      for (int64_t k = 0; k < layout.numBuckets(); ++k)
-        carried.push_back(layout.numBuckets() + k);
-      module->setAttr("rt.carried_tokens", b.getDenseI64ArrayAttr(carried));
-    }
+    if (!carriedTokens.empty()) // the parameter all-gathers left in flight by each iteration
+      module->setAttr("rt.carried_tokens", b.getDenseI64ArrayAttr(carriedTokens));
     layout.op.erase();
   }
   // Lowered functions take their original names back (calls were emitted with ".rt" names).

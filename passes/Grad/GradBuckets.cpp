@@ -136,7 +136,7 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     for (StringRef n : order)
       names.push_back(FlatSymbolRefAttr::get(b.getContext(), n));
     auto layout = b.create<sched::GradBufferOp>(
-        fn.getLoc(), b.getArrayAttr(names), b.getDenseI64ArrayAttr(geo.offsets),
+        fn.getLoc(), b.getStringAttr(sched::kGradBufferName), b.getArrayAttr(names), b.getDenseI64ArrayAttr(geo.offsets),
         b.getDenseI64ArrayAttr(sizes), b.getI64IntegerAttr(geo.numel()),
         b.getDenseI64ArrayAttr(geo.bounds), b.getI64IntegerAttr(dp),
         distributedOptimizer ? b.getUnitAttr() : UnitAttr(), UnitAttr());
@@ -169,19 +169,24 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
       llvm::StringMap<sched::AccumulateGradOp> lastAcc;
       for (sched::AccumulateGradOp acc : last.getOps<sched::AccumulateGradOp>())
         lastAcc[acc.getParam()] = acc;
+      // Each start's token leaves the last microbatch as a result; the waits consume them.
+      SmallVector<Value> started;
       for (size_t k = 0; k < numBuckets; ++k) {
         sched::AccumulateGradOp acc = lastAcc.lookup(order[lastParamOfBucket[k]]);
         if (acc)
           b.setInsertionPointAfter(acc);
         else
           b.setInsertionPoint(last.getBody().front().getTerminator());
-        b.create<sched::GradSyncStartOp>(acc ? acc.getLoc() : last.getLoc(),
-                                         b.getI64IntegerAttr(int64_t(k)));
+        started.push_back(b.create<sched::GradSyncStartOp>(
+            acc ? acc.getLoc() : last.getLoc(), sched::TokenType::get(b.getContext()), bufferRef(b),
+            b.getI64IntegerAttr(int64_t(k))));
       }
+      returnTokens(last, started);
+      sched::MicrobatchOp call = withTokens(lastCall, lastCall.getWaits(), started.size());
       sched::FinalizeGradsOp fin = fins.front();
       b.setInsertionPoint(fin);
-      for (size_t k = 0; k < numBuckets; ++k)
-        b.create<sched::GradSyncWaitOp>(fin.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+      for (Value t : call.getTokens())
+        b.create<sched::GradSyncWaitOp>(fin.getLoc(), t);
       b.create<sched::ReduceLossesOp>(fin.getLoc());
       for (func::FuncOp f : module.getOps<func::FuncOp>())
         if (f->hasAttr("sched.eval"))
@@ -194,6 +199,8 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     // 4. Distributed optimizer: updates in layout order, each bucket's all-gather after its
     // last update.
     if (distributedOptimizer && dp > 1) {
+      SmallVector<Value> gathers;
+      firstCall = {};
       SmallVector<sched::AdamWOp> adams(step.getOps<sched::AdamWOp>());
       Operation *after = adams.back()->getNextNode();
       llvm::stable_sort(adams, [&](sched::AdamWOp a, sched::AdamWOp c) {
@@ -220,14 +227,22 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
           b.setInsertionPointAfter(lastUpdate);
         else
           b.setInsertionPoint(after);
-        b.create<sched::ParamGatherStartOp>(step.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+        gathers.push_back(
+            b.create<sched::ParamGatherStartOp>(step.getLoc(), sched::TokenType::get(b.getContext()),
+                                               bufferRef(b), b.getI64IntegerAttr(int64_t(k))));
       }
       if (!overlapParamGather) {
         b.setInsertionPoint(after);
-        for (size_t k = 0; k < numBuckets; ++k)
-          b.create<sched::ParamGatherWaitOp>(step.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+        for (Value t : gathers)
+          b.create<sched::ParamGatherWaitOp>(step.getLoc(), t);
       } else {
-        if (failed(placeGatherWaits(module, fn, firstCall, calls, index, lastParamOfBucket)))
+        // The all-gathers stay in flight across the step boundary: the iteration returns their
+        // tokens and takes them back as arguments in the next one (sched.token).
+        returnTokens(step, gathers);
+        for (sched::MicrobatchOp mb : step.getOps<sched::MicrobatchOp>())
+          if (!firstCall || mb.getIndex() < firstCall.getIndex())
+            firstCall = mb;
+        if (failed(placeGatherWaits(module, fn, step, firstCall, calls, index, lastParamOfBucket)))
           return signalPassFailure();
         layout.setOverlapParamGather(true);
       }
@@ -237,8 +252,9 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
   /// --overlap-param-gather: bucket b's all-gather, started at the end of the previous step, is
   /// waited right before the first op of the first microbatch that reads a parameter of b, and
   /// at the start of every eval iteration.
-  LogicalResult placeGatherWaits(ModuleOp module, func::FuncOp fn, sched::MicrobatchOp firstCall,
-                                 int64_t calls, const llvm::StringMap<size_t> &index,
+  LogicalResult placeGatherWaits(ModuleOp module, func::FuncOp fn, func::FuncOp step,
+                                 sched::MicrobatchOp firstCall, int64_t calls,
+                                 const llvm::StringMap<size_t> &index,
                                  ArrayRef<size_t> lastParamOfBucket) {
     OpBuilder b(module.getContext());
     // The stage function itself serves the first microbatch unless other (middle) microbatches
@@ -256,6 +272,12 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     };
     SmallVector<Operation *> firstUse(lastParamOfBucket.size(), nullptr);
     Block &body = first.getBody().front();
+    // The previous step's tokens: arguments of the iteration functions, passed to the first
+    // microbatch's stage function as its trailing arguments.
+    const size_t numBuckets = lastParamOfBucket.size();
+    SmallVector<Value> carried = takeTokens(step, numBuckets);
+    SmallVector<Value> waits = takeTokens(first, numBuckets);
+    withTokens(firstCall, carried, firstCall.getTokens().size());
     for (unsigned i = 0; i < first.getNumArguments(); ++i) {
       FlatSymbolRefAttr name = model::paramOf(first, i);
       if (!name || !index.count(name.getValue()))
@@ -269,15 +291,56 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
     }
     for (size_t k = 0; k < firstUse.size(); ++k) {
       b.setInsertionPoint(firstUse[k] ? firstUse[k] : body.getTerminator());
-      b.create<sched::ParamGatherWaitOp>(first.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+      b.create<sched::ParamGatherWaitOp>(first.getLoc(), waits[k]);
     }
     for (func::FuncOp f : module.getOps<func::FuncOp>())
       if (f->hasAttr("sched.eval")) {
+        SmallVector<Value> pending = takeTokens(f, numBuckets);
         b.setInsertionPointToStart(&f.getBody().front());
-        for (size_t k = 0; k < firstUse.size(); ++k)
-          b.create<sched::ParamGatherWaitOp>(f.getLoc(), b.getI64IntegerAttr(int64_t(k)));
+        for (Value t : pending)
+          b.create<sched::ParamGatherWaitOp>(f.getLoc(), t);
       }
     return success();
+  }
+
+  /// The grad buffer's symbol.
+  static FlatSymbolRefAttr bufferRef(OpBuilder &b) {
+    return FlatSymbolRefAttr::get(b.getContext(), sched::kGradBufferName);
+  }
+
+  /// Appends `tokens` to what `fn` returns.
+  static void returnTokens(func::FuncOp fn, ValueRange tokens) {
+    Operation *ret = fn.getBody().front().getTerminator();
+    for (Value t : tokens) {
+      fn.insertResult(fn.getNumResults(), t.getType(), {});
+      ret->insertOperands(ret->getNumOperands(), t);
+    }
+  }
+
+  /// Appends `n` token arguments to `fn` and returns them.
+  static SmallVector<Value> takeTokens(func::FuncOp fn, size_t n) {
+    SmallVector<Value> args;
+    auto token = sched::TokenType::get(fn.getContext());
+    for (size_t i = 0; i < n; ++i) {
+      fn.insertArgument(fn.getNumArguments(), token, {}, fn.getLoc());
+      args.push_back(fn.getArgument(fn.getNumArguments() - 1));
+    }
+    return args;
+  }
+
+  /// `call` rebuilt with operands `waits` and `numTokens` token results (its callee's new
+  /// signature); the old results' uses move to the new ones.
+  static sched::MicrobatchOp withTokens(sched::MicrobatchOp call, ValueRange waits,
+                                        size_t numTokens) {
+    OpBuilder b(call);
+    SmallVector<Type> types(numTokens, sched::TokenType::get(call.getContext()));
+    SmallVector<Value> operands(waits);
+    auto n = b.create<sched::MicrobatchOp>(call.getLoc(), types, call.getCalleeAttr(),
+                                           call.getIndexAttr(), operands);
+    for (auto [o, r] : llvm::zip(call.getTokens(), n.getTokens()))
+      o.replaceAllUsesWith(r);
+    call.erase();
+    return n;
   }
 };
 

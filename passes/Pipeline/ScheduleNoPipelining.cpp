@@ -59,8 +59,8 @@ struct ScheduleNoPipeliningPass
     b.create<sched::ZeroGradsOp>(loc);
     b.create<sched::FillInputsOp>(loc, "batch");
     for (int64_t i = 0; i < numMicrobatches; ++i)
-      b.create<sched::MicrobatchOp>(loc, FlatSymbolRefAttr::get(b.getContext(), stage),
-                                    b.getI64IntegerAttr(i));
+      b.create<sched::MicrobatchOp>(loc, TypeRange{}, FlatSymbolRefAttr::get(b.getContext(), stage),
+                                    b.getI64IntegerAttr(i), ValueRange{});
     b.create<sched::FinalizeGradsOp>(loc, normalization);
     b.create<sched::OptimizerStepOp>(loc, b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
                                      b.getF64FloatAttr(eps), b.getF64FloatAttr(clipGrad));
@@ -100,8 +100,8 @@ struct ScheduleNoPipeliningPass
     b.create<sched::ZeroLossesOp>(loc);
     b.create<sched::FillInputsOp>(loc, "eval_batch");
     for (int64_t i = 0; i < numMicrobatches; ++i)
-      b.create<sched::MicrobatchOp>(loc, FlatSymbolRefAttr::get(b.getContext(), "forward_only"),
-                                    b.getI64IntegerAttr(i));
+      b.create<sched::MicrobatchOp>(loc, TypeRange{}, FlatSymbolRefAttr::get(b.getContext(), "forward_only"),
+                                    b.getI64IntegerAttr(i), ValueRange{});
     b.create<sched::ReadOutputsOp>(loc, "eval_outputs");
     b.create<func::ReturnOp>(loc);
     return success();

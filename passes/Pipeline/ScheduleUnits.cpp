@@ -74,9 +74,9 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
   if (fn.isDeclaration() || !fn->hasAttr("sched.stage"))
     return fn.emitOpError() << "@" << fn.getSymName()
                             << " is not a stage function with a body (sched.stage)";
-  if (fn.getNumResults() != 0)
+  if (!llvm::all_of(fn.getResultTypes(), llvm::IsaPred<sched::TokenType>))
     return fn.emitOpError() << "@" << fn.getSymName() << " returns " << fn.getNumResults()
-                            << " values; a stage function returns nothing";
+                            << " values; a stage function returns only tokens (sched.token)";
   Block &body = fn.getBody().front();
   auto seed = llvm::find_if(body, isLossSeed);
   if (seed == body.end())
@@ -181,29 +181,43 @@ func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
 func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
                                      ArrayRef<Value> stash) {
   OpBuilder b(fn);
-  SmallVector<Type> args(fn.getArgumentTypes());
+  // The stage function's arguments except the tokens it waits on (its forward waits), then the
+  // stash; its results are the tokens of the collectives the backward starts.
+  SmallVector<Type> args;
+  SmallVector<DictionaryAttr> argAttrs;
+  SmallVector<BlockArgument> kept;
+  for (BlockArgument a : fn.getArguments())
+    if (!isa<sched::TokenType>(a.getType())) {
+      kept.push_back(a);
+      args.push_back(a.getType());
+      argAttrs.push_back(fn.getArgAttrDict(a.getArgNumber())
+                             ? fn.getArgAttrDict(a.getArgNumber())
+                             : b.getDictionaryAttr({}));
+    }
   for (Value v : stash)
     args.push_back(v.getType());
   auto f = b.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".backward").str(),
-                                  b.getFunctionType(args, {}));
+                                  b.getFunctionType(args, fn.getResultTypes()));
   copyFunctionAttrs(fn, f);
   f->removeAttr("sched.first_microbatch");
   f->setAttr("sched.unit", b.getStringAttr("backward"));
-  SmallVector<DictionaryAttr> argAttrs;
-  fn.getAllArgAttrs(argAttrs);
   for (size_t k = 0; k < stash.size(); ++k)
     argAttrs.push_back(b.getDictionaryAttr(
         {b.getNamedAttr("sched.stash", b.getI64IntegerAttr(int64_t(k)))}));
   f.setAllArgAttrs(argAttrs);
   Block *entry = f.addEntryBlock();
   IRMapping map;
-  map.map(fn.getArguments(), entry->getArguments().take_front(fn.getNumArguments()));
+  for (auto [k, a] : llvm::enumerate(kept))
+    map.map(a, entry->getArgument(unsigned(k)));
   for (auto [k, v] : llvm::enumerate(stash))
-    map.map(v, entry->getArgument(unsigned(fn.getNumArguments() + k)));
+    map.map(v, entry->getArgument(unsigned(kept.size() + k)));
   b.setInsertionPointToStart(entry);
   for (Operation *op : ops)
     b.clone(*op, map);
-  b.create<func::ReturnOp>(fn.getLoc());
+  SmallVector<Value> ret;
+  for (Value v : fn.getBody().front().getTerminator()->getOperands())
+    ret.push_back(map.lookupOrDefault(v));
+  b.create<func::ReturnOp>(fn.getLoc(), ret);
   return f;
 }
 
@@ -272,24 +286,30 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
       units.push_back({*u, int64_t(mb.getIndex())});
     }
     OpBuilder b(calls.front());
-    auto forward = [&](Units u, int64_t mb) {
+    // A forward unit takes the tokens its microbatch waited on; the backward unit returns the
+    // tokens the microbatch returned.
+    auto forward = [&](Units u, size_t k) {
       return b.create<sched::ForwardOp>(calls.front().getLoc(),
                                         sched::StashType::get(b.getContext()),
-                                        u.forward.getSymName(), mb, 0);
+                                        u.forward.getSymName(), units[k].second, 0,
+                                        calls[k].getWaits());
     };
-    auto backward = [&](Units u, sched::ForwardOp f) {
-      b.create<sched::BackwardOp>(f.getLoc(), u.backward.getSymName(), f.getStash(),
-                                  f.getMicrobatch(), 0);
+    auto backward = [&](Units u, sched::ForwardOp f, size_t k) {
+      auto bwd = b.create<sched::BackwardOp>(f.getLoc(), u.backward.getResultTypes(),
+                                             u.backward.getSymName(), f.getStash(),
+                                             f.getMicrobatch(), 0);
+      for (auto [o, r] : llvm::zip(calls[k].getTokens(), bwd.getTokens()))
+        o.replaceAllUsesWith(r);
     };
     if (schedule == "no-pipelining") {
-      for (auto &[u, mb] : units)
-        backward(u, forward(u, mb));
+      for (size_t k = 0; k < units.size(); ++k)
+        backward(units[k].first, forward(units[k].first, k), k);
     } else {
       SmallVector<sched::ForwardOp> fs;
-      for (auto &[u, mb] : units)
-        fs.push_back(forward(u, mb));
+      for (size_t k = 0; k < units.size(); ++k)
+        fs.push_back(forward(units[k].first, k));
       for (auto [k, f] : llvm::enumerate(fs))
-        backward(units[k].first, f);
+        backward(units[k].first, f, k);
     }
     llvm::StringSet<> stages;
     for (sched::MicrobatchOp mb : calls) {

@@ -22,12 +22,12 @@ func.func @train_step() {
 
 // -----
 
-// Tests that the callee must be a stage function that returns nothing.
+// Tests that the callee must be a stage function that returns only tokens, as many as the call.
 func.func @forward_backward(%x: tensor<f32> {model.input = "x"}) -> (tensor<f32>, tensor<f32>) {
   return %x, %x : tensor<f32>, tensor<f32>
 }
 func.func @train_step() {
-  // expected-error@+1 {{'sched.microbatch' op callee @forward_backward returns 2 values; a stage function accumulates its gradients and losses and returns nothing (run trainc-grad-accumulate first)}}
+  // expected-error@+1 {{'sched.microbatch' op callee @forward_backward returns 2 values but the call has 0 token results; a stage function accumulates its gradients and losses and returns only the tokens of the collectives it starts}}
   sched.microbatch @forward_backward {index = 0 : i64}
   return
 }
@@ -131,35 +131,35 @@ func.func @train_step() {
 model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that sched.grad_buffer needs a positive data-parallel size.
 // expected-error@+1 {{'sched.grad_buffer' op dp = 0, expected a positive data-parallel size}}
-sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 0 : i64}
+sched.grad_buffer @grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 0 : i64}
 
 // -----
 
 model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that every parameter has an offset and a size.
 // expected-error@+1 {{'sched.grad_buffer' op has 2 params but 1 offsets and 1 sizes}}
-sched.grad_buffer {params = [@a, @b], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer {params = [@a, @b], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 
 // -----
 
 model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that the buckets cover the buffer from 0 to numel.
 // expected-error@+1 {{'sched.grad_buffer' op bucket_bounds must start at 0 and end at numel = 8}}
-sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 
 // -----
 
 model.parameter @a {init = "zeros"} : tensor<4xf32>
 // Tests that buckets are not empty.
 // expected-error@+1 {{'sched.grad_buffer' op bucket 1 [4, 4) is empty or reversed}}
-sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4, 4>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4, 4>, dp = 1 : i64}
 
 // -----
 
 model.parameter @a {init = "zeros"} : tensor<6xf32>
 // Tests that the distributed optimizer needs buckets that are a multiple of dp.
 // expected-error@+1 {{'sched.grad_buffer' op bucket 0 has 6 elements, not a multiple of dp = 4 (the distributed optimizer shards every bucket evenly)}}
-sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 6 : i64, bucket_bounds = array<i64: 0, 6>, dp = 4 : i64, distributed_optimizer}
+sched.grad_buffer @grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 6 : i64, bucket_bounds = array<i64: 0, 6>, dp = 4 : i64, distributed_optimizer}
 
 // -----
 
@@ -167,21 +167,21 @@ model.parameter @a {init = "zeros"} : tensor<4xf32>
 model.parameter @b {init = "zeros"} : tensor<4xf32>
 // Tests that parameters do not overlap.
 // expected-error@+1 {{'sched.grad_buffer' op param @b at offset 2 with 4 elements overlaps the previous one or is empty}}
-sched.grad_buffer {params = [@a, @b], offsets = array<i64: 0, 2>, sizes = array<i64: 4, 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer {params = [@a, @b], offsets = array<i64: 0, 2>, sizes = array<i64: 4, 4>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
 
 // -----
 
 model.parameter @a {init = "zeros"} : tensor<6xf32>
 // Tests that a parameter stays inside one bucket (Megatron never splits one across buckets).
 // expected-error@+1 {{'sched.grad_buffer' op param @a [0, 6) crosses a bucket boundary}}
-sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4, 8>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 6>, numel = 8 : i64, bucket_bounds = array<i64: 0, 4, 8>, dp = 1 : i64}
 
 // -----
 
 model.parameter @a {init = "zeros"} : tensor<10xf32>
 // Tests that parameters end inside the buffer.
 // expected-error@+1 {{'sched.grad_buffer' op param @a [0, 10) crosses a bucket boundary}}
-sched.grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 10>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer {params = [@a], offsets = array<i64: 0>, sizes = array<i64: 10>, numel = 8 : i64, bucket_bounds = array<i64: 0, 8>, dp = 1 : i64}
 
 // -----
 

@@ -57,21 +57,37 @@ func.func @eval_step() attributes {sched.iteration, sched.eval} {
 }
 
 // Tests that the data-parallel ops round-trip.
-// CHECK: sched.grad_buffer {bucket_bounds = array<i64: 0, 6, 16>, distributed_optimizer, dp = 2 : i64, numel = 16 : i64, offsets = array<i64: 0, 6>, params = [@b, @a], sizes = array<i64: 6, 10>}
-sched.grad_buffer {params = [@b, @a], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64, bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
+// CHECK: sched.grad_buffer @grad_buffer {bucket_bounds = array<i64: 0, 6, 16>, distributed_optimizer, dp = 2 : i64, numel = 16 : i64, offsets = array<i64: 0, 6>, params = [@b, @a], sizes = array<i64: 6, 10>}
+sched.grad_buffer @grad_buffer {params = [@b, @a], offsets = array<i64: 0, 6>, sizes = array<i64: 6, 10>, numel = 16 : i64, bucket_bounds = array<i64: 0, 6, 16>, dp = 2 : i64, distributed_optimizer}
 // CHECK-LABEL: func.func @dp_ops
+// Starts name the buffer and bucket and produce a token; waits consume it; a stage function
+// returns the tokens it starts and takes the ones it waits on.
 func.func @dp_ops() {
-  // CHECK: sched.grad_sync_start {bucket = 0 : i64}
-  sched.grad_sync_start {bucket = 0 : i64}
-  // CHECK: sched.grad_sync_wait {bucket = 0 : i64}
-  sched.grad_sync_wait {bucket = 0 : i64}
+  // CHECK: %[[T:.+]] = sched.grad_sync_start @grad_buffer bucket 0
+  %t = sched.grad_sync_start @grad_buffer bucket 0
+  // CHECK: sched.grad_sync_wait %[[T]]
+  sched.grad_sync_wait %t
   // CHECK: sched.reduce_losses
   sched.reduce_losses
-  // CHECK: sched.param_gather_start {bucket = 1 : i64}
-  sched.param_gather_start {bucket = 1 : i64}
-  // CHECK: sched.param_gather_wait {bucket = 1 : i64}
-  sched.param_gather_wait {bucket = 1 : i64}
+  // CHECK: %[[G:.+]] = sched.param_gather_start @grad_buffer bucket 1
+  %g = sched.param_gather_start @grad_buffer bucket 1
+  // CHECK: sched.param_gather_wait %[[G]]
+  sched.param_gather_wait %g
   return
+}
+func.func @token_stage(%t: !sched.token) -> !sched.token attributes {sched.stage} {
+  sched.param_gather_wait %t
+  %s = sched.grad_sync_start @grad_buffer bucket 1
+  return %s : !sched.token
+}
+// CHECK-LABEL: func.func @token_step(
+// CHECK-SAME: %[[P:.+]]: !sched.token) -> !sched.token
+// CHECK: %[[R:.+]] = sched.microbatch @token_stage(%[[P]]) {index = 0 : i64} -> !sched.token
+func.func @token_step(%p: !sched.token) -> !sched.token attributes {sched.iteration} {
+  %r = sched.microbatch @token_stage(%p) {index = 0 : i64} -> !sched.token
+  sched.grad_sync_wait %r
+  %g = sched.param_gather_start @grad_buffer bucket 0
+  return %g : !sched.token
 }
 
 // Tests that forward and backward units round-trip with their stash handle, microbatch and chunk.

@@ -13,48 +13,51 @@
 
 // Tests the layout: parameters in the order their gradients become final (w, then b), buckets
 // closed after the parameter reaching 50 elements, padded to a multiple of dp = 2 (88 and 11 -> 12).
-// ZERO: sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 100>, distributed_optimizer, dp = 2 : i64, numel = 100 : i64, offsets = array<i64: 0, 88>, params = [@w, @b], sizes = array<i64: 88, 11>}
+// ZERO: sched.grad_buffer @grad_buffer {bucket_bounds = array<i64: 0, 88, 100>, distributed_optimizer, dp = 2 : i64, numel = 100 : i64, offsets = array<i64: 0, 88>, params = [@w, @b], sizes = array<i64: 88, 11>}
 // Tests that earlier microbatches do not communicate and the last one starts each bucket's
 // reduction right after the bucket's last gradient.
 // ZERO-LABEL: func.func @forward_backward(
 // ZERO-NOT: sched.grad_sync_start
+// The clone returns the tokens of the reductions it starts.
 // ZERO-LABEL: func.func @forward_backward_last(
+// ZERO-SAME: -> (!sched.token, !sched.token)
 // ZERO: sched.accumulate_grad %{{.*}} into @w
-// ZERO-NEXT: sched.grad_sync_start {bucket = 0 : i64}
+// ZERO-NEXT: %[[T0:.+]] = sched.grad_sync_start @grad_buffer bucket 0
 // ZERO-NEXT: sched.accumulate_grad %{{.*}} into @b
-// ZERO-NEXT: sched.grad_sync_start {bucket = 1 : i64}
+// ZERO-NEXT: %[[T1:.+]] = sched.grad_sync_start @grad_buffer bucket 1
+// ZERO-NEXT: return %[[T0]], %[[T1]] : !sched.token, !sched.token
 // Tests the iteration: the last microbatch calls the clone, every bucket is waited for and the
 // losses are reduced before finalize; each bucket's parameter all-gather starts after its last
 // update and is waited for at the end of the step.
 // ZERO-LABEL: func.func @train_step()
 // ZERO: sched.microbatch @forward_backward {index = 1 : i64}
-// ZERO-NEXT: sched.microbatch @forward_backward_last {index = 2 : i64}
-// ZERO-NEXT: sched.grad_sync_wait {bucket = 0 : i64}
-// ZERO-NEXT: sched.grad_sync_wait {bucket = 1 : i64}
+// ZERO-NEXT: %[[R:.+]]:2 = sched.microbatch @forward_backward_last {index = 2 : i64} -> !sched.token, !sched.token
+// ZERO-NEXT: sched.grad_sync_wait %[[R]]#0
+// ZERO-NEXT: sched.grad_sync_wait %[[R]]#1
 // ZERO-NEXT: sched.reduce_losses
 // ZERO-NEXT: sched.finalize_grads
 // ZERO-NEXT: sched.clip_grad_norm
 // ZERO-NEXT: sched.adamw @w {{.*}}
-// ZERO-NEXT: sched.param_gather_start {bucket = 0 : i64}
+// ZERO-NEXT: %[[G0:.+]] = sched.param_gather_start @grad_buffer bucket 0
 // ZERO-NEXT: sched.adamw @b {{.*}}
-// ZERO-NEXT: sched.param_gather_start {bucket = 1 : i64}
-// ZERO-NEXT: sched.param_gather_wait {bucket = 0 : i64}
-// ZERO-NEXT: sched.param_gather_wait {bucket = 1 : i64}
+// ZERO-NEXT: %[[G1:.+]] = sched.param_gather_start @grad_buffer bucket 1
+// ZERO-NEXT: sched.param_gather_wait %[[G0]]
+// ZERO-NEXT: sched.param_gather_wait %[[G1]]
 // ZERO-NEXT: sched.read_outputs
 
 // Tests plain DP with the default bucket size: one bucket, no padding, no parameter gathers.
-// PLAIN: sched.grad_buffer {bucket_bounds = array<i64: 0, 99>, dp = 2 : i64, numel = 99 : i64
+// PLAIN: sched.grad_buffer @grad_buffer {bucket_bounds = array<i64: 0, 99>, dp = 2 : i64, numel = 99 : i64
 // PLAIN-LABEL: func.func @forward_backward_last(
 // PLAIN: sched.accumulate_grad %{{.*}} into @b
-// PLAIN-NEXT: sched.grad_sync_start {bucket = 0 : i64}
+// PLAIN-NEXT: sched.grad_sync_start @grad_buffer bucket 0
 // PLAIN-NOT: sched.param_gather
 
 // Tests that with one microbatch the stage function itself carries the syncs (no clone), one
 // bucket per parameter with bucket-size 1.
-// ONE: sched.grad_buffer {bucket_bounds = array<i64: 0, 88, 99>
+// ONE: sched.grad_buffer @grad_buffer {bucket_bounds = array<i64: 0, 88, 99>
 // ONE-NOT: forward_backward_last
 // ONE: sched.accumulate_grad %{{.*}} into @w
-// ONE-NEXT: sched.grad_sync_start {bucket = 0 : i64}
+// ONE-NEXT: sched.grad_sync_start @grad_buffer bucket 0
 // ONE-NOT: forward_backward_last
 
 // Tests the lowering, which is the same for every DP rank: main grads and parameters are ranges
@@ -99,18 +102,24 @@
 // TWICE: error: trainc-grad-buckets: the module already has a sched.grad_buffer
 
 // Tests --overlap-param-gather: the first microbatch runs a clone whose waits sit right before
-// the first read of each bucket's parameters; the step ends without waiting.
+// the first read of each bucket's parameters; the step ends without waiting and returns the
+// gathers' tokens, which the next step takes as its arguments and passes to the first microbatch
+// (and the eval step waits on first).
 // OVERLAP-LABEL: func.func @forward_backward_first(
-// OVERLAP: sched.param_gather_wait {bucket = 0 : i64}
+// OVERLAP-SAME: %[[W0:[a-z0-9]+]]: !sched.token, %[[W1:[a-z0-9]+]]: !sched.token)
+// OVERLAP: sched.param_gather_wait %[[W0]]
 // OVERLAP-NEXT: sched.accumulate_grad %{{.*}} into @w
-// OVERLAP-NEXT: sched.param_gather_wait {bucket = 1 : i64}
+// OVERLAP-NEXT: sched.param_gather_wait %[[W1]]
 // OVERLAP-NEXT: sched.accumulate_grad %{{.*}} into @b
-// OVERLAP-LABEL: func.func @train_step()
-// OVERLAP: sched.microbatch @forward_backward_first {index = 0 : i64}
+// OVERLAP-LABEL: func.func @train_step(
+// OVERLAP-SAME: %[[P0:[a-z0-9]+]]: !sched.token, %[[P1:[a-z0-9]+]]: !sched.token) -> (!sched.token, !sched.token)
+// OVERLAP: sched.microbatch @forward_backward_first(%[[P0]], %[[P1]]) {index = 0 : i64}
 // OVERLAP-NEXT: sched.microbatch @forward_backward {index = 1 : i64}
 // OVERLAP-NEXT: sched.microbatch @forward_backward_last {index = 2 : i64}
-// OVERLAP: sched.param_gather_start {bucket = 1 : i64}
+// OVERLAP: %[[G0:.+]] = sched.param_gather_start @grad_buffer bucket 0
+// OVERLAP: %[[G1:.+]] = sched.param_gather_start @grad_buffer bucket 1
 // OVERLAP-NEXT: sched.read_outputs
+// OVERLAP-NEXT: return %[[G0]], %[[G1]] : !sched.token, !sched.token
 // The gather tokens (2 and 3) are carried into the next run.
 // CARRIED: module attributes {rt.carried_tokens = array<i64: 2, 3>
 // NOZERO: error: trainc-grad-buckets: overlap-param-gather needs the distributed optimizer and dp > 1

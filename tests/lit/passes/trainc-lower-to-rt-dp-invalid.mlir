@@ -10,38 +10,58 @@ func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sc
 }
 func.func @train_step() attributes {sched.iteration} {
   sched.microbatch @forward_backward {index = 0 : i64}
-  // expected-error@+1 {{'sched.grad_sync_wait' op needs a sched.grad_buffer (run trainc-grad-buckets)}}
-  sched.grad_sync_wait {bucket = 0 : i64}
+  // expected-error@+1 {{'sched.grad_sync_start' op names @grad_buffer, which is not a sched.grad_buffer}}
+  %t = sched.grad_sync_start @grad_buffer bucket 0
+  sched.grad_sync_wait %t
   return
 }
 
 // -----
 
 model.parameter @w {init = "zeros"} : tensor<4xf32>
-sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
+sched.grad_buffer @grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
 func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
   sched.microbatch @forward_backward {index = 0 : i64}
-  // expected-error@+1 {{'sched.grad_sync_wait' op bucket 3 is not one of the 1 buckets}}
-  sched.grad_sync_wait {bucket = 3 : i64}
+  // expected-error@+1 {{'sched.grad_sync_start' op bucket 3 is not one of the 1 buckets of @grad_buffer}}
+  %t = sched.grad_sync_start @grad_buffer bucket 3
+  sched.grad_sync_wait %t
   return
 }
 
 // -----
 
 model.parameter @w {init = "zeros"} : tensor<4xf32>
-sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
+sched.grad_buffer @grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
 func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
   sched.microbatch @forward_backward {index = 0 : i64}
-  // expected-error@+1 {{'sched.param_gather_start' op needs the distributed optimizer (sched.grad_buffer distributed_optimizer)}}
-  sched.param_gather_start {bucket = 0 : i64}
+  // expected-error@+1 {{'sched.param_gather_start' op needs the distributed optimizer (@grad_buffer has no distributed_optimizer)}}
+  %t = sched.param_gather_start @grad_buffer bucket 0
+  sched.param_gather_wait %t
+  return
+}
+
+// -----
+
+// Tests that a wait on a token no start produced (an iteration argument the iteration does not
+// return) is refused.
+model.parameter @w {init = "zeros"} : tensor<4xf32>
+sched.grad_buffer @grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64, distributed_optimizer}
+func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
+  sched.accumulate_grad %w into @w : tensor<4xf32>
+  return
+}
+func.func @train_step(%t: !sched.token) attributes {sched.iteration} {
+  sched.microbatch @forward_backward {index = 0 : i64}
+  // expected-error@+1 {{'sched.param_gather_wait' op waits on a token that comes from no sched.grad_sync_start or sched.param_gather_start}}
+  sched.param_gather_wait %t
   return
 }
 
@@ -49,7 +69,7 @@ func.func @train_step() attributes {sched.iteration} {
 
 model.parameter @w {init = "zeros"} : tensor<4xf32>
 model.parameter @v {init = "zeros"} : tensor<4xf32>
-sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
+sched.grad_buffer @grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 2 : i64}
 // expected-error@+1 {{'func.func' op parameter 'v' is not in the sched.grad_buffer layout}}
 func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}, %v: tensor<4xf32> {model.param = @v}) attributes {sched.stage} {
   sched.accumulate_grad %w into @w : tensor<4xf32>
@@ -63,9 +83,9 @@ func.func @train_step() attributes {sched.iteration} {
 // -----
 
 model.parameter @w {init = "zeros"} : tensor<4xf32>
-sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 // expected-error@+1 {{'sched.grad_buffer' op is the second sched.grad_buffer; one is supported}}
-sched.grad_buffer {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
+sched.grad_buffer @grad_buffer_2 {params = [@w], offsets = array<i64: 0>, sizes = array<i64: 4>, numel = 4 : i64, bucket_bounds = array<i64: 0, 4>, dp = 1 : i64}
 func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sched.stage} {
   sched.accumulate_grad %w into @w : tensor<4xf32>
   return

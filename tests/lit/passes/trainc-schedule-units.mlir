@@ -46,7 +46,8 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
 // CHECK-NOT: func.func @forward_backward_last.forward
 // CHECK-LABEL: func.func @forward_backward_last.backward(
 // CHECK-SAME: attributes {sched.last_microbatch, sched.stage, sched.unit = "backward"}
-// CHECK: sched.grad_sync_start {bucket = 0 : i64}
+// CHECK: %[[T:.+]] = sched.grad_sync_start @grad_buffer bucket 0
+// CHECK: return %[[T]] : !sched.token
 // Tests Megatron's order: each microbatch's backward right after its forward.
 // CHECK-LABEL: func.func @train_step()
 // CHECK: %[[S0:.+]] = sched.forward @forward_backward.forward microbatch 0 chunk 0
@@ -54,8 +55,8 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
 // CHECK-NEXT: %[[S1:.+]] = sched.forward @forward_backward.forward microbatch 1 chunk 0
 // CHECK-NEXT: sched.backward @forward_backward.backward(%[[S1]]) microbatch 1 chunk 0
 // CHECK-NEXT: %[[S2:.+]] = sched.forward @forward_backward.forward microbatch 2 chunk 0
-// CHECK-NEXT: sched.backward @forward_backward_last.backward(%[[S2]]) microbatch 2 chunk 0
-// CHECK-NEXT: sched.grad_sync_wait
+// CHECK-NEXT: %[[T2:.+]] = sched.backward @forward_backward_last.backward(%[[S2]]) microbatch 2 chunk 0 -> !sched.token
+// CHECK-NEXT: sched.grad_sync_wait %[[T2]]
 // Tests that the split stage functions and the microbatch calls are gone.
 // GONE: func.func @train_step()
 
