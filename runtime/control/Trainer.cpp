@@ -102,6 +102,7 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.tokenizerType = meta(p, "runtime.tokenizer_type");
   o.vocabFile = meta(p, "runtime.vocab_file");
   o.mergeFile = meta(p, "runtime.merge_file");
+  o.tokenizerModel = meta(p, "runtime.tokenizer_model");
   checkpointDefaults(p, o.ckpt);
   o.tensorboardDir = meta(p, "runtime.tensorboard_dir");
   o.tensorboardLogInterval = metaInt(p, "runtime.tensorboard_log_interval", 1);
@@ -174,6 +175,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = next(o.vocabFile);
     } else if (flag == "--merge-file") {
       s = next(o.mergeFile);
+    } else if (flag == "--tokenizer-model") {
+      s = next(o.tokenizerModel);
     } else if (flag == "--eod-mask-loss") {
       o.eodMaskLoss = true;
     } else if (flag == "--reset-position-ids") {
@@ -751,7 +754,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (!options.tokenizerType.empty()) {
     absl::StatusOr<std::unique_ptr<data::Tokenizer>> t = data::createTokenizer(
-        {options.tokenizerType, options.vocabFile, options.mergeFile, d.vocabSize - 1});
+        {options.tokenizerType, options.vocabFile, options.mergeFile, d.vocabSize - 1,
+         options.tokenizerModel});
     if (!t.ok())
       return t.status();
     tokenizer = std::move(*t);

@@ -61,6 +61,9 @@ struct RunOptions {
   /// Its vocabulary padded as Megatron pads must equal the plan's. NullTokenizer takes the plan's
   /// vocabulary as ids [0, V - 1) plus EOD V - 1 (Megatron's --vocab-size V - 1).
   std::string tokenizerType, vocabFile, mergeFile;
+  /// Megatron's --tokenizer-model: the SentencePiece .model, or HuggingFaceTokenizer's
+  /// tokenizer.json (or its directory).
+  std::string tokenizerModel;
   /// Megatron's --eod-mask-loss (loss_mask 0 where the input token is EOD) and
   /// --reset-position-ids (position ids restart at 0 after each EOD in a sample).
   bool eodMaskLoss = false, resetPositionIds = false;
