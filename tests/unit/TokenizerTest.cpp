@@ -315,3 +315,128 @@ TEST(Tokenizer, SentencePieceErrors) {
   absl::Status s = createTokenizer(o).status();
   EXPECT_NE(s.message().find("not.model' is not a SentencePiece model"), std::string::npos) << s;
 }
+
+//===----------------------------------------------------------------------===//
+// HuggingFaceTokenizer (byte-level BPE tokenizer.json); the comparison with an independent
+// encoder on a trained vocabulary is tests/lit/data/hf-tokenizer.test.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// tokenizer.json with the 256 byte symbols (id = byte), `extra` vocabulary tokens, `merges`
+/// (JSON list text), added tokens <|endoftext|> (special) and <sep>, and `more` top-level JSON.
+std::string hfJson(const std::vector<std::string> &extra, const std::string &merges,
+                   const std::string &more = "", const std::string &modelMore = "") {
+  std::string v = "{";
+  for (int b = 0; b < 256; ++b) {
+    std::string c = byteChar(b);
+    if (c == "\"" || c == "\\")
+      c = "\\" + c;
+    v += "\"" + c + "\": " + std::to_string(b) + ", ";
+  }
+  int id = 256;
+  for (const std::string &e : extra)
+    v += "\"" + e + "\": " + std::to_string(id++) + ", ";
+  v.resize(v.size() - 2);
+  v += "}";
+  return "{\"added_tokens\": [{\"id\": " + std::to_string(id) +
+         ", \"content\": \"<|endoftext|>\", \"special\": true}, {\"id\": " +
+         std::to_string(id + 1) + ", \"content\": \"<sep>\", \"special\": false}], "
+         "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+         "\"add_prefix_space\": false, \"use_regex\": true}, " + more +
+         "\"model\": {\"type\": \"BPE\", \"dropout\": null, " + modelMore + "\"vocab\": " + v +
+         ", \"merges\": " + merges + "}}";
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> hf(const std::string &json, const std::string &tag) {
+  TokenizerOptions o;
+  o.type = "HuggingFaceTokenizer";
+  o.tokenizerModel = tempFile(tag + "-tokenizer.json", json);
+  return createTokenizer(o);
+}
+
+} // namespace
+
+TEST(Tokenizer, HuggingFaceBpe) {
+  // The same merges as Gpt2BpeTinyVocab, once as "a b" strings and once as pairs: same ids.
+  std::vector<std::string> extra = {"he", "ll", "hell", "\u0120w", "\u0120\u0120"};
+  auto a = hf(hfJson(extra, "[\"h e\", \"l l\", \"he ll\", \"\u0120 w\", \"\u0120 \u0120\"]"), "hf1");
+  auto b = hf(hfJson(extra, "[[\"h\", \"e\"], [\"l\", \"l\"], [\"he\", \"ll\"], "
+                            "[\"\u0120\", \"w\"], [\"\u0120\", \"\u0120\"]]"), "hf2");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto g = tinyGpt2(extra, {"h e", "l l", "he ll", "\u0120 w", "\u0120 \u0120"}, "hfg");
+  EXPECT_EQ((*a)->vocabSize(), 263); // 256 + 5 + two added tokens
+  EXPECT_EQ((*a)->eod(), 261);
+  std::string text = "hello world, I'll  na\xc3\xafve \xe2\x82\xac 42!\n\n";
+  EXPECT_EQ(ids(**a, text), ids(*g, text));
+  EXPECT_EQ(ids(**b, text), ids(*g, text));
+  EXPECT_EQ((*a)->detokenize(ids(**a, text)), text);
+  // Added tokens split the text; the special one gives no text back, <sep> does.
+  std::vector<int32_t> want = {258, 'o', 262, 'w', 'o', 261, 'x'};
+  EXPECT_EQ(ids(**a, "hello<sep>wo<|endoftext|>x"), want);
+  EXPECT_EQ((*a)->detokenize(want), "hello<sep>wox");
+}
+
+TEST(Tokenizer, HuggingFacePrefixSpaceTemplateIgnoreMerges) {
+  // Vocabulary: bytes, Ġw 256, wo 257, Ġwo 258; added <|endoftext|> 259, <sep> 260; merges
+  // Ġ+w, w+o (no Ġw+o); add_prefix_space; a template that puts <|endoftext|> first.
+  std::string pre = "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+                    "[{\"SpecialToken\": {\"id\": \"<|endoftext|>\"}}, {\"Sequence\": {\"id\": "
+                    "\"A\"}}], \"special_tokens\": {\"<|endoftext|>\": {\"ids\": [259]}}}, ";
+  auto make = [&](bool ignoreMerges, const std::string &tag) {
+    std::string json = hfJson({"\u0120w", "wo", "\u0120wo"}, "[\"\u0120 w\", \"w o\"]", pre,
+                              ignoreMerges ? "\"ignore_merges\": true, " : "");
+    size_t at = json.find("\"add_prefix_space\": false");
+    json.replace(at, 25, "\"add_prefix_space\": true");
+    auto t = hf(json, tag);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? std::move(*t) : nullptr;
+  };
+  auto bpe = make(false, "hf3"), whole = make(true, "hf4");
+  ASSERT_TRUE(bpe && whole);
+  // "wo" becomes " wo": BPE merges Ġ+w first (rank 0) and then has no Ġw+o merge; with
+  // ignore_merges the pre-token " wo" is a vocabulary entry and stays whole. Each piece between
+  // added tokens gets its own prefix space.
+  EXPECT_EQ(ids(*bpe, "wo"), (std::vector<int32_t>{259, 256, 'o'}));
+  EXPECT_EQ(ids(*whole, "wo"), (std::vector<int32_t>{259, 258}));
+  EXPECT_EQ(ids(*whole, "a<sep>wo"), (std::vector<int32_t>{259, ' ', 'a', 260, 258}));
+  EXPECT_EQ(whole->detokenize({259, ' ', 'a', 260, 258}), " a<sep> wo");
+}
+
+TEST(Tokenizer, HuggingFaceErrors) {
+  auto err = [](const std::string &json, const std::string &tag) {
+    return hf(json, tag).status().ToString();
+  };
+  std::string ok = hfJson({}, "[]");
+  auto replace = [&](std::string s, const std::string &from, const std::string &to) {
+    size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  EXPECT_NE(err("[1]", "e1").find("tokenizer.json': not a JSON object"), std::string::npos);
+  EXPECT_NE(err(replace(ok, "\"type\": \"BPE\"", "\"type\": \"WordPiece\""), "e2")
+                .find("model.type is 'WordPiece'; trainc reads BPE models only"),
+            std::string::npos);
+  EXPECT_NE(err(replace(ok, "\"dropout\": null", "\"dropout\": 0.1"), "e3")
+                .find("model.dropout = 0.1 is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(err(replace(ok, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}"), "e4")
+                .find("normalizer {\"type\":\"NFC\"} is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(err(replace(ok, "\"type\": \"ByteLevel\"", "\"type\": \"Metaspace\""), "e5")
+                .find("pre_tokenizer {"),
+            std::string::npos);
+  EXPECT_NE(err(hfJson({}, "[\"a\"]"), "e6").find("merge 0 'a' is not two tokens"),
+            std::string::npos);
+  EXPECT_NE(err(replace(ok, "\"id\": 256,", "\"id\": 300,"), "e7")
+                .find("do not have the ids [0, 258) (largest id 300)"),
+            std::string::npos);
+  EXPECT_NE(err(replace(ok, "\"content\": \"<|endoftext|>\"", "\"content\": \"<x>\""), "e8")
+                .find("no end-of-document token"),
+            std::string::npos);
+  TokenizerOptions o;
+  o.type = "HuggingFaceTokenizer";
+  o.tokenizerModel = "/nonexistent/dir";
+  EXPECT_EQ(createTokenizer(o).status().code(), absl::StatusCode::kNotFound);
+}
