@@ -157,12 +157,29 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     absl::Status s = absl::OkStatus();
     if (flag == "--data-path") {
       o.dataPath.clear();
+      o.splitDataPath = {};
       if (inlineValue)
         o.dataPath.push_back(value);
       while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
         o.dataPath.push_back(args[++i]);
       if (o.dataPath.empty())
         s = absl::InvalidArgumentError("--data-path expects one or more files or directories");
+    } else if (flag == "--train-data-path" || flag == "--valid-data-path" ||
+               flag == "--test-data-path") {
+      // Megatron's per-split blends replace --data-path (the plan's included).
+      std::vector<std::string> &v =
+          o.splitDataPath[flag[2] == 't' && flag[3] == 'r' ? 0 : flag[2] == 'v' ? 1 : 2];
+      o.dataPath.clear();
+      v.clear();
+      if (inlineValue)
+        v.push_back(value);
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+        v.push_back(args[++i]);
+      if (v.empty())
+        s = absl::InvalidArgumentError(
+            absl::StrCat(flag, " expects one or more dataset prefixes (optionally weighted)"));
+    } else if (flag == "--data-cache-path") {
+      s = next(o.dataCachePath);
     } else if (flag == "--mock-data") {
       o.mockData = true;
     } else if (flag == "--check-for-nan-in-loss-and-grad") {
@@ -739,6 +756,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   auto t1 = std::chrono::steady_clock::now();
   DataOptions d;
   d.dataPath = options.dataPath;
+  d.splitDataPath = options.splitDataPath;
+  d.dataCachePath = options.dataCachePath;
   d.mockData = options.mockData;
   d.split = options.split;
   d.seqLength = im->seq;
@@ -779,6 +798,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   log << " done (" << absl::StrFormat("%.2f", seconds(t1, std::chrono::steady_clock::now()))
       << " s): " << im->data.train->numSamples() << " train samples, "
       << (im->data.valid ? im->data.valid->numSamples() : 0) << " validation samples\n";
+  for (const std::string &note : im->data.notes)
+    log << "> " << note << "\n";
   // The LR schedule in samples (Megatron converts iterations with the global batch size).
   int64_t warmup = options.lrWarmupSamples ? options.lrWarmupSamples
                                            : options.lrWarmupIters * im->gbs;

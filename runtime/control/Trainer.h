@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,10 @@ namespace trainc::rt::control {
 /// flags); flags given to trainrun override them.
 struct RunOptions {
   std::vector<std::string> dataPath;
+  /// Megatron's --train-data-path / --valid-data-path / --test-data-path (.bin/.idx blends per
+  /// split; they replace --data-path) and --data-cache-path (runtime/control/Dataset.h).
+  std::array<std::vector<std::string>, 3> splitDataPath;
+  std::string dataCachePath;
   bool mockData = false;
   std::string split = "969, 30, 1";
   int64_t seqLength = 0; // 0 = the compiled one; anything else must equal it

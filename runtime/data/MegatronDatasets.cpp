@@ -4,6 +4,7 @@
 
 #include "runtime/data/BlendedDataset.h"
 #include "runtime/data/GPTDataset.h"
+#include "runtime/data/IndexCache.h"
 #include "runtime/data/IndexedDataset.h"
 #include "runtime/data/Tokenizer.h"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 namespace trainc::rt::data {
 
@@ -104,7 +106,8 @@ absl::StatusOr<Source> openSource(const std::string &prefix, const std::array<do
 absl::StatusOr<std::unique_ptr<GptDataset>> buildSplit(const Source &src, int s,
                                                        int64_t numSamples,
                                                        const control::DataOptions &o,
-                                                       const std::array<double, 3> &weights) {
+                                                       const std::array<double, 3> &weights,
+                                                       std::vector<std::string> &notes) {
   auto [begin, end] = src.ranges[size_t(s)];
   if (begin == end) {
     if (s == 0 && weights[0] > 0)
@@ -124,10 +127,30 @@ absl::StatusOr<std::unique_ptr<GptDataset>> buildSplit(const Source &src, int s,
           o.seqLength + 1));
     return std::unique_ptr<GptDataset>();
   }
+  // The indices from the cache when it holds them for exactly these inputs; else built and
+  // saved (a corrupt file is rebuilt and replaced).
+  IndexCacheEntry entry = gptIndexCacheEntry(o.dataCachePath, *src.data, kSplitNames[s], begin,
+                                             end, numSamples, o.seqLength, uint32_t(o.seed));
+  absl::StatusOr<std::optional<GptIndices>> cached = loadGptIndices(entry, begin, end);
+  if (cached.ok() && cached->has_value()) {
+    notes.push_back(absl::StrCat("GPTDataset ", kSplitNames[s], " indices of '", src.prefix,
+                                 "': loaded from cache '", entry.path, "'"));
+    return std::make_unique<GptDataset>(src.data, std::move(**cached), o.seqLength, o.vocabSize,
+                                        o.tokenizer ? o.tokenizer->eod() : -1, kSplitNames[s]);
+  }
   absl::StatusOr<GptIndices> g =
       buildGptIndices(src.lengths, begin, end, numSamples, o.seqLength, uint32_t(o.seed));
   if (!g.ok())
     return g.status();
+  std::string what = cached.ok() ? "built and saved to cache"
+                                 : absl::StrCat(cached.status().message(), "; rebuilt and saved to");
+  if (absl::Status w = saveGptIndices(entry, *g); !w.ok())
+    notes.push_back(absl::StrCat("GPTDataset ", kSplitNames[s], " indices of '", src.prefix,
+                                 "': built in memory (", w.message(),
+                                 "; --data-cache-path names a writable directory)"));
+  else
+    notes.push_back(absl::StrCat("GPTDataset ", kSplitNames[s], " indices of '", src.prefix,
+                                 "': ", what, " '", entry.path, "'"));
   return std::make_unique<GptDataset>(src.data, std::move(*g), o.seqLength, o.vocabSize,
                                       o.tokenizer ? o.tokenizer->eod() : -1, kSplitNames[s]);
 }
@@ -162,6 +185,75 @@ private:
 
 } // namespace
 
+namespace {
+
+/// Split `s` of the blend `prefixes` / `blendWeights` (empty: by size): one prefix without weight
+/// is its GPTDataset, else Megatron's BlendedDataset of the prefixes' GPTDatasets. `splitWeights`
+/// are the --split weights the sources' ranges come from (per-split blends: all in split s).
+absl::StatusOr<std::unique_ptr<control::Dataset>>
+buildBlendSplit(const std::vector<Source> &sources, const std::vector<double> &blendWeights,
+                int s, const control::DataOptions &o, const std::array<double, 3> &splitWeights,
+                std::vector<std::string> &notes) {
+  int64_t n = o.numSamples[size_t(s)];
+  if (sources.size() == 1 && blendWeights.empty()) {
+    absl::StatusOr<std::unique_ptr<GptDataset>> ds =
+        buildSplit(sources[0], s, n, o, splitWeights, notes);
+    if (!ds.ok())
+      return ds.status();
+    return std::unique_ptr<control::Dataset>(std::move(*ds));
+  }
+  // blended_megatron_dataset_builder.py: with weights, dataset d's split holds the target
+  // ceil(N * w_d) plus the mid-level surplus and the blend sum_d ceil(N * w_d); without, every
+  // split one epoch, weighted by its sample count, and the blend min(N, their sum).
+  if (splitWeights[size_t(s)] == 0 || (n == 0 && s > 0))
+    return std::unique_ptr<control::Dataset>(); // no such split, or none of it is read
+  std::vector<double> w = blendWeights.empty() ? std::vector<double>()
+                                               : normalizeWeights(blendWeights);
+  std::vector<int64_t> target, buffer;
+  if (!w.empty()) {
+    target = blendSizesPerDataset(w, n, 0.0);
+    buffer = blendSizesPerDataset(w, n, kMidLevelDatasetSurplus);
+  }
+  std::vector<std::unique_ptr<GptDataset>> parts;
+  std::vector<double> sizes;
+  for (size_t d = 0; d < sources.size(); ++d) {
+    absl::StatusOr<std::unique_ptr<GptDataset>> ds =
+        buildSplit(sources[d], s, w.empty() ? 0 : buffer[d], o, splitWeights, notes);
+    if (!ds.ok())
+      return ds.status();
+    // A valid/test split that some dataset cannot fill is not built (as for one dataset);
+    // buildSplit already refused such a train split.
+    if (!*ds)
+      return std::unique_ptr<control::Dataset>();
+    sizes.push_back(double((*ds)->numSamples()));
+    parts.push_back(std::move(*ds));
+  }
+  int64_t size = 0;
+  if (!w.empty()) {
+    for (int64_t t : target)
+      size += t;
+  } else {
+    for (double x : sizes)
+      size += int64_t(x);
+    if (n > 0)
+      size = std::min(size, n);
+  }
+  // BlendedDataset normalises the weights again (for bitwise equality with Megatron-LM).
+  BlendingIndices b = buildBlendingIndices(normalizeWeights(w.empty() ? sizes : w), size);
+  std::vector<int64_t> used(parts.size(), 0);
+  for (int64_t i = 0; i < size; ++i)
+    used[size_t(b.datasetIndex[size_t(i)])] = b.datasetSampleIndex[size_t(i)] + 1;
+  for (size_t d = 0; d < parts.size(); ++d)
+    if (used[d] > parts[d]->numSamples())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the ", kSplitNames[s], " blend takes ", used[d], " samples of '", sources[d].prefix,
+          "', which has ", parts[d]->numSamples(), " (Megatron would fail with an IndexError)"));
+  return std::unique_ptr<control::Dataset>(std::make_unique<BlendedGptDataset>(
+      std::move(parts), std::move(b), o.seqLength, o.tokenizer ? o.tokenizer->eod() : -1));
+}
+
+} // namespace
+
 absl::StatusOr<control::Datasets> buildIndexedDatasets(const control::DataOptions &o) {
   if (o.seqLength <= 0)
     return absl::InvalidArgumentError(absl::StrCat("seq_length must be > 0, got ", o.seqLength));
@@ -169,6 +261,41 @@ absl::StatusOr<control::Datasets> buildIndexedDatasets(const control::DataOption
     return absl::InvalidArgumentError(absl::StrCat(
         "--seed ", o.seed, " is outside numpy's RandomState range [0, 2^32) that Megatron's "
         "GPTDataset uses"));
+  control::Datasets out;
+  auto slot = [&](int s) -> std::unique_ptr<control::Dataset> & {
+    return s == 0 ? out.train : s == 1 ? out.valid : out.test;
+  };
+  bool perSplit = !o.splitDataPath[0].empty() || !o.splitDataPath[1].empty() ||
+                  !o.splitDataPath[2].empty();
+  if (perSplit) {
+    // Megatron's blend_per_split: split s reads all sequences of its own datasets.
+    static const char *flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+    if (o.splitDataPath[0].empty())
+      return absl::InvalidArgumentError(
+          "--valid-data-path / --test-data-path need --train-data-path too");
+    for (int s = 0; s < 3; ++s) {
+      if (o.splitDataPath[size_t(s)].empty())
+        continue;
+      absl::StatusOr<Blend> blend = parseBlend(o.splitDataPath[size_t(s)]);
+      if (!blend.ok())
+        return absl::InvalidArgumentError(absl::StrCat(flags[s], ": ", blend.status().message()));
+      std::array<double, 3> only = {0, 0, 0};
+      only[size_t(s)] = 1;
+      std::vector<Source> sources;
+      for (const std::string &prefix : blend->prefixes) {
+        absl::StatusOr<Source> src = openSource(prefix, only);
+        if (!src.ok())
+          return src.status();
+        sources.push_back(std::move(*src));
+      }
+      absl::StatusOr<std::unique_ptr<control::Dataset>> ds =
+          buildBlendSplit(sources, blend->weights, s, o, only, out.notes);
+      if (!ds.ok())
+        return ds.status();
+      slot(s) = std::move(*ds);
+    }
+    return out;
+  }
   absl::StatusOr<std::array<double, 3>> weights = parseMegatronSplit(o.split);
   if (!weights.ok())
     return weights.status();
@@ -182,77 +309,12 @@ absl::StatusOr<control::Datasets> buildIndexedDatasets(const control::DataOption
       return src.status();
     sources.push_back(std::move(*src));
   }
-  control::Datasets out;
-  auto slot = [&](int s) -> std::unique_ptr<control::Dataset> & {
-    return s == 0 ? out.train : s == 1 ? out.valid : out.test;
-  };
-  // One dataset without weights: its GPTDataset (Megatron builds no BlendedDataset).
-  if (sources.size() == 1 && blend->weights.empty()) {
-    for (int s = 0; s < 3; ++s) {
-      absl::StatusOr<std::unique_ptr<GptDataset>> ds =
-          buildSplit(sources[0], s, o.numSamples[size_t(s)], o, *weights);
-      if (!ds.ok())
-        return ds.status();
-      slot(s) = std::move(*ds);
-    }
-    return out;
-  }
-  // A blend (blended_megatron_dataset_builder.py): with weights, dataset d's split holds the
-  // target ceil(N * w_d) plus the mid-level surplus and the blend sum_d ceil(N * w_d); without,
-  // every split one epoch, weighted by its sample count, and the blend min(N, their sum).
-  std::vector<double> w = blend->weights.empty() ? std::vector<double>()
-                                                 : normalizeWeights(blend->weights);
   for (int s = 0; s < 3; ++s) {
-    int64_t n = o.numSamples[size_t(s)];
-    if ((*weights)[size_t(s)] == 0 || (n == 0 && s > 0))
-      continue; // no such split, or none of it is read
-    std::vector<int64_t> target, buffer;
-    if (!w.empty()) {
-      target = blendSizesPerDataset(w, n, 0.0);
-      buffer = blendSizesPerDataset(w, n, kMidLevelDatasetSurplus);
-    }
-    std::vector<std::unique_ptr<GptDataset>> parts;
-    std::vector<double> splitWeights;
-    bool complete = true;
-    for (size_t d = 0; d < sources.size() && complete; ++d) {
-      absl::StatusOr<std::unique_ptr<GptDataset>> ds =
-          buildSplit(sources[d], s, w.empty() ? 0 : buffer[d], o, *weights);
-      if (!ds.ok())
-        return ds.status();
-      // A valid/test split that some dataset cannot fill is not built (as for one dataset);
-      // buildSplit already refused such a train split.
-      complete = *ds != nullptr;
-      if (complete) {
-        splitWeights.push_back(double((*ds)->numSamples()));
-        parts.push_back(std::move(*ds));
-      }
-    }
-    if (!complete)
-      continue;
-    int64_t size = 0;
-    if (!w.empty()) {
-      for (int64_t t : target)
-        size += t;
-    } else {
-      for (double x : splitWeights)
-        size += int64_t(x);
-      if (n > 0)
-        size = std::min(size, n);
-    }
-    // BlendedDataset normalises the weights again (for bitwise equality with Megatron-LM).
-    BlendingIndices b =
-        buildBlendingIndices(normalizeWeights(w.empty() ? splitWeights : w), size);
-    std::vector<int64_t> used(parts.size(), 0);
-    for (int64_t i = 0; i < size; ++i)
-      used[size_t(b.datasetIndex[size_t(i)])] = b.datasetSampleIndex[size_t(i)] + 1;
-    for (size_t d = 0; d < parts.size(); ++d)
-      if (used[d] > parts[d]->numSamples())
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the ", kSplitNames[s], " blend takes ", used[d], " samples of '",
-            sources[d].prefix, "', which has ", parts[d]->numSamples(),
-            " (Megatron would fail with an IndexError)"));
-    slot(s) = std::make_unique<BlendedGptDataset>(std::move(parts), std::move(b), o.seqLength,
-                                                  o.tokenizer ? o.tokenizer->eod() : -1);
+    absl::StatusOr<std::unique_ptr<control::Dataset>> ds =
+        buildBlendSplit(sources, blend->weights, s, o, *weights, out.notes);
+    if (!ds.ok())
+      return ds.status();
+    slot(s) = std::move(*ds);
   }
   if (!out.train && (*weights)[0] > 0)
     return absl::InvalidArgumentError("the train blend is empty");
