@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "data"))
 import megatron_gpt_reference as ref  # noqa: E402
 
