@@ -108,7 +108,8 @@ absl::StatusOr<std::vector<double>> parseSplit(const std::string &split);
 
 /// A --data-path entry P with a file P.idx makes the data Megatron's indexed dataset P.bin/P.idx:
 /// the datasets are then runtime/data/MegatronDatasets.h's buildIndexedDatasets (Megatron's
-/// GPTDataset order); everything below is about raw text.
+/// GPTDataset / BlendedDataset order), as they are when options.splitDataPath is given (an error
+/// together with dataPath); everything below is about raw text.
 ///
 /// Reads and tokenizes the data (with options.tokenizer, else bytes), splits documents (separated by one or more blank lines; a line of
 /// only spaces, tabs or CR is blank; a file boundary also ends a document; a document keeps its

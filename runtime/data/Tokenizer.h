@@ -65,7 +65,8 @@ public:
 };
 
 struct TokenizerOptions {
-  /// NullTokenizer, ByteTokenizer or GPT2BPETokenizer.
+  /// NullTokenizer, ByteTokenizer, GPT2BPETokenizer, SentencePieceTokenizer,
+  /// GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer.
   std::string type;
   /// GPT2BPETokenizer: vocab.json and merges.txt.
   std::string vocabFile, mergeFile;
