@@ -440,6 +440,15 @@ std::string Gpt2BpeTokenizer::detokenize(const std::vector<int32_t> &ids) const 
 // HuggingFaceTokenizer (a byte-level BPE tokenizer.json)
 //===----------------------------------------------------------------------===//
 
+/// o[key] when o is an object holding a boolean (string) there, else `fallback` (nlohmann's
+/// value() would throw on a value of another type).
+bool jsonBool(const nlohmann::json &o, const char *key, bool fallback) {
+  return o.is_object() && o.contains(key) && o[key].is_boolean() ? o[key].get<bool>() : fallback;
+}
+std::string jsonString(const nlohmann::json &o, const char *key) {
+  return o.is_object() && o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : "";
+}
+
 class HuggingFaceBpeTokenizer final : public Gpt2BpeTokenizer {
 public:
   static absl::StatusOr<std::unique_ptr<Tokenizer>> create(const std::string &model);
@@ -500,14 +509,14 @@ HuggingFaceBpeTokenizer::create(const std::string &model) {
     return bad(absl::StrCat("normalizer ", j["normalizer"].dump().substr(0, 80),
                             " is not supported yet (byte-level BPE without a normalizer only)"));
   const nlohmann::json &pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
-  if (!pre.is_object() || pre.value("type", "") != "ByteLevel" || !pre.value("use_regex", true))
+  if (!pre.is_object() || jsonString(pre, "type") != "ByteLevel" || !jsonBool(pre, "use_regex", true))
     return bad(absl::StrCat("pre_tokenizer ", pre.dump().substr(0, 80),
                             " is not supported yet (expected ByteLevel with use_regex, GPT-2's "
                             "pattern)"));
   std::unique_ptr<HuggingFaceBpeTokenizer> t(new HuggingFaceBpeTokenizer());
   t->vocabWhat_ = "the tokenizer.json vocabulary";
-  t->addPrefixSpace_ = pre.value("add_prefix_space", false);
-  t->ignoreMerges_ = m.value("ignore_merges", false);
+  t->addPrefixSpace_ = jsonBool(pre, "add_prefix_space", false);
+  t->ignoreMerges_ = jsonBool(m, "ignore_merges", false);
   if (!m.contains("vocab") || !m["vocab"].is_object())
     return bad("model.vocab is not an object of token -> id");
   int64_t maxId = -1;
@@ -534,7 +543,7 @@ HuggingFaceBpeTokenizer::create(const std::string &model) {
         return bad(absl::StrCat("added token ", a.dump().substr(0, 80),
                                 " needs a non-negative integer id and a non-empty content"));
       Added x{a["content"].get<std::string>(), int32_t(a["id"].get<int64_t>()),
-              a.value("special", false)};
+              jsonBool(a, "special", false)};
       auto v = byId.find(x.id);
       if (v != byId.end() && v->second != x.content)
         return bad(absl::StrCat("added token '", x.content, "' has id ", x.id,
@@ -586,7 +595,7 @@ HuggingFaceBpeTokenizer::create(const std::string &model) {
   // puts special tokens around the sequence (a BOS, as Llama's tokenizer.json does).
   if (j.contains("post_processor") && j["post_processor"].is_object()) {
     const nlohmann::json &pp = j["post_processor"];
-    std::string ppType = pp.value("type", "");
+    std::string ppType = jsonString(pp, "type");
     if (ppType == "TemplateProcessing") {
       bool seenSeq = false;
       if (!pp.contains("single") || !pp["single"].is_array())
@@ -596,8 +605,8 @@ HuggingFaceBpeTokenizer::create(const std::string &model) {
           seenSeq = true;
           continue;
         }
-        std::string sid = item.contains("SpecialToken") && item["SpecialToken"].is_object()
-                              ? item["SpecialToken"].value("id", "") : "";
+        std::string sid = item.is_object() && item.contains("SpecialToken")
+                              ? jsonString(item["SpecialToken"], "id") : "";
         const nlohmann::json &st = pp.contains("special_tokens") ? pp["special_tokens"]
                                                                   : nlohmann::json();
         if (sid.empty() || !st.is_object() || !st.contains(sid) || !st[sid].contains("ids") ||

@@ -435,6 +435,14 @@ TEST(Tokenizer, HuggingFaceErrors) {
   EXPECT_NE(err(replace(ok, "\"content\": \"<|endoftext|>\"", "\"content\": \"<x>\""), "e8")
                 .find("no end-of-document token"),
             std::string::npos);
+  // Fields of an unexpected JSON type are read as absent, never thrown on.
+  auto odd = hf(replace(replace(ok, "\"dropout\": null", "\"dropout\": null, \"ignore_merges\": "
+                                                       "null"),
+                        "\"add_prefix_space\": false", "\"add_prefix_space\": \"no\""),
+                "e9");
+  EXPECT_TRUE(odd.ok()) << odd.status();
+  EXPECT_NE(err(replace(ok, "\"type\": \"ByteLevel\"", "\"type\": 7"), "e10").find("pre_tokenizer"),
+            std::string::npos);
   TokenizerOptions o;
   o.type = "HuggingFaceTokenizer";
   o.tokenizerModel = "/nonexistent/dir";
