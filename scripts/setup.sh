@@ -13,6 +13,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libgloo-dev
   clang libclang-rt-dev
   nlohmann-json3-dev libicu-dev python3-numpy python3-protobuf
+  libsentencepiece-dev sentencepiece python3-regex
 )
 for arg in "$@"; do
   case "$arg" in

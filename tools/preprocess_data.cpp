@@ -40,9 +40,13 @@ namespace {
 const char *kUsage =
     "usage: preprocess_data --input FILE.jsonl --output-prefix PREFIX --tokenizer-type TYPE\n"
     "         [--json-keys KEY...] [--vocab-file vocab.json] [--merge-file merges.txt]\n"
-    "         [--vocab-size N] [--append-eod] [--workers N] [--log-interval N] [--skip-bad-lines]\n"
+    "         [--tokenizer-model FILE] [--vocab-size N] [--append-eod] [--workers N]\n"
+    "         [--log-interval N] [--skip-bad-lines]\n"
     "  TYPE: GPT2BPETokenizer (--vocab-file, --merge-file), NullTokenizer (--vocab-size),\n"
-    "        ByteTokenizer. Writes PREFIX_<key>_document.bin/.idx for each key (default: text).\n";
+    "        ByteTokenizer, SentencePieceTokenizer / GPTSentencePieceTokenizer / Llama2Tokenizer\n"
+    "        (--tokenizer-model a SentencePiece .model), HuggingFaceTokenizer (--tokenizer-model\n"
+    "        tokenizer.json or its directory). Writes PREFIX_<key>_document.bin/.idx for each key\n"
+    "        (default: text).\n";
 
 struct Options {
   std::string input, outputPrefix;
@@ -148,6 +152,7 @@ int main(int argc, char **argv) {
     else if (a == "--tokenizer-type") ok = value(o.tokenizer.type);
     else if (a == "--vocab-file") ok = value(o.tokenizer.vocabFile);
     else if (a == "--merge-file") ok = value(o.tokenizer.mergeFile);
+    else if (a == "--tokenizer-model") ok = value(o.tokenizer.tokenizerModel);
     else if (a == "--vocab-size") ok = intValue(o.tokenizer.vocabSize, 1);
     else if (a == "--workers") ok = intValue(o.workers, 1);
     else if (a == "--log-interval") ok = intValue(o.logInterval, 1);
@@ -158,10 +163,9 @@ int main(int argc, char **argv) {
       while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
         o.jsonKeys.push_back(args[++i]);
       ok = !o.jsonKeys.empty();
-    } else if (a == "--tokenizer-model" || a == "--split-sentences" || a == "--partitions" ||
-               a == "--keep-newlines") {
-      return usageError(absl::StrCat(a, " is not supported yet (SentencePiece models, sentence "
-                                        "splitting and partitions land in a later issue)"));
+    } else if (a == "--split-sentences" || a == "--partitions" || a == "--keep-newlines") {
+      return usageError(absl::StrCat(a, " is not supported yet (sentence splitting and "
+                                        "partitions land in a later issue)"));
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;

@@ -323,6 +323,15 @@ absl::StatusOr<std::vector<double>> parseSplit(const std::string &split) {
 }
 
 absl::StatusOr<Datasets> buildDatasets(const DataOptions &options) {
+  bool perSplit = !options.splitDataPath[0].empty() || !options.splitDataPath[1].empty() ||
+                  !options.splitDataPath[2].empty();
+  if (perSplit && !options.mockData) {
+    if (!options.dataPath.empty())
+      return absl::InvalidArgumentError(
+          "give either --data-path or --train-data-path / --valid-data-path / --test-data-path, "
+          "not both (as Megatron)");
+    return data::buildIndexedDatasets(options);
+  }
   if (!options.mockData && options.dataPath.empty())
     return absl::InvalidArgumentError(
         "no training data: give --data-path (files or directories) or --mock-data");

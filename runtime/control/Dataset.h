@@ -84,11 +84,21 @@ struct DataOptions {
   /// .bin/.idx data: the samples each split must hold (train, valid, test; Megatron's
   /// train_valid_test_num_samples), which sets the number of epochs; 0 = one epoch.
   std::array<int64_t, 3> numSamples = {0, 0, 0};
+  /// .bin/.idx data: Megatron's --data-cache-path, where the GPTDataset indices are cached
+  /// (runtime/data/IndexCache.h); empty: PREFIX/cache/GPTDataset_indices next to the data.
+  std::string dataCachePath;
+  /// .bin/.idx data: Megatron's --train-data-path / --valid-data-path / --test-data-path, a blend
+  /// per split (each dataset wholly in that split, --split ignored); used instead of dataPath
+  /// when any is given.
+  std::array<std::vector<std::string>, 3> splitDataPath;
 };
 
 /// A split with weight 0 or too few tokens for one sample is null.
 struct Datasets {
   std::unique_ptr<Dataset> train, valid, test;
+  /// What the build did that a user should see (index caches loaded, written, rebuilt or not
+  /// writable), one line each, for the log.
+  std::vector<std::string> notes;
 };
 
 /// Normalised split weights {train, valid, test} (summing to 1) parsed from a --split string such
@@ -98,7 +108,8 @@ absl::StatusOr<std::vector<double>> parseSplit(const std::string &split);
 
 /// A --data-path entry P with a file P.idx makes the data Megatron's indexed dataset P.bin/P.idx:
 /// the datasets are then runtime/data/MegatronDatasets.h's buildIndexedDatasets (Megatron's
-/// GPTDataset order); everything below is about raw text.
+/// GPTDataset / BlendedDataset order), as they are when options.splitDataPath is given (an error
+/// together with dataPath); everything below is about raw text.
 ///
 /// Reads and tokenizes the data (with options.tokenizer, else bytes), splits documents (separated by one or more blank lines; a line of
 /// only spaces, tabs or CR is blank; a file boundary also ends a document; a document keeps its

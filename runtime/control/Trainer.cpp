@@ -102,6 +102,7 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.tokenizerType = meta(p, "runtime.tokenizer_type");
   o.vocabFile = meta(p, "runtime.vocab_file");
   o.mergeFile = meta(p, "runtime.merge_file");
+  o.tokenizerModel = meta(p, "runtime.tokenizer_model");
   checkpointDefaults(p, o.ckpt);
   o.tensorboardDir = meta(p, "runtime.tensorboard_dir");
   o.tensorboardLogInterval = metaInt(p, "runtime.tensorboard_log_interval", 1);
@@ -156,12 +157,29 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     absl::Status s = absl::OkStatus();
     if (flag == "--data-path") {
       o.dataPath.clear();
+      o.splitDataPath = {};
       if (inlineValue)
         o.dataPath.push_back(value);
       while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
         o.dataPath.push_back(args[++i]);
       if (o.dataPath.empty())
         s = absl::InvalidArgumentError("--data-path expects one or more files or directories");
+    } else if (flag == "--train-data-path" || flag == "--valid-data-path" ||
+               flag == "--test-data-path") {
+      // Megatron's per-split blends replace --data-path (the plan's included).
+      std::vector<std::string> &v =
+          o.splitDataPath[flag[2] == 't' && flag[3] == 'r' ? 0 : flag[2] == 'v' ? 1 : 2];
+      o.dataPath.clear();
+      v.clear();
+      if (inlineValue)
+        v.push_back(value);
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+        v.push_back(args[++i]);
+      if (v.empty())
+        s = absl::InvalidArgumentError(
+            absl::StrCat(flag, " expects one or more dataset prefixes (optionally weighted)"));
+    } else if (flag == "--data-cache-path") {
+      s = next(o.dataCachePath);
     } else if (flag == "--mock-data") {
       o.mockData = true;
     } else if (flag == "--check-for-nan-in-loss-and-grad") {
@@ -174,6 +192,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       s = next(o.vocabFile);
     } else if (flag == "--merge-file") {
       s = next(o.mergeFile);
+    } else if (flag == "--tokenizer-model") {
+      s = next(o.tokenizerModel);
     } else if (flag == "--eod-mask-loss") {
       o.eodMaskLoss = true;
     } else if (flag == "--reset-position-ids") {
@@ -736,6 +756,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   auto t1 = std::chrono::steady_clock::now();
   DataOptions d;
   d.dataPath = options.dataPath;
+  d.splitDataPath = options.splitDataPath;
+  d.dataCachePath = options.dataCachePath;
   d.mockData = options.mockData;
   d.split = options.split;
   d.seqLength = im->seq;
@@ -751,7 +773,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (!options.tokenizerType.empty()) {
     absl::StatusOr<std::unique_ptr<data::Tokenizer>> t = data::createTokenizer(
-        {options.tokenizerType, options.vocabFile, options.mergeFile, d.vocabSize - 1});
+        {options.tokenizerType, options.vocabFile, options.mergeFile, d.vocabSize - 1,
+         options.tokenizerModel});
     if (!t.ok())
       return t.status();
     tokenizer = std::move(*t);
@@ -775,6 +798,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   log << " done (" << absl::StrFormat("%.2f", seconds(t1, std::chrono::steady_clock::now()))
       << " s): " << im->data.train->numSamples() << " train samples, "
       << (im->data.valid ? im->data.valid->numSamples() : 0) << " validation samples\n";
+  for (const std::string &note : im->data.notes)
+    log << "> " << note << "\n";
   // The LR schedule in samples (Megatron converts iterations with the global batch size).
   int64_t warmup = options.lrWarmupSamples ? options.lrWarmupSamples
                                            : options.lrWarmupIters * im->gbs;

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,10 @@ namespace trainc::rt::control {
 /// flags); flags given to trainrun override them.
 struct RunOptions {
   std::vector<std::string> dataPath;
+  /// Megatron's --train-data-path / --valid-data-path / --test-data-path (.bin/.idx blends per
+  /// split; they replace --data-path) and --data-cache-path (runtime/control/Dataset.h).
+  std::array<std::vector<std::string>, 3> splitDataPath;
+  std::string dataCachePath;
   bool mockData = false;
   std::string split = "969, 30, 1";
   int64_t seqLength = 0; // 0 = the compiled one; anything else must equal it
@@ -61,6 +66,9 @@ struct RunOptions {
   /// Its vocabulary padded as Megatron pads must equal the plan's. NullTokenizer takes the plan's
   /// vocabulary as ids [0, V - 1) plus EOD V - 1 (Megatron's --vocab-size V - 1).
   std::string tokenizerType, vocabFile, mergeFile;
+  /// Megatron's --tokenizer-model: the SentencePiece .model, or HuggingFaceTokenizer's
+  /// tokenizer.json (or its directory).
+  std::string tokenizerModel;
   /// Megatron's --eod-mask-loss (loss_mask 0 where the input token is EOD) and
   /// --reset-position-ids (position ids restart at 0 after each EOD in a sample).
   bool eodMaskLoss = false, resetPositionIds = false;

@@ -11,6 +11,25 @@
 //                     GPT-2's pre-tokenizer pattern, bytes mapped to printable code points,
 //                     merges applied lowest rank first; EOD is "<|endoftext|>"; vocabulary =
 //                     the entries of vocab.json
+//   SentencePieceTokenizer     Megatron's _SentencePieceTokenizer over a SentencePiece .model
+//                     (--tokenizer-model; Debian's libsentencepiece): the model's pieces plus the
+//                     special tokens <CLS>, <SEP>, <EOD>, <MASK> and the pad/BOS/EOS pieces
+//                     (appended in that order when the model lacks them); special tokens in the
+//                     text are split out first (the earliest, Megatron's order on ties); EOD is
+//                     <EOD>. detokenize drops special tokens (Megatron's writes " <TOK> ").
+//   GPTSentencePieceTokenizer  the model's pieces only, EOD = the model's EOS
+//   Llama2Tokenizer   as GPTSentencePieceTokenizer, with the BOS prepended to every text
+//   HuggingFaceTokenizer  a byte-level BPE tokenizer.json (--tokenizer-model: the file or its
+//                     directory): model.type BPE (vocab, merges as "a b" or ["a","b"],
+//                     ignore_merges), no normalizer, a ByteLevel pre-tokenizer (GPT-2's pattern,
+//                     add_prefix_space), added_tokens split out of the text first (leftmost,
+//                     longest), a ByteLevel or TemplateProcessing post-processor (its "single"
+//                     special tokens around the ids). Vocabulary = the distinct vocabulary and
+//                     added tokens (len(tokenizer)); EOD = tokenizer_config.json's eos_token when
+//                     that file is next to tokenizer.json, else the first of <|endoftext|>, </s>,
+//                     <|end_of_text|>, <eos> that is a token. detokenize drops special added
+//                     tokens (skip_special_tokens). Other models, normalizers and pre-tokenizers
+//                     are refused by name.
 //
 // Ids are int32. A tokenizer is immutable after creation and thread-safe.
 //
@@ -46,19 +65,26 @@ public:
 };
 
 struct TokenizerOptions {
-  /// NullTokenizer, ByteTokenizer or GPT2BPETokenizer.
+  /// NullTokenizer, ByteTokenizer, GPT2BPETokenizer, SentencePieceTokenizer,
+  /// GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer.
   std::string type;
   /// GPT2BPETokenizer: vocab.json and merges.txt.
   std::string vocabFile, mergeFile;
   /// NullTokenizer: the number of ids before EOD (Megatron's --vocab-size).
   int64_t vocabSize = 0;
+  /// SentencePiece tokenizers: the .model file; HuggingFaceTokenizer: tokenizer.json or its
+  /// directory (Megatron's --tokenizer-model).
+  std::string tokenizerModel;
 };
 
 /// Builds the tokenizer `options.type`. Errors (InvalidArgument unless noted), naming the value: an
 /// unknown type (listing the known ones), NullTokenizer without a positive vocab size,
 /// GPT2BPETokenizer without --vocab-file or --merge-file, a file that does not exist (NotFound) or
 /// cannot be read, a vocab.json that is not a JSON object of string -> non-negative integer, ids
-/// that are not unique, no "<|endoftext|>" entry.
+/// that are not unique, no "<|endoftext|>" entry; a SentencePiece or Hugging Face tokenizer
+/// without --tokenizer-model, a file that is not a SentencePiece model (naming the library's
+/// message), a tokenizer.json that is not a byte-level BPE (naming the unsupported part), ids
+/// that are not [0, n), no end-of-document token.
 absl::StatusOr<std::unique_ptr<Tokenizer>> createTokenizer(const TokenizerOptions &options);
 
 /// Megatron's _vocab_size_with_padding: `vocabSize` rounded up to a multiple of

@@ -554,3 +554,21 @@ TEST_F(DatasetTest, ErrorTrainSplitTooSmall) {
 }
 
 } // namespace
+
+// Megatron takes either --data-path or the per-split paths; the library refuses both at once.
+TEST(DatasetPerSplit, DataPathAndPerSplitPathsAreExclusive) {
+  DataOptions o;
+  o.seqLength = 8;
+  o.dataPath = {"a"};
+  o.splitDataPath[0] = {"b"};
+  absl::Status s = buildDatasets(o).status();
+  EXPECT_NE(s.message().find("give either --data-path or --train-data-path / --valid-data-path / "
+                             "--test-data-path, not both"),
+            std::string::npos)
+      << s;
+  o.dataPath.clear();
+  o.splitDataPath[0].clear();
+  o.splitDataPath[1] = {"b"};
+  s = buildDatasets(o).status();
+  EXPECT_NE(s.message().find("need --train-data-path too"), std::string::npos) << s;
+}

@@ -1,5 +1,7 @@
 //===- GptDatasetTest.cpp - Megatron's GPTDataset indices, against numpy --===//
 
+#include "runtime/data/BlendedDataset.h"
+#include "runtime/data/MegatronDatasets.h"
 #include "runtime/data/GPTDataset.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <random>
 #include <sstream>
 #include <unistd.h>
@@ -202,4 +205,157 @@ TEST(GptIndices, IdenticalToNumpyReference) {
     EXPECT_EQ(at, ref.size());
   }
   EXPECT_GE(compared, 15);
+}
+
+// Megatron's blend sizes and blending indices against tests/data/megatron_blend_reference.py
+// (numpy and Python floats), on several weight vectors (2 to 12 datasets, so numpy's pairwise
+// summation is exercised) and sizes.
+TEST(Blending, IdenticalToNumpyReference) {
+  struct Case {
+    std::vector<double> weights;
+    std::array<int64_t, 3> sizes;
+  };
+  const std::vector<Case> cases = {
+      {{0.3, 0.7}, {1000, 40, 8}},
+      {{1, 1, 1}, {999, 10, 0}},
+      {{0.1, 0.2, 0.3, 0.4}, {12345, 77, 3}},
+      {{3e-5, 1.0, 17.25}, {5000, 1, 2}},
+      {{5, 1, 1, 1, 1, 1, 1, 1, 1, 2, 3, 0.5}, {20000, 640, 64}},
+      {{0.0, 1.0}, {100, 0, 7}},
+  };
+  int compared = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case &k = cases[c];
+    std::string out = (fs::temp_directory_path() /
+                       ("trainc-blend-" + std::to_string(::getpid()) + "-" + std::to_string(c)))
+                          .string();
+    std::ostringstream cmd, w;
+    for (size_t i = 0; i < k.weights.size(); ++i)
+      w << (i ? "," : "") << std::setprecision(17) << k.weights[i];
+    cmd << TRAINC_PYTHON3 << " " << TRAINC_SOURCE_DIR << "/tests/data/megatron_blend_reference.py "
+        << w.str() << " " << kMidLevelDatasetSurplus << " " << k.sizes[0] << " " << k.sizes[1]
+        << " " << k.sizes[2] << " '" << out << "'";
+    ASSERT_EQ(std::system(cmd.str().c_str()), 0) << cmd.str();
+    std::vector<int64_t> ref = readInt64(out);
+    std::vector<double> norm = normalizeWeights(k.weights);
+    size_t at = 0;
+    for (int s = 0; s < 3; ++s) {
+      SCOPED_TRACE("case " + std::to_string(c) + " split " + std::to_string(s));
+      std::vector<int64_t> target = blendSizesPerDataset(norm, k.sizes[size_t(s)], 0.0);
+      std::vector<int64_t> buffer =
+          blendSizesPerDataset(norm, k.sizes[size_t(s)], kMidLevelDatasetSurplus);
+      int64_t size = 0;
+      for (int64_t t : target)
+        size += t;
+      ASSERT_LE(at + 2, ref.size());
+      EXPECT_EQ(ref[at], size);
+      size_t d = size_t(ref[at + 1]);
+      ASSERT_EQ(d, k.weights.size());
+      at += 2;
+      EXPECT_EQ(std::vector<int64_t>(ref.begin() + int64_t(at), ref.begin() + int64_t(at + d)),
+                target);
+      at += d;
+      EXPECT_EQ(std::vector<int64_t>(ref.begin() + int64_t(at), ref.begin() + int64_t(at + d)),
+                buffer);
+      at += d;
+      BlendingIndices b = buildBlendingIndices(normalizeWeights(norm), ref[at - 2 * d - 2]);
+      std::vector<int64_t> di(b.datasetIndex.begin(), b.datasetIndex.end());
+      EXPECT_EQ(di, std::vector<int64_t>(ref.begin() + int64_t(at),
+                                         ref.begin() + int64_t(at + size_t(size))));
+      at += size_t(size);
+      EXPECT_EQ(b.datasetSampleIndex, std::vector<int64_t>(ref.begin() + int64_t(at),
+                                                           ref.begin() + int64_t(at + size_t(size))));
+      at += size_t(size);
+      ++compared;
+    }
+    EXPECT_EQ(at, ref.size());
+  }
+  EXPECT_EQ(compared, 18);
+}
+
+TEST(Blending, ParseBlend) {
+  auto b = parseBlend({"0.3", "a", "0.7", "b"});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->prefixes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(b->weights, (std::vector<double>{0.3, 0.7}));
+  b = parseBlend({"a", "b"}); // no weights: blended by size
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->prefixes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(b->weights.empty());
+  b = parseBlend({"x"});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->prefixes.size(), 1u);
+  EXPECT_NE(parseBlend({"-1", "a", "2", "b"}).status().message().find(
+                "--data-path weight '-1' (of 'a') must be a non-negative finite number"),
+            std::string::npos);
+  EXPECT_NE(parseBlend({"0", "a", "0", "b"}).status().message().find("weights sum to 0"),
+            std::string::npos);
+}
+
+// A blended split's sample i is sample datasetSampleIndex[i] of the GPTDataset (built alone with
+// the buffer size) of dataset datasetIndex[i].
+TEST(Blending, SamplesComeFromThePartsInBlendOrder) {
+  std::string a = writeDataset("blendA", 80, 40, 11), b = writeDataset("blendB", 50, 25, 12);
+  trainc::rt::control::DataOptions o;
+  o.dataPath = {"0.25", a, "0.75", b};
+  o.split = "90,10,0";
+  o.seqLength = 16;
+  o.vocabSize = 60000;
+  o.numSamples = {400, 40, 0};
+  auto blended = buildIndexedDatasets(o);
+  ASSERT_TRUE(blended.ok()) << blended.status();
+  ASSERT_TRUE(blended->train && blended->valid);
+  EXPECT_FALSE(blended->test);
+  std::vector<double> w = normalizeWeights({0.25, 0.75});
+  for (int s = 0; s < 2; ++s) {
+    const auto &ds = s == 0 ? blended->train : blended->valid;
+    int64_t n = o.numSamples[size_t(s)];
+    std::vector<int64_t> target = blendSizesPerDataset(w, n, 0.0);
+    std::vector<int64_t> buffer = blendSizesPerDataset(w, n, kMidLevelDatasetSurplus);
+    EXPECT_EQ(ds->numSamples(), target[0] + target[1]);
+    std::vector<std::unique_ptr<trainc::rt::control::Dataset>> parts;
+    for (int d = 0; d < 2; ++d) {
+      trainc::rt::control::DataOptions one = o;
+      one.dataPath = {d == 0 ? a : b};
+      one.numSamples = {0, 0, 0};
+      one.numSamples[size_t(s)] = buffer[size_t(d)];
+      auto alone = buildIndexedDatasets(one);
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      parts.push_back(std::move(s == 0 ? alone->train : alone->valid));
+    }
+    BlendingIndices bi = buildBlendingIndices(normalizeWeights(w), ds->numSamples());
+    std::vector<int32_t> got(17), want(17);
+    for (int64_t i = 0; i < ds->numSamples(); ++i) {
+      ASSERT_TRUE(ds->readSample(i, got.data()).ok());
+      ASSERT_TRUE(parts[size_t(bi.datasetIndex[size_t(i)])]
+                      ->readSample(bi.datasetSampleIndex[size_t(i)], want.data())
+                      .ok());
+      ASSERT_EQ(got, want) << "split " << s << " sample " << i;
+    }
+  }
+  // Unweighted: weights are the parts' one-epoch sample counts.
+  o.dataPath = {a, b};
+  auto bySize = buildIndexedDatasets(o);
+  ASSERT_TRUE(bySize.ok()) << bySize.status();
+  int64_t epochSamples = 0;
+  for (const std::string &p : {a, b}) {
+    trainc::rt::control::DataOptions one = o;
+    one.dataPath = {p};
+    one.numSamples = {0, 0, 0};
+    epochSamples += (*buildIndexedDatasets(one)).train->numSamples();
+  }
+  EXPECT_EQ(bySize->train->numSamples(), std::min<int64_t>(400, epochSamples));
+  // An empty split of one blended dataset.
+  o.split = "100,0,1";
+  o.numSamples = {10, 0, 5};
+  o.dataPath = {"1", a, "1", writeDataset("blendTiny", 3, 4, 13)};
+  auto bad = buildIndexedDatasets(o);
+  EXPECT_NE(bad.status().message().find("the train split of '" + tempDir() + "/blendTiny' has"),
+            std::string::npos)
+      << bad.status();
+  o.dataPath = {"1", a, "1", writeDataset("blendTiny2", 3, 200, 13)};
+  auto noTest = buildIndexedDatasets(o); // its test split is empty: no test blend
+  ASSERT_TRUE(noTest.ok()) << noTest.status();
+  EXPECT_TRUE(noTest->train);
+  EXPECT_FALSE(noTest->test);
 }
