@@ -234,12 +234,14 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
         *c->add_args() = *o;
       }
     } else if (auto io = dyn_cast<rt::HostIOOp>(op)) {
-      ins.mutable_host_io()->set_kind(io.getKind() == "fill_inputs" ? schema::FILL_INPUTS
-                                                                    : schema::READ_OUTPUTS);
+      ins.mutable_host_io()->set_kind(io.getKind() == rt::HostIOKind::fill_inputs
+                                          ? schema::FILL_INPUTS
+                                          : schema::READ_OUTPUTS);
       ins.mutable_host_io()->set_name(io.getLabel().str());
     } else if (auto r = dyn_cast<rt::RegionOp>(op)) {
-      ins.mutable_region()->set_kind(r.getKind() == "begin" ? schema::GRAPH_CAPTURE_BEGIN
-                                                            : schema::GRAPH_CAPTURE_END);
+      ins.mutable_region()->set_kind(r.getKind() == rt::RegionKind::begin
+                                         ? schema::GRAPH_CAPTURE_BEGIN
+                                         : schema::GRAPH_CAPTURE_END);
       ins.mutable_region()->set_name(r.getLabel().str());
     } else if (auto w = dyn_cast<rt::WaitOp>(op)) {
       int64_t token = int64_t(w.getToken());
@@ -249,18 +251,16 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
       maxToken = std::max<int64_t>(maxToken, token);
     } else if (auto c = dyn_cast<rt::CollectiveOp>(op)) {
       schema::Collective *col = ins.mutable_collective();
-      StringRef k = c.getKind();
-      col->set_kind(k == "all_reduce"       ? schema::ALL_REDUCE
-                    : k == "reduce_scatter" ? schema::REDUCE_SCATTER
-                    : k == "all_gather"     ? schema::ALL_GATHER
-                    : k == "broadcast"      ? schema::BROADCAST
-                                            : schema::BARRIER);
+      // The rt enums follow program.proto's order after its UNSPECIFIED 0.
+      col->set_kind(schema::CollectiveKind(int(c.getKind()) + 1));
       auto g = groupIndex.find(c.getGroup());
       if (g == groupIndex.end())
         return op.emitOpError() << "uses group '" << c.getGroup()
                                 << "', which this rank's placement does not have";
       col->set_group(g->second);
-      col->set_op(c.getOp() == "max" ? schema::MAX : c.getOp() == "min" ? schema::MIN : schema::SUM);
+      col->set_op(c.getOp() == rt::ReduceOp::max   ? schema::MAX
+                  : c.getOp() == rt::ReduceOp::min ? schema::MIN
+                                                   : schema::SUM);
       if (!c.getInputs().empty()) {
         FailureOr<schema::Operand> in =
             operand(c.getInputs()[0], &op, ExportedPlan::CollectiveInput);
@@ -321,13 +321,12 @@ LogicalResult Exporter::run() {
     return module.emitError() << "export: the module has no memory plan (run trainc-memory-plan)";
   p.set_arena_bytes(uint64_t(arena.getInt()));
 
-  std::map<std::string, uint64_t> kindBytes;
+  std::map<rt::BufferKind, uint64_t> kindBytes;
   for (rt::BufferOp b : module.getOps<rt::BufferOp>()) {
     bufferIndex[b.getSymName()] = p.buffers_size();
     schema::Buffer *buf = p.add_buffers();
     buf->set_name(b.getSymName().str());
-    auto kinds = rt::bufferKinds();
-    buf->set_kind(schema::BufferKind(llvm::find(kinds, b.getKind()) - kinds.begin() + 1));
+    buf->set_kind(schema::BufferKind(int(b.getKind()) + 1)); // proto order after UNSPECIFIED
     MemRefType t = b.getType();
     buf->set_dtype(dtypeOf(t.getElementType()));
     for (int64_t d : t.getShape())
@@ -337,8 +336,8 @@ LogicalResult Exporter::run() {
     buf->set_offset(uint64_t(b.getOffset()));
     uint64_t bytes = uint64_t(t.getNumElements()) * ((t.getElementTypeBitWidth() + 7) / 8);
     buf->set_byte_size(bytes);
-    kindBytes[b.getKind().str()] += bytes;
-    if (b.getKind() == "input") {
+    kindBytes[b.getKind()] += bytes;
+    if (b.getKind() == rt::BufferKind::input) {
       // The lowering names a microbatch's input buffer "<model.input>.<microbatch>"; the host
       // fills it by role and microbatch (Buffer.host_input), not by name.
       auto [role, mb] = b.getSymName().rsplit('.');
@@ -449,10 +448,9 @@ LogicalResult Exporter::run() {
       mem->set_stash_bytes_per_microbatch(uint64_t(a.getInt()));
   if (auto a = module->getAttrOfType<IntegerAttr>("rt.stash_slots"))
     mem->set_stash_slots(uint32_t(a.getInt()));
-  auto kinds = rt::bufferKinds();
   for (auto &[kind, bytes] : kindBytes) {
     schema::KindBytes *kb = mem->add_by_kind();
-    kb->set_kind(schema::BufferKind(llvm::find(kinds, kind) - kinds.begin() + 1));
+    kb->set_kind(schema::BufferKind(int(kind) + 1));
     kb->set_bytes(bytes);
   }
   if (auto f = module->getAttrOfType<FloatAttr>("trainc.flops_per_iteration")) {

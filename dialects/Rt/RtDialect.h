@@ -10,15 +10,18 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/Rt/RtDialect.h.inc"
+#include "dialects/Rt/RtEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/Rt/RtAttrs.h.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/Rt/RtOps.h.inc"
 
 namespace mlir::trainc::rt {
-/// The buffer kinds of program.proto, in its enum order starting at 1.
-ArrayRef<StringRef> bufferKinds();
-/// Whether buffers of this kind live for the whole run (parameters, grads, optimizer state, I/O).
-bool isPersistentKind(StringRef kind);
+/// Whether buffers of this kind live for the whole run (parameters, grads, optimizer state, I/O);
+/// activations and workspaces flow (the memory planner reuses their bytes).
+bool isPersistentKind(BufferKind kind);
 /// The adamw `segments` of one DP shard: `bucketSegments` are (begin, end, decay) triples of the
 /// bucket's updated parameters, relative to the bucket's start (the ZeRO-1 layout of
 /// GradLayout.h); the shard of dp coordinate `coord` is [coord x shardSize, (coord + 1) x

@@ -11,9 +11,19 @@
 using namespace mlir;
 using namespace mlir::trainc::rt;
 
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
 #include "dialects/Rt/RtDialect.cpp.inc"
+#include "dialects/Rt/RtEnums.cpp.inc"
+#define GET_ATTRDEF_CLASSES
+#include "dialects/Rt/RtAttrs.cpp.inc"
 
 void RtDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/Rt/RtAttrs.cpp.inc"
+      >();
   addOperations<
 #define GET_OP_LIST
 #include "dialects/Rt/RtOps.cpp.inc"
@@ -21,23 +31,16 @@ void RtDialect::initialize() {
 }
 
 namespace mlir::trainc::rt {
-ArrayRef<StringRef> bufferKinds() {
-  static const StringRef kinds[] = {"parameter", "main_grad", "master_param", "optimizer_state",
-                                    "activation", "input", "output", "scalar", "workspace"};
-  return kinds;
+bool isPersistentKind(BufferKind kind) {
+  return kind != BufferKind::activation && kind != BufferKind::workspace;
 }
-bool isPersistentKind(StringRef kind) { return kind != "activation" && kind != "workspace"; }
 } // namespace mlir::trainc::rt
 
 LogicalResult BufferOp::verify() {
-  if (!llvm::is_contained(bufferKinds(), getKind()))
-    return emitOpError() << "kind '" << getKind()
-                         << "' is not a buffer kind (parameter, main_grad, master_param, "
-                            "optimizer_state, activation, input, output, scalar, workspace)";
   if (int64_t(getOffset()) < -1)
     return emitOpError() << "offset " << int64_t(getOffset()) << " is negative";
   if (getGroup() && isPersistentKind(getKind()))
-    return emitOpError() << "group '" << *getGroup() << "' on a " << getKind()
+    return emitOpError() << "group '" << *getGroup() << "' on a " << stringifyBufferKind(getKind())
                          << " buffer (only activation and workspace buffers are grouped)";
   return success();
 }
@@ -174,31 +177,13 @@ LogicalResult KernelOp::verify() {
 }
 
 LogicalResult CollectiveOp::verify() {
-  StringRef k = getKind();
-  if (k != "all_reduce" && k != "reduce_scatter" && k != "all_gather" && k != "broadcast" &&
-      k != "barrier")
-    return emitOpError() << "collective kind '" << k
-                         << "' is not one of all_reduce, reduce_scatter, all_gather, broadcast, "
-                            "barrier";
-  size_t want = k == "barrier" ? 0 : 1;
+  StringRef k = stringifyCollectiveKind(getKind());
+  size_t want = getKind() == CollectiveKind::barrier ? 0 : 1;
   if (getInputs().size() != want || getOutputs().size() != want)
     return emitOpError() << "'" << k << "' takes " << want << " input and " << want << " output";
-  if (getOp() != "sum" && getOp() != "max" && getOp() != "min")
-    return emitOpError() << "reduce op '" << getOp() << "' is not one of sum, max, min";
   return success();
 }
 
-LogicalResult HostIOOp::verify() {
-  if (getKind() != "fill_inputs" && getKind() != "read_outputs")
-    return emitOpError() << "kind '" << getKind() << "' is not fill_inputs or read_outputs";
-  return success();
-}
-
-LogicalResult RegionOp::verify() {
-  if (getKind() != "begin" && getKind() != "end")
-    return emitOpError() << "kind '" << getKind() << "' is not begin or end";
-  return success();
-}
 
 #define GET_OP_CLASSES
 #include "dialects/Rt/RtOps.cpp.inc"

@@ -11,6 +11,7 @@
 #define TRAINC_RT_OPS
 
 include "mlir/IR/OpBase.td"
+include "mlir/IR/EnumAttr.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
@@ -18,9 +19,39 @@ def Rt_Dialect : Dialect {
   let name = "rt";
   let summary = "Buffer-level instructions that map one to one onto runtime/schema/program.proto";
   let cppNamespace = "::mlir::trainc::rt";
+  let useDefaultAttributePrinterParser = 1;
 }
 
 class Rt_Op<string mnemonic, list<Trait> traits = []> : Op<Rt_Dialect, mnemonic, traits>;
+
+// The enums of program.proto (case values: the proto's minus one, its 0 being UNSPECIFIED).
+class Rt_Enum<string name, string summary, list<I32EnumAttrCase> cases>
+    : I32EnumAttr<name, summary, cases> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::mlir::trainc::rt";
+}
+def Rt_BufferKindCases : Rt_Enum<"BufferKind", "what a buffer holds", [
+    I32EnumAttrCase<"parameter", 0>, I32EnumAttrCase<"main_grad", 1>,
+    I32EnumAttrCase<"master_param", 2>, I32EnumAttrCase<"optimizer_state", 3>,
+    I32EnumAttrCase<"activation", 4>, I32EnumAttrCase<"input", 5>, I32EnumAttrCase<"output", 6>,
+    I32EnumAttrCase<"scalar", 7>, I32EnumAttrCase<"workspace", 8>]>;
+def Rt_BufferKindAttr : EnumAttr<Rt_Dialect, Rt_BufferKindCases, "buffer_kind">;
+def Rt_CollectiveKindCases : Rt_Enum<"CollectiveKind", "a collective", [
+    I32EnumAttrCase<"all_reduce", 0>, I32EnumAttrCase<"reduce_scatter", 1>,
+    I32EnumAttrCase<"all_gather", 2>, I32EnumAttrCase<"broadcast", 3>,
+    I32EnumAttrCase<"barrier", 4>]>;
+def Rt_CollectiveKindAttr : EnumAttr<Rt_Dialect, Rt_CollectiveKindCases, "collective_kind">;
+def Rt_ReduceOpCases : Rt_Enum<"ReduceOp", "the reduction of a collective", [
+    I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"max", 1>, I32EnumAttrCase<"min", 2>]>;
+def Rt_ReduceOpAttr : EnumAttr<Rt_Dialect, Rt_ReduceOpCases, "reduce_op">;
+def Rt_HostIOKindCases : Rt_Enum<"HostIOKind", "a host I/O point", [
+    I32EnumAttrCase<"fill_inputs", 0>, I32EnumAttrCase<"read_outputs", 1>]>;
+def Rt_HostIOKindAttr : EnumAttr<Rt_Dialect, Rt_HostIOKindCases, "host_io_kind">;
+def Rt_RegionKindCases : Rt_Enum<"RegionKind", "a graph-capture region marker", [
+    I32EnumAttrCase<"begin", 0>, I32EnumAttrCase<"end", 1>]>;
+def Rt_RegionKindAttr : EnumAttr<Rt_Dialect, Rt_RegionKindCases, "region_kind">;
+
+
 
 def Rt_BufferOp : Rt_Op<"buffer", [Symbol]> {
   let summary = "A buffer of the rank's arena: kind, type and (after memory planning) offset";
@@ -31,14 +62,14 @@ def Rt_BufferOp : Rt_Op<"buffer", [Symbol]> {
     of a group as one contiguous block, in declaration order (an activation stash between a forward
     and a backward call; one group per microbatch in flight).
     ```mlir
-    rt.buffer @h1 {kind = "activation", offset = 0 : i64} : memref<2x9x16xf32>
-    rt.buffer @h2 {group = "stash.0", kind = "activation"} : memref<2x9x16xf32>
+    rt.buffer @h1 activation {offset = 0 : i64} : memref<2x9x16xf32>
+    rt.buffer @h2 activation {group = "stash.0"} : memref<2x9x16xf32>
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeMemRef>:$type,
-                   StrAttr:$kind, DefaultValuedAttr<I64Attr, "-1">:$offset,
+                   Rt_BufferKindAttr:$kind, DefaultValuedAttr<I64Attr, "-1">:$offset,
                    OptionalAttr<StrAttr>:$group);
-  let assemblyFormat = "$sym_name attr-dict `:` $type";
+  let assemblyFormat = "$sym_name $kind attr-dict `:` $type";
   let hasVerifier = 1;
 }
 
@@ -107,11 +138,12 @@ def Rt_CollectiveOp : Rt_Op<"collective", [AttrSizedOperandSegments]> {
   let summary = "A collective on a communicator group (sync, or async with a token)";
   let description = [{
     ```mlir
-    rt.collective "all_reduce" "dp" ins(%g : memref<64xf32>) outs(%g : memref<64xf32>) {op = "sum", token = 0 : i64}
+    rt.collective all_reduce "dp" ins(%g : memref<64xf32>) outs(%g : memref<64xf32>) {token = 0 : i64}
     ```
   }];
-  let arguments = (ins StrAttr:$kind, StrAttr:$group, Variadic<AnyStaticShapeMemRef>:$inputs,
-                   Variadic<AnyStaticShapeMemRef>:$outputs, DefaultValuedAttr<StrAttr, "\"sum\"">:$op,
+  let arguments = (ins Rt_CollectiveKindAttr:$kind, StrAttr:$group,
+                   Variadic<AnyStaticShapeMemRef>:$inputs, Variadic<AnyStaticShapeMemRef>:$outputs,
+                   DefaultValuedAttr<Rt_ReduceOpAttr, "::mlir::trainc::rt::ReduceOp::sum">:$op,
                    DefaultValuedAttr<I64Attr, "-1">:$token);
   let assemblyFormat = [{
     $kind $group (`ins` `(` $inputs^ `:` type($inputs) `)`)? (`outs` `(` $outputs^ `:` type($outputs) `)`)? attr-dict
@@ -134,24 +166,22 @@ def Rt_HostIOOp : Rt_Op<"host_io"> {
   let summary = "Host I/O point: fill_inputs or read_outputs";
   let description = [{
     ```mlir
-    rt.host_io "fill_inputs" "batch"
+    rt.host_io fill_inputs "batch"
     ```
   }];
-  let arguments = (ins StrAttr:$kind, StrAttr:$label);
+  let arguments = (ins Rt_HostIOKindAttr:$kind, StrAttr:$label);
   let assemblyFormat = "$kind $label attr-dict";
-  let hasVerifier = 1;
 }
 
 def Rt_RegionOp : Rt_Op<"region"> {
   let summary = "Graph-capture region marker: begin or end";
   let description = [{
     ```mlir
-    rt.region "begin" "iteration"
+    rt.region begin "iteration"
     ```
   }];
-  let arguments = (ins StrAttr:$kind, StrAttr:$label);
+  let arguments = (ins Rt_RegionKindAttr:$kind, StrAttr:$label);
   let assemblyFormat = "$kind $label attr-dict";
-  let hasVerifier = 1;
 }
 
 #endif

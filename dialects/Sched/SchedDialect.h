@@ -9,6 +9,7 @@
 #include "mlir/IR/SymbolTable.h"
 
 #include "dialects/Sched/SchedDialect.h.inc"
+#include "dialects/Sched/SchedEnums.h.inc"
 
 #define GET_TYPEDEF_CLASSES
 #include "dialects/Sched/SchedTypes.h.inc"

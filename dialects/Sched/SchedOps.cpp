@@ -16,6 +16,7 @@ using namespace mlir::trainc::sched;
 #include "llvm/ADT/TypeSwitch.h"
 
 #include "dialects/Sched/SchedDialect.cpp.inc"
+#include "dialects/Sched/SchedEnums.cpp.inc"
 
 #define GET_TYPEDEF_CLASSES
 #include "dialects/Sched/SchedTypes.cpp.inc"
@@ -38,12 +39,6 @@ void SchedDialect::initialize() {
       >();
 }
 
-static LogicalResult verifyNormalization(Operation *op, StringRef n) {
-  if (n != "per_token" && n != "per_microbatch")
-    return op->emitOpError() << "normalization '" << n
-                             << "' is not one of 'per_token', 'per_microbatch'";
-  return success();
-}
 
 /// The `model.parameter` that `name` (used by `op`) refers to; an error on `op` when it names
 /// nothing or something else.
@@ -480,7 +475,7 @@ LogicalResult AccumulateLossOp::verify() {
   if (cast<ShapedType>(getLossSum().getType()).getRank() != 0 ||
       cast<ShapedType>(getNumTokens().getType()).getRank() != 0)
     return emitOpError() << "loss_sum and num_tokens must be scalars (rank-0 tensors)";
-  return verifyNormalization(*this, getNormalization());
+  return success();
 }
 
 LogicalResult LossSeedOp::verify() {
@@ -493,7 +488,6 @@ LogicalResult LossSeedOp::verify() {
   return success();
 }
 
-LogicalResult FinalizeGradsOp::verify() { return verifyNormalization(*this, getNormalization()); }
 
 LogicalResult OptimizerStepOp::verify() {
   double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();

@@ -12,6 +12,7 @@
 
 include "mlir/IR/OpBase.td"
 include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
 include "mlir/IR/SymbolInterfaces.td"
 
 def Sched_Dialect : Dialect {
@@ -74,6 +75,16 @@ def Sched_PlanAttr : AttrDef<Sched_Dialect, "Plan"> {
                        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError) const;
   }];
 }
+
+def Sched_NormalizationCases : I32EnumAttr<"Normalization",
+    "loss normalisation: per_token (exact global per-token mean; Megatron's "
+    "--calculate-per-token-loss) or per_microbatch (Megatron's legacy mean of microbatch means)",
+    [I32EnumAttrCase<"per_token", 0>, I32EnumAttrCase<"per_microbatch", 1>]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::mlir::trainc::sched";
+}
+def Sched_NormalizationAttr
+    : EnumAttr<Sched_Dialect, Sched_NormalizationCases, "normalization">;
 
 def Sched_StashType : TypeDef<Sched_Dialect, "Stash"> {
   let mnemonic = "stash";
@@ -219,11 +230,14 @@ def Sched_AccumulateLossOp : Sched_Op<"accumulate_loss"> {
     normalization "per_token" keeps sums apart (exact global per-token mean); "per_microbatch"
     (Megatron's legacy mode) adds loss_sum / num_tokens and counts one per microbatch.
     ```mlir
-    sched.accumulate_loss %l, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
+    sched.accumulate_loss %l, %n per_token : tensor<f32>, tensor<f32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$loss_sum, AnyRankedTensor:$num_tokens, StrAttr:$normalization);
-  let assemblyFormat = "$loss_sum `,` $num_tokens attr-dict `:` type($loss_sum) `,` type($num_tokens)";
+  let arguments = (ins AnyRankedTensor:$loss_sum, AnyRankedTensor:$num_tokens,
+                   Sched_NormalizationAttr:$normalization);
+  let assemblyFormat = [{
+    $loss_sum `,` $num_tokens $normalization attr-dict `:` type($loss_sum) `,` type($num_tokens)
+  }];
   let hasVerifier = 1;
 }
 
@@ -247,12 +261,12 @@ def Sched_FinalizeGradsOp : Sched_Op<"finalize_grads"> {
   let summary = "Finish the gradients: per-token scaling (and, later, DP/TP/embedding reductions)";
   let description = [{
     ```mlir
-    sched.finalize_grads {normalization = "per_token"}
+    sched.finalize_grads per_token
     ```
   }];
-  let arguments = (ins StrAttr:$normalization);
-  let assemblyFormat = "attr-dict";
-  let hasVerifier = 1;
+  let arguments = (ins Sched_NormalizationAttr:$normalization);
+  let assemblyFormat = "$normalization attr-dict";
+  
 }
 
 def Sched_OptimizerStepOp : Sched_Op<"optimizer_step"> {

@@ -69,8 +69,11 @@ struct StashLayout {
 /// `token` >= 0, synchronous with -1.
 void createCollective(OpBuilder &b, Location loc, StringRef kind, StringRef group, Value in,
                       Value out, int64_t token) {
-  b.create<rt::CollectiveOp>(loc, b.getStringAttr(kind), b.getStringAttr(group), ValueRange{in},
-                             ValueRange{out}, b.getStringAttr("sum"), b.getI64IntegerAttr(token));
+  MLIRContext *ctx = b.getContext();
+  b.create<rt::CollectiveOp>(loc, rt::CollectiveKindAttr::get(ctx, *rt::symbolizeCollectiveKind(kind)),
+                             b.getStringAttr(group), ValueRange{in}, ValueRange{out},
+                             rt::ReduceOpAttr::get(ctx, rt::ReduceOp::sum),
+                             b.getI64IntegerAttr(token));
 }
 
 struct ParamInfo {
@@ -121,7 +124,9 @@ private:
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(insertBefore);
     auto buf = b.create<rt::BufferOp>(module.getLoc(), b.getStringAttr(unique), TypeAttr::get(type),
-                                      b.getStringAttr(kind), b.getI64IntegerAttr(-1),
+                                      rt::BufferKindAttr::get(b.getContext(),
+                                                              *rt::symbolizeBufferKind(kind)),
+                                      b.getI64IntegerAttr(-1),
                                       /*group=*/StringAttr());
     created.insert(unique);
     return buf;
@@ -532,7 +537,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       Value ls = ref(ob, loc, scalar("loss_sum", "output"));
       Value nt = ref(ob, loc, scalar("num_tokens", "output"));
       Value l = map.lookup(acc.getLossSum()), n = map.lookup(acc.getNumTokens());
-      if (acc.getNormalization() == "per_token") {
+      if (acc.getNormalization() == sched::Normalization::per_token) {
         kernel(ob, loc, "add", {ls, l}, {ls}, {}, {0});
         kernel(ob, loc, "add", {nt, n}, {nt}, {}, {0});
       } else {
@@ -742,11 +747,11 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       scalar("lr", "scalar");
       scalar("weight_decay", "scalar");
       scalar("step", "scalar");
-      ob.create<rt::HostIOOp>(loc, "fill_inputs", io.getLabel());
+      ob.create<rt::HostIOOp>(loc, rt::HostIOKind::fill_inputs, io.getLabel());
     } else if (auto io = dyn_cast<sched::ReadOutputsOp>(op)) {
       scalar("grad_norm", "output");
       scalar("update_successful", "output");
-      ob.create<rt::HostIOOp>(loc, "read_outputs", io.getLabel());
+      ob.create<rt::HostIOOp>(loc, rt::HostIOKind::read_outputs, io.getLabel());
     } else if (isa<sched::MicrobatchOp, sched::ForwardOp, sched::BackwardOp>(op)) {
       if (failed(lowerUnit(ob, loc, op, isEval, units)))
         return failure();
@@ -754,7 +759,7 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       if (layout.mainGrad) {
         // Only this rank's shards hold reduced gradients under the distributed optimizer.
         Value inv;
-        if (fin.getNormalization() == "per_token") {
+        if (fin.getNormalization() == sched::Normalization::per_token) {
           inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
           kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
         }
@@ -772,7 +777,7 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
               kernel(ob, loc, "scale", {g}, {g}, {f64("alpha", 1.0 / double(layout.dp()))}, {0});
           }
         }
-      } else if (fin.getNormalization() == "per_token") {
+      } else if (fin.getNormalization() == sched::Normalization::per_token) {
         Value inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
         kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
         for (ParamInfo &p : params) {

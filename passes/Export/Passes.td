@@ -15,7 +15,7 @@ def LowerToRtPass : Pass<"trainc-lower-to-rt", "::mlir::ModuleOp"> {
     Before: `%y = model.linear %x, %w : (...) -> tensor<18x48xf32>`
     After:
     ```mlir
-    rt.buffer @forward_backward.linear.3 {kind = "activation"} : memref<18x48xf32>
+    rt.buffer @forward_backward.linear.3 activation : memref<18x48xf32>
     %y = rt.buffer_ref @forward_backward.linear.3 : memref<18x48xf32>
     rt.kernel "matmul" ins(%x, %w : ...) outs(%y : memref<18x48xf32>) {kernel_attrs = {trans_b = 1 : i64}}
     ```

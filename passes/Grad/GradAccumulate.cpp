@@ -78,7 +78,7 @@ struct GradAccumulatePass : mlir::trainc::impl::GradAccumulatePassBase<GradAccum
       seed.erase();
     }
     b.create<sched::AccumulateLossOp>(ret.getLoc(), ret.getOperand(0), numTokens,
-                                      b.getStringAttr(normalization));
+                                      *sched::symbolizeNormalization(normalization));
     for (unsigned i = 2; i < ret.getNumOperands(); ++i) {
       auto name = fn.getResultAttrOfType<FlatSymbolRefAttr>(i, "model.grad_of");
       if (!name) {

@@ -20,8 +20,8 @@ def MemoryPlanPass : Pass<"trainc-memory-plan", "::mlir::ModuleOp"> {
     bytes, when there are groups) on the module. Fails on a flowing buffer no root executes, a
     function declaration, a missing rt.entry, or recursion.
 
-    Before: `rt.buffer @a {kind = "activation", offset = -1 : i64} : memref<16xf32>`
-    After:  `rt.buffer @a {kind = "activation", offset = 1024 : i64} : memref<16xf32>`
+    Before: `rt.buffer @a activation {offset = -1 : i64} : memref<16xf32>`
+    After:  `rt.buffer @a activation {offset = 1024 : i64} : memref<16xf32>`
   }];
 }
 

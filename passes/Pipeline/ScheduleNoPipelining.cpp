@@ -46,8 +46,8 @@ struct ScheduleNoPipeliningPass
                          << " must be positive";
       return signalPassFailure();
     }
-    std::string normalization = "per_token";
-    fn.walk([&](sched::AccumulateLossOp op) { normalization = op.getNormalization().str(); });
+    sched::Normalization normalization = sched::Normalization::per_token;
+    fn.walk([&](sched::AccumulateLossOp op) { normalization = op.getNormalization(); });
 
     OpBuilder b(module.getBodyRegion());
     b.setInsertionPointToEnd(module.getBody());
@@ -85,7 +85,7 @@ struct ScheduleNoPipeliningPass
       return fwd.emitOpError() << "must return (loss_sum, num_tokens)";
     b.setInsertionPoint(ret);
     b.create<sched::AccumulateLossOp>(ret.getLoc(), ret.getOperand(0), ret.getOperand(1),
-                                      b.getStringAttr("per_token"));
+                                      sched::Normalization::per_token);
     b.create<func::ReturnOp>(ret.getLoc());
     ret.erase();
     fo.setFunctionType(b.getFunctionType(fo.getArgumentTypes(), {}));

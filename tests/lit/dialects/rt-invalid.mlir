@@ -5,20 +5,21 @@
 // runtime kernel table (runtime/core/KernelSignatures.cpp).
 
 // Tests that rt.buffer's kind is one of the buffer kinds.
-// expected-error@+1 {{'rt.buffer' op kind 'temporary' is not a buffer kind (parameter, main_grad, master_param, optimizer_state, activation, input, output, scalar, workspace)}}
-rt.buffer @b {kind = "temporary"} : memref<8xf32>
+// expected-error@+2 {{expected ::mlir::trainc::rt::BufferKind to be one of: parameter, main_grad, master_param, optimizer_state, activation, input, output, scalar, workspace}}
+// expected-error@+1 {{failed to parse Rt_BufferKindAttr}}
+rt.buffer @b temporary : memref<8xf32>
 
 // -----
 
 // Tests that rt.buffer's offset is -1 (unplanned) or a byte offset.
 // expected-error@+1 {{'rt.buffer' op offset -5 is negative}}
-rt.buffer @b {kind = "activation", offset = -5 : i64} : memref<8xf32>
+rt.buffer @b activation {offset = -5 : i64} : memref<8xf32>
 
 // -----
 
 // Tests that only flowing buffers (activation, workspace) belong to a buffer group.
 // expected-error@+1 {{'rt.buffer' op group 'stash.0' on a parameter buffer (only activation and workspace buffers are grouped)}}
-rt.buffer @b {group = "stash.0", kind = "parameter"} : memref<8xf32>
+rt.buffer @b parameter {group = "stash.0"} : memref<8xf32>
 
 // -----
 
@@ -41,7 +42,7 @@ func.func @f() {
 // -----
 
 // Tests that rt.buffer_ref has the buffer's type.
-rt.buffer @b {kind = "activation"} : memref<8xf32>
+rt.buffer @b activation : memref<8xf32>
 func.func @f() {
   // expected-error@+1 {{'rt.buffer_ref' op type 'memref<2x4xf32>' differs from buffer @b of type 'memref<8xf32>'}}
   %0 = rt.buffer_ref @b : memref<2x4xf32>
@@ -215,8 +216,9 @@ func.func @f(%a: memref<8xf32>) {
 
 // Tests that rt.collective's kind is a known collective.
 func.func @f(%a: memref<8xf32>) {
-  // expected-error@+1 {{'rt.collective' op collective kind 'all_to_all' is not one of all_reduce, reduce_scatter, all_gather, broadcast, barrier}}
-  rt.collective "all_to_all" "dp" ins(%a : memref<8xf32>) outs(%a : memref<8xf32>)
+  // expected-error@+2 {{expected ::mlir::trainc::rt::CollectiveKind to be one of: all_reduce, reduce_scatter, all_gather, broadcast, barrier}}
+  // expected-error@+1 {{failed to parse Rt_CollectiveKindAttr}}
+  rt.collective all_to_all "dp" ins(%a : memref<8xf32>) outs(%a : memref<8xf32>)
   return
 }
 
@@ -225,7 +227,7 @@ func.func @f(%a: memref<8xf32>) {
 // Tests that a collective other than barrier takes one input and one output.
 func.func @f(%a: memref<8xf32>) {
   // expected-error@+1 {{'rt.collective' op 'all_reduce' takes 1 input and 1 output}}
-  rt.collective "all_reduce" "dp" ins(%a : memref<8xf32>)
+  rt.collective all_reduce "dp" ins(%a : memref<8xf32>)
   return
 }
 
@@ -234,7 +236,7 @@ func.func @f(%a: memref<8xf32>) {
 // Tests that a barrier takes no operands.
 func.func @f(%a: memref<8xf32>) {
   // expected-error@+1 {{'rt.collective' op 'barrier' takes 0 input and 0 output}}
-  rt.collective "barrier" "world" ins(%a : memref<8xf32>) outs(%a : memref<8xf32>)
+  rt.collective barrier "world" ins(%a : memref<8xf32>) outs(%a : memref<8xf32>)
   return
 }
 
@@ -242,8 +244,8 @@ func.func @f(%a: memref<8xf32>) {
 
 // Tests that rt.collective's reduce op is sum, max or min.
 func.func @f(%a: memref<8xf32>) {
-  // expected-error@+1 {{'rt.collective' op reduce op 'prod' is not one of sum, max, min}}
-  rt.collective "all_reduce" "dp" ins(%a : memref<8xf32>) outs(%a : memref<8xf32>) {op = "prod"}
+  // expected-error@+1 {{'rt.collective' op attribute 'op' failed to satisfy constraint: the reduction of a collective}}
+  rt.collective all_reduce "dp" ins(%a : memref<8xf32>) outs(%a : memref<8xf32>) {op = "prod"}
   return
 }
 
@@ -251,8 +253,9 @@ func.func @f(%a: memref<8xf32>) {
 
 // Tests that rt.host_io is fill_inputs or read_outputs.
 func.func @f() {
-  // expected-error@+1 {{'rt.host_io' op kind 'print' is not fill_inputs or read_outputs}}
-  rt.host_io "print" "batch"
+  // expected-error@+2 {{expected ::mlir::trainc::rt::HostIOKind to be one of: fill_inputs, read_outputs}}
+  // expected-error@+1 {{failed to parse Rt_HostIOKindAttr}}
+  rt.host_io print "batch"
   return
 }
 
@@ -260,7 +263,8 @@ func.func @f() {
 
 // Tests that rt.region is begin or end.
 func.func @f() {
-  // expected-error@+1 {{'rt.region' op kind 'middle' is not begin or end}}
-  rt.region "middle" "iteration"
+  // expected-error@+2 {{expected ::mlir::trainc::rt::RegionKind to be one of: begin, end}}
+  // expected-error@+1 {{failed to parse Rt_RegionKindAttr}}
+  rt.region middle "iteration"
   return
 }

@@ -4,16 +4,16 @@
 // Round trip of every rt op.
 
 // Tests that rt.buffer keeps its kind and offset (the default offset -1 is elided).
-// CHECK: rt.buffer @w {kind = "parameter", offset = 0 : i64} : memref<12x8xf32>
-// CHECK: rt.buffer @x {kind = "activation"} : memref<2x5x8xf32>
-// CHECK: rt.buffer @y {kind = "activation", offset = 512 : i64} : memref<2x5x12xf32>
-// CHECK: rt.buffer @g {kind = "main_grad", offset = 1024 : i64} : memref<96xf32>
-// CHECK: rt.buffer @loss {kind = "output"} : memref<f32>
-rt.buffer @w {kind = "parameter", offset = 0 : i64} : memref<12x8xf32>
-rt.buffer @x {kind = "activation"} : memref<2x5x8xf32>
-rt.buffer @y {kind = "activation", offset = 512 : i64} : memref<2x5x12xf32>
-rt.buffer @g {kind = "main_grad", offset = 1024 : i64} : memref<96xf32>
-rt.buffer @loss {kind = "output"} : memref<f32>
+// CHECK: rt.buffer @w parameter {offset = 0 : i64} : memref<12x8xf32>
+// CHECK: rt.buffer @x activation : memref<2x5x8xf32>
+// CHECK: rt.buffer @y activation {offset = 512 : i64} : memref<2x5x12xf32>
+// CHECK: rt.buffer @g main_grad {offset = 1024 : i64} : memref<96xf32>
+// CHECK: rt.buffer @loss output : memref<f32>
+rt.buffer @w parameter {offset = 0 : i64} : memref<12x8xf32>
+rt.buffer @x activation : memref<2x5x8xf32>
+rt.buffer @y activation {offset = 512 : i64} : memref<2x5x12xf32>
+rt.buffer @g main_grad {offset = 1024 : i64} : memref<96xf32>
+rt.buffer @loss output : memref<f32>
 
 // Tests that rt.buffer_ref, rt.view and rt.kernel (with kernel_attrs and in_place) round-trip.
 // CHECK-LABEL: func.func @kernels
@@ -45,29 +45,29 @@ func.func @kernels() {
 // elided), rt.wait, rt.host_io and rt.region round-trip.
 // CHECK-LABEL: func.func @control
 // CHECK: %[[G:.+]] = rt.buffer_ref @g : memref<96xf32>
-// CHECK: rt.region "begin" "iteration"
-// CHECK: rt.host_io "fill_inputs" "batch"
-// CHECK: rt.collective "all_reduce" "dp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>){{$}}
-// CHECK: rt.collective "all_reduce" "tp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>) {op = "max", token = 3 : i64}
+// CHECK: rt.region begin "iteration"
+// CHECK: rt.host_io fill_inputs "batch"
+// CHECK: rt.collective all_reduce "dp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>){{$}}
+// CHECK: rt.collective all_reduce "tp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>) {op = #rt<reduce_op max>, token = 3 : i64}
 // CHECK: rt.wait 3
-// CHECK: rt.collective "reduce_scatter" "dp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>) {op = "min"}
-// CHECK: rt.collective "all_gather" "dp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>)
-// CHECK: rt.collective "broadcast" "pp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>)
-// CHECK: rt.collective "barrier" "world"{{$}}
-// CHECK: rt.host_io "read_outputs" "outputs"
-// CHECK: rt.region "end" "iteration"
+// CHECK: rt.collective reduce_scatter "dp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>) {op = #rt<reduce_op min>}
+// CHECK: rt.collective all_gather "dp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>)
+// CHECK: rt.collective broadcast "pp" ins(%[[G]] : memref<96xf32>) outs(%[[G]] : memref<96xf32>)
+// CHECK: rt.collective barrier "world"{{$}}
+// CHECK: rt.host_io read_outputs "outputs"
+// CHECK: rt.region end "iteration"
 func.func @control() attributes {rt.entry} {
   %g = rt.buffer_ref @g : memref<96xf32>
-  rt.region "begin" "iteration"
-  rt.host_io "fill_inputs" "batch"
-  rt.collective "all_reduce" "dp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>) {op = "sum"}
-  rt.collective "all_reduce" "tp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>) {op = "max", token = 3 : i64}
+  rt.region begin "iteration"
+  rt.host_io fill_inputs "batch"
+  rt.collective all_reduce "dp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>) {}
+  rt.collective all_reduce "tp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>) {op = #rt<reduce_op max>, token = 3 : i64}
   rt.wait 3
-  rt.collective "reduce_scatter" "dp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>) {op = "min"}
-  rt.collective "all_gather" "dp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>)
-  rt.collective "broadcast" "pp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>)
-  rt.collective "barrier" "world"
-  rt.host_io "read_outputs" "outputs"
-  rt.region "end" "iteration"
+  rt.collective reduce_scatter "dp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>) {op = #rt<reduce_op min>}
+  rt.collective all_gather "dp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>)
+  rt.collective broadcast "pp" ins(%g : memref<96xf32>) outs(%g : memref<96xf32>)
+  rt.collective barrier "world"
+  rt.host_io read_outputs "outputs"
+  rt.region end "iteration"
   return
 }

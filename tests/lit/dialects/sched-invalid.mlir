@@ -13,7 +13,7 @@ func.func @train_step() {
 // -----
 
 // Tests that a symbol that is not a function is not a valid callee.
-rt.buffer @buf {kind = "activation"} : memref<4xf32>
+rt.buffer @buf activation : memref<4xf32>
 func.func @train_step() {
   // expected-error@+1 {{'sched.microbatch' op callee @buf is not a function in this module}}
   sched.microbatch @buf {index = 0 : i64}
@@ -50,7 +50,7 @@ func.func @train_step() {
 // Tests that sched.accumulate_loss takes scalars.
 func.func @stage(%l: tensor<1xf32>, %n: tensor<f32>) {
   // expected-error@+1 {{'sched.accumulate_loss' op loss_sum and num_tokens must be scalars (rank-0 tensors)}}
-  sched.accumulate_loss %l, %n {normalization = "per_token"} : tensor<1xf32>, tensor<f32>
+  sched.accumulate_loss %l, %n per_token : tensor<1xf32>, tensor<f32>
   return
 }
 
@@ -58,8 +58,9 @@ func.func @stage(%l: tensor<1xf32>, %n: tensor<f32>) {
 
 // Tests that sched.accumulate_loss names a known normalization.
 func.func @stage(%l: tensor<f32>, %n: tensor<f32>) {
-  // expected-error@+1 {{'sched.accumulate_loss' op normalization 'per_sample' is not one of 'per_token', 'per_microbatch'}}
-  sched.accumulate_loss %l, %n {normalization = "per_sample"} : tensor<f32>, tensor<f32>
+  // expected-error@+2 {{expected ::mlir::trainc::sched::Normalization to be one of: per_token, per_microbatch}}
+  // expected-error@+1 {{failed to parse Sched_NormalizationAttr}}
+  sched.accumulate_loss %l, %n per_sample : tensor<f32>, tensor<f32>
   return
 }
 
@@ -85,8 +86,9 @@ func.func @stage(%n: tensor<f32>) {
 
 // Tests that sched.finalize_grads names a known normalization.
 func.func @train_step() {
-  // expected-error@+1 {{'sched.finalize_grads' op normalization 'mean' is not one of 'per_token', 'per_microbatch'}}
-  sched.finalize_grads {normalization = "mean"}
+  // expected-error@+2 {{expected ::mlir::trainc::sched::Normalization to be one of: per_token, per_microbatch}}
+  // expected-error@+2 {{failed to parse Sched_NormalizationAttr}}
+  sched.finalize_grads mean
   return
 }
 

@@ -11,13 +11,13 @@ model.parameter @a {init = "zeros"} : tensor<10xf32>
 // CHECK-SAME: (%[[W:[^:]+]]: tensor<11x8xf32> {model.param = @w}, %[[L:[^:]+]]: tensor<f32> {model.input = "l"}, %[[N:[^:]+]]: tensor<f32> {model.input = "n"})
 // CHECK-SAME: attributes {sched.stage}
 // CHECK: %[[SEED:.+]] = sched.loss_seed %[[N]] {num_microbatches = 4 : i64} : (tensor<f32>) -> tensor<f32>
-// CHECK: sched.accumulate_loss %[[L]], %[[N]] {normalization = "per_microbatch"} : tensor<f32>, tensor<f32>
-// CHECK: sched.accumulate_loss %[[SEED]], %[[N]] {normalization = "per_token"} : tensor<f32>, tensor<f32>
+// CHECK: sched.accumulate_loss %[[L]], %[[N]] per_microbatch : tensor<f32>, tensor<f32>
+// CHECK: sched.accumulate_loss %[[SEED]], %[[N]] per_token : tensor<f32>, tensor<f32>
 // CHECK: sched.accumulate_grad %[[W]] into @w : tensor<11x8xf32>
 func.func @stage(%w: tensor<11x8xf32> {model.param = @w}, %l: tensor<f32> {model.input = "l"}, %n: tensor<f32> {model.input = "n"}) attributes {sched.stage} {
   %seed = sched.loss_seed %n {num_microbatches = 4 : i64} : (tensor<f32>) -> tensor<f32>
-  sched.accumulate_loss %l, %n {normalization = "per_microbatch"} : tensor<f32>, tensor<f32>
-  sched.accumulate_loss %seed, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %l, %n per_microbatch : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %seed, %n per_token : tensor<f32>, tensor<f32>
   sched.accumulate_grad %w into @w : tensor<11x8xf32>
   return
 }
@@ -29,7 +29,7 @@ func.func @stage(%w: tensor<11x8xf32> {model.param = @w}, %l: tensor<f32> {model
 // CHECK-NEXT: sched.fill_inputs "batch"
 // CHECK-NEXT: sched.microbatch @stage {index = 0 : i64}
 // CHECK-NEXT: sched.microbatch @stage {index = 1 : i64}
-// CHECK-NEXT: sched.finalize_grads {normalization = "per_token"}
+// CHECK-NEXT: sched.finalize_grads per_token
 // CHECK-NEXT: sched.optimizer_step {beta1 = 9.000000e-01 : f64, beta2 = 7.500000e-01 : f64, clip_grad = 1.000000e+00 : f64, eps = 1.000000e-08 : f64}
 // CHECK-NEXT: sched.clip_grad_norm {max_norm = 5.000000e-01 : f64}
 // CHECK-NEXT: sched.adamw @w {beta1 = 9.000000e-01 : f64, beta2 = 7.500000e-01 : f64, decay = false, eps = 1.000000e-08 : f64}
@@ -44,7 +44,7 @@ func.func @train_step() attributes {sched.iteration} {
   sched.fill_inputs "batch"
   sched.microbatch @stage {index = 0 : i64}
   sched.microbatch @stage {index = 1 : i64}
-  sched.finalize_grads {normalization = "per_token"}
+  sched.finalize_grads per_token
   sched.optimizer_step {beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64, clip_grad = 1.0 : f64}
   sched.clip_grad_norm {max_norm = 0.5 : f64}
   sched.adamw @w {decay = false, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}

@@ -20,12 +20,12 @@
 // CHECK: %{{.+}} = mesh.all_reduce %[[DC]] on @mesh mesh_axes = [0] : tensor<2x5x8xf32> -> tensor<2x5x8xf32>
 // The lowering: sync collectives on the groups of the named axes; copy_to_region is no kernel.
 // RT-LABEL: func.func @forward_backward(
-// RT: rt.collective "all_reduce" "tp"
-// RT: rt.collective "reduce_scatter" "dp"
-// RT: rt.collective "all_gather" "dp"
-// RT: rt.collective "reduce_scatter" "dp"
-// RT: rt.collective "all_gather" "dp"
-// RT: rt.collective "all_reduce" "tp"
+// RT: rt.collective all_reduce "tp"
+// RT: rt.collective reduce_scatter "dp"
+// RT: rt.collective all_gather "dp"
+// RT: rt.collective reduce_scatter "dp"
+// RT: rt.collective all_gather "dp"
+// RT: rt.collective all_reduce "tp"
 mesh.mesh @mesh(shape = 2x1x1x2x1) {trainc.axis_names = ["tp", "cp", "ep", "dp", "pp"]}
 func.func @forward(
     %w: tensor<8x8xf32> {model.param = @w},

@@ -43,7 +43,7 @@ func.func @forward(
 // its stash) and a backward unit (the seed), ordered as Megatron's F0 B0 F1 B1.
 // SCHED-LABEL: func.func @forward_backward.forward(
 // SCHED-SAME: attributes {sched.stage, sched.unit = "forward"}
-// SCHED: sched.accumulate_loss %{{.+}}, %{{.+}} {normalization = "per_microbatch"}
+// SCHED: sched.accumulate_loss %{{.+}}, %{{.+}} per_microbatch
 // SCHED-LABEL: func.func @forward_backward.backward(
 // SCHED-SAME: sched.stash = 0 : i64
 // SCHED-SAME: attributes {sched.stage, sched.unit = "backward"}
@@ -55,7 +55,7 @@ func.func @forward(
 // SCHED-NEXT: sched.backward @forward_backward.backward(%[[S0]]) microbatch 0 chunk 0
 // SCHED-NEXT: %[[S1:.+]] = sched.forward @forward_backward.forward microbatch 1 chunk 0
 // SCHED-NEXT: sched.backward @forward_backward.backward(%[[S1]]) microbatch 1 chunk 0
-// SCHED-NEXT: sched.finalize_grads {normalization = "per_microbatch"}
+// SCHED-NEXT: sched.finalize_grads per_microbatch
 // SCHED-NEXT: sched.clip_grad_norm {max_norm = 5.000000e-01 : f64}
 // SCHED-NEXT: sched.adamw @wte {{.*}}decay = true
 // SCHED-NEXT: sched.adamw @ln {{.*}}decay = false
@@ -74,13 +74,13 @@ func.func @forward(
 
 // Tests that trainc-phase-memory gives every buffer an offset and the module its arena.
 // MEMORY: module attributes {rt.arena_bytes = {{[0-9]+}} : i64, rt.flowing_peak_bytes = {{[0-9]+}} : i64, rt.group_bytes = {stash.0 = 1216 : i64}, rt.persistent_bytes = {{[0-9]+}} : i64,
-// MEMORY: rt.buffer @wte {{.*}}kind = "parameter", offset = 0 : i64
-// MEMORY-NOT: rt.buffer @{{[^ ]+}} {kind = "{{[a-z_]+}}"} :
+// MEMORY: rt.buffer @wte parameter {{.*}}offset = 0 : i64
+// MEMORY-NOT: rt.buffer @{{[^ ]+}} {{[a-z_]+}} :
 
 // Tests that trainc-compile is the four phases in a row (the outputs above are identical) and
 // passes its options on.
 // COMPILE: module attributes {rt.arena_bytes = {{[0-9]+}} : i64, {{.*}}trainc.num_microbatches = 2 : i64}
-// COMPILE-DAG: rt.buffer @tokens.1 {kind = "input"
+// COMPILE-DAG: rt.buffer @tokens.1 input
 // COMPILE-DAG: rt.kernel "grad_norm_finalize" {{.*}}max_norm = 5.000000e-01 : f64
 // COMPILE-DAG: rt.kernel "scale" {{.*}}alpha = 5.000000e-01 : f64
 

@@ -19,7 +19,7 @@ model.parameter @b {init = "zeros"} : tensor<4xf32>
 // CHECK: %[[SEED:.+]] = model.fill {{.*}}{model.loss_seed, value = 1.000000e+00 : f64}
 // CHECK-NOT: sched.loss_seed
 // CHECK: %[[DW:.+]] = model.add %[[W]], %[[W]]
-// CHECK: sched.accumulate_loss %[[L]], %[[N]] {normalization = "per_token"} : tensor<f32>, tensor<f32>
+// CHECK: sched.accumulate_loss %[[L]], %[[N]] per_token : tensor<f32>, tensor<f32>
 // CHECK-NEXT: sched.accumulate_grad %[[DW]] into @w : tensor<4x8xf32>
 // CHECK-NEXT: sched.accumulate_grad %[[B]] into @b : tensor<4xf32>
 // CHECK-NEXT: return{{$}}
@@ -63,7 +63,7 @@ func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}, %l: tensor<f32
 // LEGACY: %[[LOSS:[^,]+]], %[[N:[^,]+]], %[[LSE:.+]] = model.cross_entropy
 // LEGACY-NEXT: %[[SEED:.+]] = sched.loss_seed %[[N]] {num_microbatches = 4 : i64} : (tensor<f32>) -> tensor<f32>
 // LEGACY-NEXT: model.cross_entropy_grad %{{.+}}, %{{.+}}, %{{.+}}, %[[LSE]], %[[SEED]]
-// LEGACY: sched.accumulate_loss %[[LOSS]], %[[N]] {normalization = "per_microbatch"}
+// LEGACY: sched.accumulate_loss %[[LOSS]], %[[N]] per_microbatch
 // LEGACY-NEXT: sched.accumulate_grad %{{.+}} into @embedding.word_embeddings.weight : tensor<11x8xf32>
 // LEGACY-NEXT: sched.accumulate_grad %{{.+}} into @decoder.final_layernorm.weight : tensor<8xf32>
 // LEGACY-NEXT: sched.accumulate_grad %{{.+}} into @output_layer.weight : tensor<11x8xf32>

@@ -25,7 +25,7 @@ func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sc
 // Tests that the iteration must call the stage function.
 // expected-error@+1 {{'func.func' op calls no microbatch of @forward_backward}}
 func.func @train_step() attributes {sched.iteration} {
-  sched.finalize_grads {normalization = "per_token"}
+  sched.finalize_grads per_token
   return
 }
 
@@ -40,7 +40,7 @@ func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}) attributes {sc
 // expected-error@+1 {{'func.func' op has no sched.adamw (run trainc-optimizer-expand first)}}
 func.func @train_step() attributes {sched.iteration} {
   sched.microbatch @forward_backward {index = 0 : i64}
-  sched.finalize_grads {normalization = "per_token"}
+  sched.finalize_grads per_token
   sched.optimizer_step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-08 : f64, clip_grad = 1.0 : f64}
   return
 }

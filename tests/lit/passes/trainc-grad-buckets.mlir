@@ -67,32 +67,32 @@
 // shards (the padding's gradients are zero) and all-reduces, one AdamW per bucket shard updates
 // its parameters' pieces (`segments` of coordinate 0; rt.shard_segments are the bucket's: b is
 // [0, 11) of bucket 1, padding excluded, no weight decay), and the all-gather returns each bucket.
-// RT-DAG: rt.buffer @params {kind = "parameter", param_info = [{init = "zeros", name = "w", offset = 0 : i64, shape = array<i64: 11, 8>}, {init = "zeros", name = "b", no_weight_decay, offset = 88 : i64, shape = array<i64: 11>}]} : memref<100xf32>
-// RT-DAG: rt.buffer @main_grad {grad_info = [{name = "w", offset = 0 : i64}, {name = "b", offset = 88 : i64}], kind = "main_grad"} : memref<100xf32>
-// RT-DAG: rt.buffer @exp_avg {kind = "optimizer_state"} : memref<50xf32>
+// RT-DAG: rt.buffer @params parameter {param_info = [{init = "zeros", name = "w", offset = 0 : i64, shape = array<i64: 11, 8>}, {init = "zeros", name = "b", no_weight_decay, offset = 88 : i64, shape = array<i64: 11>}]} : memref<100xf32>
+// RT-DAG: rt.buffer @main_grad main_grad {grad_info = [{name = "w", offset = 0 : i64}, {name = "b", offset = 88 : i64}]} : memref<100xf32>
+// RT-DAG: rt.buffer @exp_avg optimizer_state : memref<50xf32>
 // RT-LABEL: func.func @forward_backward_last(
 // RT: %[[B0:.+]] = rt.view %{{.+}}[0] : memref<100xf32> to memref<88xf32>
 // RT: %[[S0:.+]] = rt.view %{{.+}}[0] {axis = "dp", axis_stride = 44 : i64} : memref<100xf32> to memref<44xf32>
-// RT: rt.collective "reduce_scatter" "dp" ins(%[[B0]] : memref<88xf32>) outs(%[[S0]] : memref<44xf32>) {token = 0 : i64}
+// RT: rt.collective reduce_scatter "dp" ins(%[[B0]] : memref<88xf32>) outs(%[[S0]] : memref<44xf32>) {token = 0 : i64}
 // RT: %[[B1:.+]] = rt.view %{{.+}}[88] : memref<100xf32> to memref<12xf32>
 // RT: %[[S1:.+]] = rt.view %{{.+}}[88] {axis = "dp", axis_stride = 6 : i64} : memref<100xf32> to memref<6xf32>
-// RT: rt.collective "reduce_scatter" "dp" ins(%[[B1]] : memref<12xf32>) outs(%[[S1]] : memref<6xf32>) {token = 1 : i64}
+// RT: rt.collective reduce_scatter "dp" ins(%[[B1]] : memref<12xf32>) outs(%[[S1]] : memref<6xf32>) {token = 1 : i64}
 // RT-LABEL: func.func @train_step()
 // RT: rt.wait 0
 // RT-NEXT: rt.wait 1
-// RT: rt.collective "all_reduce" "dp" ins(%[[LS:.+]] : memref<f32>) outs(%[[LS]] : memref<f32>){{$}}
-// RT: rt.collective "all_reduce" "dp" ins(%[[NT:.+]] : memref<f32>) outs(%[[NT]] : memref<f32>){{$}}
+// RT: rt.collective all_reduce "dp" ins(%[[LS:.+]] : memref<f32>) outs(%[[LS]] : memref<f32>){{$}}
+// RT: rt.collective all_reduce "dp" ins(%[[NT:.+]] : memref<f32>) outs(%[[NT]] : memref<f32>){{$}}
 // Legacy normalization: the DP average.
 // RT: rt.kernel "scale" {{.*}}alpha = 5.000000e-01
 // RT: rt.view %{{.+}}[0] {axis = "dp", axis_stride = 44 : i64} : memref<100xf32> to memref<44xf32>
 // RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<44xf32>) {{.*}}beta = 0.0
 // RT: rt.view %{{.+}}[88] {axis = "dp", axis_stride = 6 : i64} : memref<100xf32> to memref<6xf32>
 // RT-NEXT: rt.kernel "sum_squares" ins(%{{.+}} : memref<6xf32>) {{.*}}beta = 1.0
-// RT-NEXT: rt.collective "all_reduce" "dp" ins(%[[SQ:.+]] : memref<f32>) outs(%[[SQ]] : memref<f32>)
+// RT-NEXT: rt.collective all_reduce "dp" ins(%[[SQ:.+]] : memref<f32>) outs(%[[SQ]] : memref<f32>)
 // RT: rt.kernel "adamw" ins({{.*}} : memref<44xf32>, memref<44xf32>, memref<44xf32>, memref<44xf32>, {{.*}}segments = array<i64: 0, 44, 1>}, rt.shard_segments = array<i64: 0, 88, 1>}
-// RT: rt.collective "all_gather" "dp" ins(%{{.+}} : memref<44xf32>) outs(%{{.+}} : memref<88xf32>) {token = 2 : i64}
+// RT: rt.collective all_gather "dp" ins(%{{.+}} : memref<44xf32>) outs(%{{.+}} : memref<88xf32>) {token = 2 : i64}
 // RT: rt.kernel "adamw" ins({{.*}} : memref<6xf32>, memref<6xf32>, memref<6xf32>, memref<6xf32>, {{.*}}segments = array<i64: 0, 6, 0>}, rt.shard_segments = array<i64: 0, 11, 0>}
-// RT: rt.collective "all_gather" "dp" ins(%{{.+}} : memref<6xf32>) outs(%{{.+}} : memref<12xf32>) {token = 3 : i64}
+// RT: rt.collective all_gather "dp" ins(%{{.+}} : memref<6xf32>) outs(%{{.+}} : memref<12xf32>) {token = 3 : i64}
 // RT: rt.wait 2
 // RT-NEXT: rt.wait 3
 

@@ -8,24 +8,24 @@
 // buffer per model.input; device scalars and outputs. Nothing is planned yet (no offset). The
 // module records the FLOPs of the iteration (two calls of 2 x 1760 matmul FLOPs).
 // BUF: module attributes {rt.schedule = "no-pipelining", trainc.bytes_per_iteration = {{.+}}, trainc.flops_per_iteration = 7.040000e+03 : f64, trainc.num_microbatches = 2 : i64}
-// BUF-DAG: rt.buffer @output_layer.weight {init = "normal", init_std = 2.000000e-02 : f64, kind = "parameter", param_name = "output_layer.weight"} : memref<11x8xf32>
-// BUF-DAG: rt.buffer @output_layer.weight.main_grad {grad_of = "output_layer.weight", kind = "main_grad"} : memref<11x8xf32>
-// BUF-DAG: rt.buffer @output_layer.weight.exp_avg {kind = "optimizer_state"} : memref<11x8xf32>
-// BUF-DAG: rt.buffer @output_layer.weight.exp_avg_sq {kind = "optimizer_state"} : memref<11x8xf32>
-// BUF-DAG: rt.buffer @norm.weight {init = "ones", kind = "parameter", no_weight_decay, param_name = "norm.weight"} : memref<8xf32>
-// BUF-DAG: rt.buffer @forward_backward.linear.1 {kind = "activation"} : memref<2x5x11xf32>
-// BUF-DAG: rt.buffer @forward_backward.cross_entropy.3.0 {kind = "activation"} : memref<f32>
-// BUF-DAG: rt.buffer @forward_backward.cross_entropy.3.2 {kind = "activation"} : memref<10xf32>
-// BUF-DAG: rt.buffer @forward_backward.linear_grad_weight.7 {kind = "activation"} : memref<11x8xf32>
-// BUF-DAG: rt.buffer @loss_sum {kind = "output"} : memref<f32>
-// BUF-DAG: rt.buffer @num_tokens {kind = "output"} : memref<f32>
-// BUF-DAG: rt.buffer @lr {kind = "scalar"} : memref<f32>
-// BUF-DAG: rt.buffer @hidden.0 {kind = "input"} : memref<2x5x8xf32>
-// BUF-DAG: rt.buffer @hidden.1 {kind = "input"} : memref<2x5x8xf32>
-// BUF-DAG: rt.buffer @labels.1 {kind = "input"} : memref<10xi32>
-// BUF-DAG: rt.buffer @grad_norm {kind = "output"} : memref<f32>
-// BUF-DAG: rt.buffer @grad_scale {kind = "workspace"} : memref<f32>
-// BUF-DAG: rt.buffer @update_successful {kind = "output"} : memref<f32>
+// BUF-DAG: rt.buffer @output_layer.weight parameter {init = "normal", init_std = 2.000000e-02 : f64, param_name = "output_layer.weight"} : memref<11x8xf32>
+// BUF-DAG: rt.buffer @output_layer.weight.main_grad main_grad {grad_of = "output_layer.weight"} : memref<11x8xf32>
+// BUF-DAG: rt.buffer @output_layer.weight.exp_avg optimizer_state : memref<11x8xf32>
+// BUF-DAG: rt.buffer @output_layer.weight.exp_avg_sq optimizer_state : memref<11x8xf32>
+// BUF-DAG: rt.buffer @norm.weight parameter {init = "ones", no_weight_decay, param_name = "norm.weight"} : memref<8xf32>
+// BUF-DAG: rt.buffer @forward_backward.linear.1 activation : memref<2x5x11xf32>
+// BUF-DAG: rt.buffer @forward_backward.cross_entropy.3.0 activation : memref<f32>
+// BUF-DAG: rt.buffer @forward_backward.cross_entropy.3.2 activation : memref<10xf32>
+// BUF-DAG: rt.buffer @forward_backward.linear_grad_weight.7 activation : memref<11x8xf32>
+// BUF-DAG: rt.buffer @loss_sum output : memref<f32>
+// BUF-DAG: rt.buffer @num_tokens output : memref<f32>
+// BUF-DAG: rt.buffer @lr scalar : memref<f32>
+// BUF-DAG: rt.buffer @hidden.0 input : memref<2x5x8xf32>
+// BUF-DAG: rt.buffer @hidden.1 input : memref<2x5x8xf32>
+// BUF-DAG: rt.buffer @labels.1 input : memref<10xi32>
+// BUF-DAG: rt.buffer @grad_norm output : memref<f32>
+// BUF-DAG: rt.buffer @grad_scale workspace : memref<f32>
+// BUF-DAG: rt.buffer @update_successful output : memref<f32>
 // BUF-NOT: offset =
 
 // Tests the stage function: inputs become memref arguments (rt.input), model ops become kernels
@@ -67,7 +67,7 @@ model.parameter @norm.weight {init = "ones", no_weight_decay} : tensor<8xf32>
 // CHECK-SAME: attributes {rt.entry}
 // CHECK: %[[MG0:.+]] = rt.buffer_ref @output_layer.weight.main_grad
 // CHECK-NEXT: rt.kernel "fill" outs(%[[MG0]] : memref<11x8xf32>){{$}}
-// CHECK: rt.host_io "fill_inputs" "batch"
+// CHECK: rt.host_io fill_inputs "batch"
 // CHECK: %[[H0:.+]] = rt.buffer_ref @hidden.0
 // CHECK: %[[L0:.+]] = rt.buffer_ref @labels.0
 // CHECK: %[[M0:.+]] = rt.buffer_ref @loss_mask.0
@@ -88,7 +88,7 @@ model.parameter @norm.weight {init = "ones", no_weight_decay} : tensor<8xf32>
 // CHECK: %[[G:.+]] = rt.buffer_ref @output_layer.weight.main_grad :
 // CHECK: rt.kernel "adamw" ins(%[[P]], %[[G]], %[[M]], %[[V]], {{.*}}) outs(%[[P]], %[[M]], %[[V]] : {{.*}}) {in_place = array<i32: 0, 2, 3>, kernel_attrs = {beta1 = 9.000000e-01 : f64, beta2 = 7.500000e-01 : f64, decay = 1 : i64, eps = 1.000000e-08 : f64}}
 // CHECK: rt.kernel "adamw" {{.*}}decay = 0 : i64
-// CHECK: rt.host_io "read_outputs" "outputs"
+// CHECK: rt.host_io read_outputs "outputs"
 // CHECK-NOT: sched.
 // CHECK-NOT: model.
 func.func @forward_backward(
@@ -105,7 +105,7 @@ func.func @forward_backward(
   %dlogits = model.reshape %dl2 : (tensor<10x11xf32>) -> tensor<2x5x11xf32>
   %dw = model.linear_grad_weight %dlogits, %x : (tensor<2x5x11xf32>, tensor<2x5x8xf32>) -> tensor<11x8xf32>
   %dg = model.fill {value = 0.0 : f64} : () -> tensor<8xf32>
-  sched.accumulate_loss %loss, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %loss, %n per_token : tensor<f32>, tensor<f32>
   sched.accumulate_grad %dw into @output_layer.weight : tensor<11x8xf32>
   sched.accumulate_grad %dg into @norm.weight : tensor<8xf32>
   return
@@ -115,7 +115,7 @@ func.func @train_step() attributes {sched.iteration, sched.num_microbatches = 2 
   sched.fill_inputs "batch"
   sched.microbatch @forward_backward {index = 0 : i64}
   sched.microbatch @forward_backward {index = 1 : i64}
-  sched.finalize_grads {normalization = "per_token"}
+  sched.finalize_grads per_token
   sched.clip_grad_norm {max_norm = 0.5 : f64}
   sched.adamw @output_layer.weight {decay = true, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
   sched.adamw @norm.weight {decay = false, beta1 = 0.9 : f64, beta2 = 0.75 : f64, eps = 1.0e-08 : f64}
@@ -164,14 +164,14 @@ func.func @forward_backward(
   %seed = sched.loss_seed %n {num_microbatches = 4 : i64} : (tensor<f32>) -> tensor<f32>
   %dl = model.cross_entropy_grad %logits, %labels, %mask, %lse, %seed : (tensor<10x11xbf16>, tensor<10xi32>, tensor<10xf32>, tensor<10xf32>, tensor<f32>) -> tensor<10x11xbf16>
   %dw = model.linear_grad_weight %dl, %x : (tensor<10x11xbf16>, tensor<10x8xbf16>) -> tensor<11x8xbf16>
-  sched.accumulate_loss %loss, %n {normalization = "per_microbatch"} : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %loss, %n per_microbatch : tensor<f32>, tensor<f32>
   sched.accumulate_grad %dw into @w : tensor<11x8xbf16>
   return
 }
 func.func @train_step() attributes {sched.iteration} {
   sched.zero_grads
   sched.microbatch @forward_backward {index = 0 : i64}
-  sched.finalize_grads {normalization = "per_microbatch"}
+  sched.finalize_grads per_microbatch
   return
 }
 
@@ -192,11 +192,11 @@ model.parameter @w {init = "zeros"} : tensor<4x8xf32>
 // CHECK-NEXT: rt.kernel "fill" outs(%[[LS]] : memref<f32>){{$}}
 // CHECK-NEXT: %[[NT:.+]] = rt.buffer_ref @num_tokens : memref<f32>
 // CHECK-NEXT: rt.kernel "fill" outs(%[[NT]] : memref<f32>){{$}}
-// CHECK-NEXT: rt.host_io "fill_inputs" "eval_batch"
+// CHECK-NEXT: rt.host_io fill_inputs "eval_batch"
 // CHECK: call @forward_only(
 // CHECK: call @forward_only(
 // CHECK: call @forward_only(
-// CHECK: rt.host_io "read_outputs" "eval_outputs"
+// CHECK: rt.host_io read_outputs "eval_outputs"
 func.func @forward_backward(%w: tensor<4x8xf32> {model.param = @w}, %x: tensor<10x8xf32> {model.input = "x"}) attributes {sched.stage} {
   %y = model.linear %x, %w : (tensor<10x8xf32>, tensor<4x8xf32>) -> tensor<10x4xf32>
   return

@@ -9,20 +9,20 @@
 // @shared, used in both functions (2-3, 12-13, 23-24), and @s, only used after the calls, are
 // never live with @a or @b and share their memory.
 // CHECK: module attributes {rt.arena_bytes = 320 : i64, rt.flowing_peak_bytes = 192 : i64, rt.persistent_bytes = 128 : i64}
-// CHECK: rt.buffer @w {kind = "parameter", offset = 0 : i64} : memref<16xf32>
-// CHECK: rt.buffer @g {kind = "main_grad", offset = 64 : i64} : memref<4xf32>
-// CHECK: rt.buffer @shared {kind = "workspace", offset = [[AB:128]] : i64} : memref<2xf32>
-// CHECK: rt.buffer @a {kind = "activation", offset = [[AB]] : i64} : memref<32xf32>
-// CHECK: rt.buffer @b {kind = "activation", offset = [[AB]] : i64} : memref<32xf32>
-// CHECK: rt.buffer @c {kind = "activation", offset = 256 : i64} : memref<8xf32>
-// CHECK: rt.buffer @s {kind = "workspace", offset = [[AB]] : i64} : memref<f32>
-rt.buffer @w {kind = "parameter"} : memref<16xf32>
-rt.buffer @g {kind = "main_grad"} : memref<4xf32>
-rt.buffer @shared {kind = "workspace"} : memref<2xf32>
-rt.buffer @a {kind = "activation"} : memref<32xf32>
-rt.buffer @b {kind = "activation"} : memref<32xf32>
-rt.buffer @c {kind = "activation"} : memref<8xf32>
-rt.buffer @s {kind = "workspace"} : memref<f32>
+// CHECK: rt.buffer @w parameter {offset = 0 : i64} : memref<16xf32>
+// CHECK: rt.buffer @g main_grad {offset = 64 : i64} : memref<4xf32>
+// CHECK: rt.buffer @shared workspace {offset = [[AB:128]] : i64} : memref<2xf32>
+// CHECK: rt.buffer @a activation {offset = [[AB]] : i64} : memref<32xf32>
+// CHECK: rt.buffer @b activation {offset = [[AB]] : i64} : memref<32xf32>
+// CHECK: rt.buffer @c activation {offset = 256 : i64} : memref<8xf32>
+// CHECK: rt.buffer @s workspace {offset = [[AB]] : i64} : memref<f32>
+rt.buffer @w parameter : memref<16xf32>
+rt.buffer @g main_grad : memref<4xf32>
+rt.buffer @shared workspace : memref<2xf32>
+rt.buffer @a activation : memref<32xf32>
+rt.buffer @b activation : memref<32xf32>
+rt.buffer @c activation : memref<8xf32>
+rt.buffer @s workspace : memref<f32>
 func.func @stage() attributes {rt.stage} {
   %c = rt.buffer_ref @c : memref<8xf32>
   %a = rt.buffer_ref @a : memref<32xf32>
@@ -53,10 +53,10 @@ func.func @train_step() attributes {rt.entry} {
 // Tests that a view keeps its source buffer live: @a is last used through its view after @b is
 // written, so the two may not share memory.
 // CHECK: module attributes {rt.arena_bytes = 256 : i64, rt.flowing_peak_bytes = 256 : i64, rt.persistent_bytes = 0 : i64}
-// CHECK: rt.buffer @a {kind = "activation", offset = 0 : i64} : memref<32xf32>
-// CHECK: rt.buffer @b {kind = "activation", offset = 128 : i64} : memref<32xf32>
-rt.buffer @a {kind = "activation"} : memref<32xf32>
-rt.buffer @b {kind = "activation"} : memref<32xf32>
+// CHECK: rt.buffer @a activation {offset = 0 : i64} : memref<32xf32>
+// CHECK: rt.buffer @b activation {offset = 128 : i64} : memref<32xf32>
+rt.buffer @a activation : memref<32xf32>
+rt.buffer @b activation : memref<32xf32>
 func.func @train_step() attributes {rt.entry} {
   %a = rt.buffer_ref @a : memref<32xf32>
   %av = rt.view %a [0] : memref<32xf32> to memref<2x16xf32>
@@ -72,12 +72,12 @@ func.func @train_step() attributes {rt.entry} {
 // Tests that entry points (rt.entry_point, the evaluation step) never run at the same time as the
 // training entry: they follow it on the trace, so their buffers share memory.
 // CHECK: module attributes {rt.arena_bytes = 192 : i64, rt.flowing_peak_bytes = 128 : i64, rt.persistent_bytes = 64 : i64}
-// CHECK: rt.buffer @p {kind = "parameter", offset = 0 : i64} : memref<4xf32>
-// CHECK: rt.buffer @x {kind = "activation", offset = 64 : i64} : memref<32xf32>
-// CHECK: rt.buffer @y {kind = "activation", offset = 64 : i64} : memref<16xf32>
-rt.buffer @p {kind = "parameter"} : memref<4xf32>
-rt.buffer @x {kind = "activation"} : memref<32xf32>
-rt.buffer @y {kind = "activation"} : memref<16xf32>
+// CHECK: rt.buffer @p parameter {offset = 0 : i64} : memref<4xf32>
+// CHECK: rt.buffer @x activation {offset = 64 : i64} : memref<32xf32>
+// CHECK: rt.buffer @y activation {offset = 64 : i64} : memref<16xf32>
+rt.buffer @p parameter : memref<4xf32>
+rt.buffer @x activation : memref<32xf32>
+rt.buffer @y activation : memref<16xf32>
 func.func @train_step() attributes {rt.entry} {
   %x = rt.buffer_ref @x : memref<32xf32>
   rt.kernel "fill" outs(%x : memref<32xf32>)
@@ -94,7 +94,7 @@ func.func @eval_step() attributes {rt.entry_point = "eval_step"} {
 // Tests that the plan needs an entry function.
 // expected-error@+1 {{trainc-memory-plan: no entry function (rt.entry)}}
 module {
-  rt.buffer @a {kind = "activation"} : memref<4xf32>
+  rt.buffer @a activation : memref<4xf32>
   func.func @train_step() {
     return
   }
@@ -106,13 +106,13 @@ module {
 // (from @train_step) and 7-9 (from @mid), so @l is live at 0-1 and 7-8. @e (3-4) shares @l's
 // memory; @m is live across @mid's call of @leaf (5-10) and goes above @l.
 // CHECK: module attributes {rt.arena_bytes = 256 : i64, rt.flowing_peak_bytes = 256 : i64, rt.persistent_bytes = 0 : i64}
-// CHECK: rt.buffer @e {kind = "activation", offset = 0 : i64} : memref<64xf32>
-// CHECK: rt.buffer @l {kind = "activation", offset = 0 : i64} : memref<32xf32>
-// CHECK: rt.buffer @m {kind = "activation", offset = 128 : i64} : memref<16xf32>
+// CHECK: rt.buffer @e activation {offset = 0 : i64} : memref<64xf32>
+// CHECK: rt.buffer @l activation {offset = 0 : i64} : memref<32xf32>
+// CHECK: rt.buffer @m activation {offset = 128 : i64} : memref<16xf32>
 module {
-  rt.buffer @e {kind = "activation"} : memref<64xf32>
-  rt.buffer @l {kind = "activation"} : memref<32xf32>
-  rt.buffer @m {kind = "activation"} : memref<16xf32>
+  rt.buffer @e activation : memref<64xf32>
+  rt.buffer @l activation : memref<32xf32>
+  rt.buffer @m activation : memref<16xf32>
   func.func @leaf() {
     %l = rt.buffer_ref @l : memref<32xf32>
     rt.kernel "fill" outs(%l : memref<32xf32>)
@@ -140,13 +140,13 @@ module {
 // to the last: @x (steps 2-3 and 7-8) leaves its memory to @y, used between the calls (5-6). @z
 // is live across both calls (0-10) and goes above them.
 // CHECK: module attributes {rt.arena_bytes = 192 : i64, rt.flowing_peak_bytes = 192 : i64, rt.persistent_bytes = 0 : i64}
-// CHECK: rt.buffer @x {kind = "activation", offset = 0 : i64} : memref<32xf32>
-// CHECK: rt.buffer @y {kind = "activation", offset = 0 : i64} : memref<16xf32>
-// CHECK: rt.buffer @z {kind = "activation", offset = 128 : i64} : memref<8xf32>
+// CHECK: rt.buffer @x activation {offset = 0 : i64} : memref<32xf32>
+// CHECK: rt.buffer @y activation {offset = 0 : i64} : memref<16xf32>
+// CHECK: rt.buffer @z activation {offset = 128 : i64} : memref<8xf32>
 module {
-  rt.buffer @x {kind = "activation"} : memref<32xf32>
-  rt.buffer @y {kind = "activation"} : memref<16xf32>
-  rt.buffer @z {kind = "activation"} : memref<8xf32>
+  rt.buffer @x activation : memref<32xf32>
+  rt.buffer @y activation : memref<16xf32>
+  rt.buffer @z activation : memref<8xf32>
   func.func @f() {
     %x = rt.buffer_ref @x : memref<32xf32>
     rt.kernel "fill" outs(%x : memref<32xf32>)
@@ -172,17 +172,17 @@ module {
 // are placed before the ungrouped buffers whatever their size, so the two live groups lie back
 // to back at 0 and 128 and @big, live throughout, goes above them.
 // CHECK: module attributes {rt.arena_bytes = 1280 : i64, rt.flowing_peak_bytes = 1280 : i64, rt.group_bytes = {stash.0 = 128 : i64, stash.1 = 128 : i64}, rt.persistent_bytes = 0 : i64}
-// CHECK: rt.buffer @big {kind = "activation", offset = 256 : i64} : memref<256xf32>
-// CHECK: rt.buffer @s0a {group = "stash.0", kind = "activation", offset = 0 : i64} : memref<4xf32>
-// CHECK: rt.buffer @s1a {group = "stash.1", kind = "activation", offset = 128 : i64} : memref<8xf32>
-// CHECK: rt.buffer @s0b {group = "stash.0", kind = "activation", offset = 64 : i64} : memref<16xf32>
-// CHECK: rt.buffer @s1b {group = "stash.1", kind = "activation", offset = 192 : i64} : memref<2xf32>
+// CHECK: rt.buffer @big activation {offset = 256 : i64} : memref<256xf32>
+// CHECK: rt.buffer @s0a activation {group = "stash.0", offset = 0 : i64} : memref<4xf32>
+// CHECK: rt.buffer @s1a activation {group = "stash.1", offset = 128 : i64} : memref<8xf32>
+// CHECK: rt.buffer @s0b activation {group = "stash.0", offset = 64 : i64} : memref<16xf32>
+// CHECK: rt.buffer @s1b activation {group = "stash.1", offset = 192 : i64} : memref<2xf32>
 module {
-  rt.buffer @big {kind = "activation"} : memref<256xf32>
-  rt.buffer @s0a {group = "stash.0", kind = "activation"} : memref<4xf32>
-  rt.buffer @s1a {group = "stash.1", kind = "activation"} : memref<8xf32>
-  rt.buffer @s0b {group = "stash.0", kind = "activation"} : memref<16xf32>
-  rt.buffer @s1b {group = "stash.1", kind = "activation"} : memref<2xf32>
+  rt.buffer @big activation : memref<256xf32>
+  rt.buffer @s0a activation {group = "stash.0"} : memref<4xf32>
+  rt.buffer @s1a activation {group = "stash.1"} : memref<8xf32>
+  rt.buffer @s0b activation {group = "stash.0"} : memref<16xf32>
+  rt.buffer @s1b activation {group = "stash.1"} : memref<2xf32>
   func.func @train_step() attributes {rt.entry} {
     %big = rt.buffer_ref @big : memref<256xf32>
     rt.kernel "fill" outs(%big : memref<256xf32>)
@@ -209,17 +209,17 @@ module {
 // backward 1): the groups are never live together and share one block; the arena is one group
 // size (128 bytes) smaller.
 // CHECK: module attributes {rt.arena_bytes = 1152 : i64, rt.flowing_peak_bytes = 1152 : i64, rt.group_bytes = {stash.0 = 128 : i64, stash.1 = 128 : i64}, rt.persistent_bytes = 0 : i64}
-// CHECK: rt.buffer @big {kind = "activation", offset = 128 : i64} : memref<256xf32>
-// CHECK: rt.buffer @s0a {group = "stash.0", kind = "activation", offset = 0 : i64} : memref<4xf32>
-// CHECK: rt.buffer @s1a {group = "stash.1", kind = "activation", offset = 0 : i64} : memref<8xf32>
-// CHECK: rt.buffer @s0b {group = "stash.0", kind = "activation", offset = 64 : i64} : memref<16xf32>
-// CHECK: rt.buffer @s1b {group = "stash.1", kind = "activation", offset = 64 : i64} : memref<2xf32>
+// CHECK: rt.buffer @big activation {offset = 128 : i64} : memref<256xf32>
+// CHECK: rt.buffer @s0a activation {group = "stash.0", offset = 0 : i64} : memref<4xf32>
+// CHECK: rt.buffer @s1a activation {group = "stash.1", offset = 0 : i64} : memref<8xf32>
+// CHECK: rt.buffer @s0b activation {group = "stash.0", offset = 64 : i64} : memref<16xf32>
+// CHECK: rt.buffer @s1b activation {group = "stash.1", offset = 64 : i64} : memref<2xf32>
 module {
-  rt.buffer @big {kind = "activation"} : memref<256xf32>
-  rt.buffer @s0a {group = "stash.0", kind = "activation"} : memref<4xf32>
-  rt.buffer @s1a {group = "stash.1", kind = "activation"} : memref<8xf32>
-  rt.buffer @s0b {group = "stash.0", kind = "activation"} : memref<16xf32>
-  rt.buffer @s1b {group = "stash.1", kind = "activation"} : memref<2xf32>
+  rt.buffer @big activation : memref<256xf32>
+  rt.buffer @s0a activation {group = "stash.0"} : memref<4xf32>
+  rt.buffer @s1a activation {group = "stash.1"} : memref<8xf32>
+  rt.buffer @s0b activation {group = "stash.0"} : memref<16xf32>
+  rt.buffer @s1b activation {group = "stash.1"} : memref<2xf32>
   func.func @train_step() attributes {rt.entry} {
     %big = rt.buffer_ref @big : memref<256xf32>
     rt.kernel "fill" outs(%big : memref<256xf32>)
@@ -246,15 +246,15 @@ module {
 // it is issued in a callee on an argument: @g is live from its ref (step 0) to the rt.wait (6),
 // so @t, written while the reduction runs (4-5), may not share its memory; @u (7-8) may.
 // CHECK: module attributes {rt.arena_bytes = 128 : i64, rt.flowing_peak_bytes = 128 : i64, rt.persistent_bytes = 0 : i64}
-// CHECK: rt.buffer @g {kind = "activation", offset = 0 : i64} : memref<16xf32>
-// CHECK: rt.buffer @t {kind = "activation", offset = 64 : i64} : memref<16xf32>
-// CHECK: rt.buffer @u {kind = "activation", offset = 0 : i64} : memref<16xf32>
+// CHECK: rt.buffer @g activation {offset = 0 : i64} : memref<16xf32>
+// CHECK: rt.buffer @t activation {offset = 64 : i64} : memref<16xf32>
+// CHECK: rt.buffer @u activation {offset = 0 : i64} : memref<16xf32>
 module {
-  rt.buffer @g {kind = "activation"} : memref<16xf32>
-  rt.buffer @t {kind = "activation"} : memref<16xf32>
-  rt.buffer @u {kind = "activation"} : memref<16xf32>
+  rt.buffer @g activation : memref<16xf32>
+  rt.buffer @t activation : memref<16xf32>
+  rt.buffer @u activation : memref<16xf32>
   func.func @reduce(%x: memref<16xf32>) {
-    rt.collective "all_reduce" "dp" ins(%x : memref<16xf32>) outs(%x : memref<16xf32>) {token = 0 : i64}
+    rt.collective all_reduce "dp" ins(%x : memref<16xf32>) outs(%x : memref<16xf32>) {token = 0 : i64}
     return
   }
   func.func @train_step() attributes {rt.entry} {
@@ -289,7 +289,7 @@ module {
 
 // Tests that a buffer of a function the entry never calls is reported.
 // expected-error@+1 {{'rt.buffer' op is not reachable from an entry function}}
-rt.buffer @a {kind = "activation"} : memref<4xf32>
+rt.buffer @a activation : memref<4xf32>
 func.func @unused() attributes {rt.stage} {
   %a = rt.buffer_ref @a : memref<4xf32>
   rt.kernel "fill" outs(%a : memref<4xf32>)

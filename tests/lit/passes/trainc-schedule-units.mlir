@@ -20,7 +20,7 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
   %seed = model.fill {model.loss_seed, value = 1.0 : f64} : () -> tensor<f32>
   %u = model.reshape %v : (tensor<8xf32>) -> tensor<4x2xf32>
   %dw = model.linear %u, %z : (tensor<4x2xf32>, tensor<3x2xf32>) -> tensor<4x3xf32>
-  sched.accumulate_loss %n, %n {normalization = "per_token"} : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %n, %n per_token : tensor<f32>, tensor<f32>
   sched.accumulate_grad %dw into @w : tensor<4x3xf32>
   return
 }
@@ -76,9 +76,9 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
 // Tests the lowering: one stash slot per microbatch in flight (3 when all forwards run first),
 // a 1-D buffer per slot in its planner group, passed as one argument; the forward unit writes the
 // linear's result straight into a view of it and the backward reads the same view.
-// RT: rt.buffer @stash0 {group = "stash.0", kind = "activation"} : memref<8xf32>
-// RT: rt.buffer @stash1 {group = "stash.1", kind = "activation"} : memref<8xf32>
-// RT: rt.buffer @stash2 {group = "stash.2", kind = "activation"} : memref<8xf32>
+// RT: rt.buffer @stash0 activation {group = "stash.0"} : memref<8xf32>
+// RT: rt.buffer @stash1 activation {group = "stash.1"} : memref<8xf32>
+// RT: rt.buffer @stash2 activation {group = "stash.2"} : memref<8xf32>
 // RT-LABEL: func.func @forward_backward.forward(
 // RT-SAME: %[[A:[a-z0-9]+]]: memref<8xf32> {rt.stash = 0 : i64})
 // RT: %[[V:.+]] = rt.view %[[A]][0] : memref<8xf32> to memref<2x4xf32>
@@ -97,5 +97,5 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
 // RT-NEXT: call @forward_backward.backward({{.*}}) {rt.unit = "B microbatch 0 chunk 0"}
 // Megatron's order needs one slot; the planner sizes its group (8 floats, 64-byte aligned).
 // RT1: module attributes {{{.*}}rt.group_bytes = {stash.0 = 64 : i64}, {{.*}}rt.schedule = "no-pipelining", rt.stash_slots = 1 : i64
-// RT1: rt.buffer @stash0 {group = "stash.0"
+// RT1: rt.buffer @stash0 activation {group = "stash.0"
 // RT1-NOT: @stash1

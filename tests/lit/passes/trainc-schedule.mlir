@@ -16,7 +16,7 @@ model.parameter @w {init = "zeros"} : tensor<4xf32>
 // CHECK-LABEL: func.func @forward_only(
 // CHECK-SAME: %{{[^:]+}}: tensor<4xf32> {model.param = @w}, %[[L:[^:]+]]: tensor<f32> {model.input = "l"})
 // CHECK-SAME: attributes {sched.stage}
-// CHECK-NEXT: sched.accumulate_loss %[[L]], %[[L]] {normalization = "per_token"}
+// CHECK-NEXT: sched.accumulate_loss %[[L]], %[[L]] per_token
 // CHECK-NEXT: return{{$}}
 // CHECK-LABEL: func.func @forward_backward(
 // CHECK-LABEL: func.func @train_step()
@@ -24,7 +24,7 @@ model.parameter @w {init = "zeros"} : tensor<4xf32>
 // CHECK-NEXT: sched.zero_grads
 // CHECK-NEXT: sched.fill_inputs "batch"
 // CHECK-NEXT: sched.microbatch @forward_backward {index = 0 : i64}
-// CHECK-NEXT: sched.finalize_grads {normalization = "per_token"}
+// CHECK-NEXT: sched.finalize_grads per_token
 // CHECK-NEXT: sched.optimizer_step {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, clip_grad = 1.000000e+00 : f64, eps = 1.000000e-08 : f64}
 // CHECK-NEXT: sched.read_outputs "outputs"
 // CHECK-NEXT: return
@@ -39,7 +39,7 @@ func.func @forward(%w: tensor<4xf32> {model.param = @w}, %l: tensor<f32> {model.
   return %l, %l : tensor<f32>, tensor<f32>
 }
 func.func @forward_backward(%w: tensor<4xf32> {model.param = @w}, %l: tensor<f32> {model.input = "l"}) attributes {sched.stage} {
-  sched.accumulate_loss %l, %l {normalization = "per_token"} : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %l, %l per_token : tensor<f32>, tensor<f32>
   sched.accumulate_grad %w into @w : tensor<4xf32>
   return
 }
@@ -95,7 +95,7 @@ func.func @forward_backward(%l: tensor<f32> {model.input = "l"}) attributes {sch
 // OPTS-NEXT: sched.microbatch @forward_backward {index = 0 : i64}
 // OPTS-NEXT: sched.microbatch @forward_backward {index = 1 : i64}
 // OPTS-NEXT: sched.microbatch @forward_backward {index = 2 : i64}
-// OPTS-NEXT: sched.finalize_grads {normalization = "per_microbatch"}
+// OPTS-NEXT: sched.finalize_grads per_microbatch
 // OPTS-NEXT: sched.optimizer_step {beta1 = 5.000000e-01 : f64, beta2 = 7.500000e-01 : f64, clip_grad = 0.000000e+00 : f64, eps = 2.500000e-01 : f64}
 // OPTS-NEXT: sched.read_outputs "outputs"
 // OPTS-NOT: @train_step
@@ -108,7 +108,7 @@ func.func @forward_backward(%l: tensor<f32> {model.input = "l"}) attributes {sch
 // EVAL-NOT: model.fill
 // EVAL-NOT: _grad
 // EVAL: %[[LOSS:[^,]+]], %[[N:[^,]+]], %{{.+}} = model.cross_entropy
-// EVAL-NEXT: sched.accumulate_loss %[[LOSS]], %[[N]] {normalization = "per_token"}
+// EVAL-NEXT: sched.accumulate_loss %[[LOSS]], %[[N]] per_token
 // EVAL-NEXT: return
 // EVAL-LABEL: func.func @eval_step()
 // EVAL-SAME: attributes {sched.eval, sched.iteration, sched.num_microbatches = 2 : i64}

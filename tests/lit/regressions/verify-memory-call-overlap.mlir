@@ -8,8 +8,8 @@
 // Tests that @x, live in @train_step across the call, may not share memory with @stage's @y.
 module attributes {rt.arena_bytes = 128 : i64} {
   // expected-error-re@+1 {{'rt.buffer' op overlaps {{.*}}@y}}
-  rt.buffer @x {kind = "activation", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @y {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @x activation {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @y activation {offset = 0 : i64} : memref<16xf32>
   func.func @stage() {
     %y = rt.buffer_ref @y : memref<16xf32>
     rt.kernel "fill" outs(%y : memref<16xf32>)

@@ -7,7 +7,7 @@ func.func @forward_backward(
     %b: tensor<11xf32> {model.param = @b},
     %l: tensor<f32> {model.input = "l"},
     %n: tensor<f32> {model.input = "n"}) attributes {sched.stage} {
-  sched.accumulate_loss %l, %n {normalization = "per_microbatch"} : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %l, %n per_microbatch : tensor<f32>, tensor<f32>
   sched.accumulate_grad %w into @w : tensor<11x8xf32>
   sched.accumulate_grad %b into @b : tensor<11xf32>
   return

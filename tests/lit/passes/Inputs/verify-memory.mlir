@@ -3,7 +3,7 @@
 // Tests that the memory phase needs a plan.
 // expected-error@+1 {{no rt.arena_bytes (run trainc-memory-plan)}}
 module {
-  rt.buffer @p {kind = "parameter", offset = 0 : i64} : memref<4xf32>
+  rt.buffer @p parameter {offset = 0 : i64} : memref<4xf32>
   func.func @train_step() attributes {rt.entry} {
     return
   }
@@ -14,7 +14,7 @@ module {
 // Tests that every buffer is inside the arena.
 module attributes {rt.arena_bytes = 64 : i64} {
   // expected-error@+1 {{'rt.buffer' op offset 32 + 64 bytes is outside the arena of 64 bytes}}
-  rt.buffer @p {kind = "parameter", offset = 32 : i64} : memref<16xf32>
+  rt.buffer @p parameter {offset = 32 : i64} : memref<16xf32>
   func.func @train_step() attributes {rt.entry} {
     return
   }
@@ -25,7 +25,7 @@ module attributes {rt.arena_bytes = 64 : i64} {
 // Tests that an unplanned buffer (offset -1) is reported.
 module attributes {rt.arena_bytes = 64 : i64} {
   // expected-error@+1 {{'rt.buffer' op offset -1 + 16 bytes is outside the arena of 64 bytes}}
-  rt.buffer @p {kind = "parameter"} : memref<4xf32>
+  rt.buffer @p parameter : memref<4xf32>
   func.func @train_step() attributes {rt.entry} {
     return
   }
@@ -36,8 +36,8 @@ module attributes {rt.arena_bytes = 64 : i64} {
 // Tests that a persistent buffer may not share memory with any other buffer.
 module attributes {rt.arena_bytes = 128 : i64} {
   // expected-error@+1 {{'rt.buffer' op overlaps buffer @a though it is live for the whole iteration}}
-  rt.buffer @p {kind = "parameter", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @a {kind = "activation", offset = 32 : i64} : memref<16xf32>
+  rt.buffer @p parameter {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @a activation {offset = 32 : i64} : memref<16xf32>
   func.func @train_step() attributes {rt.entry} {
     %a = rt.buffer_ref @a : memref<16xf32>
     rt.kernel "fill" outs(%a : memref<16xf32>)
@@ -50,8 +50,8 @@ module attributes {rt.arena_bytes = 128 : i64} {
 // Tests that two flowing buffers live at the same time may not overlap.
 module attributes {rt.arena_bytes = 128 : i64} {
   // expected-error@+1 {{'rt.buffer' op overlaps @b while both are live (trace step 1 in @train_step)}}
-  rt.buffer @a {kind = "activation", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @b {kind = "activation", offset = 32 : i64} : memref<16xf32>
+  rt.buffer @a activation {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @b activation {offset = 32 : i64} : memref<16xf32>
   func.func @train_step() attributes {rt.entry} {
     %a = rt.buffer_ref @a : memref<16xf32>
     %b = rt.buffer_ref @b : memref<16xf32>
@@ -78,9 +78,9 @@ module attributes {rt.arena_bytes = 0 : i64} {
 // (5-10).
 module attributes {rt.arena_bytes = 64 : i64} {
   // expected-error@+1 {{'rt.buffer' op overlaps @z while both are live (trace step 7 in @f)}}
-  rt.buffer @x {kind = "activation", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @y {kind = "activation", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @z {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @x activation {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @y activation {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @z activation {offset = 0 : i64} : memref<16xf32>
   func.func @f() {
     %x = rt.buffer_ref @x : memref<16xf32>
     rt.kernel "fill" outs(%x : memref<16xf32>)
@@ -102,9 +102,9 @@ module attributes {rt.arena_bytes = 64 : i64} {
 
 // Tests that the same program with @z elsewhere passes (@x and @y still share memory).
 module attributes {rt.arena_bytes = 128 : i64} {
-  rt.buffer @x {kind = "activation", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @y {kind = "activation", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @z {kind = "activation", offset = 64 : i64} : memref<16xf32>
+  rt.buffer @x activation {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @y activation {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @z activation {offset = 64 : i64} : memref<16xf32>
   func.func @f() {
     %x = rt.buffer_ref @x : memref<16xf32>
     rt.kernel "fill" outs(%x : memref<16xf32>)
@@ -128,12 +128,12 @@ module attributes {rt.arena_bytes = 128 : i64} {
 // wait, may not share @g's memory.
 module attributes {rt.arena_bytes = 128 : i64} {
   // expected-error@+1 {{'rt.buffer' op overlaps @t while both are live (trace step 3 in @train_step)}}
-  rt.buffer @g {kind = "activation", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @t {kind = "activation", offset = 0 : i64} : memref<16xf32>
+  rt.buffer @g activation {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @t activation {offset = 0 : i64} : memref<16xf32>
   func.func @train_step() attributes {rt.entry} {
     %g = rt.buffer_ref @g : memref<16xf32>
     rt.kernel "fill" outs(%g : memref<16xf32>)
-    rt.collective "all_reduce" "dp" ins(%g : memref<16xf32>) outs(%g : memref<16xf32>) {token = 0 : i64}
+    rt.collective all_reduce "dp" ins(%g : memref<16xf32>) outs(%g : memref<16xf32>) {token = 0 : i64}
     %t = rt.buffer_ref @t : memref<16xf32>
     rt.kernel "fill" outs(%t : memref<16xf32>)
     rt.wait 0
@@ -146,8 +146,8 @@ module attributes {rt.arena_bytes = 128 : i64} {
 // Tests that two persistent buffers may not share memory either.
 module attributes {rt.arena_bytes = 128 : i64} {
   // expected-error@+1 {{'rt.buffer' op overlaps buffer @q though it is live for the whole iteration}}
-  rt.buffer @p {kind = "parameter", offset = 0 : i64} : memref<16xf32>
-  rt.buffer @q {kind = "optimizer_state", offset = 0 : i64} : memref<4xf32>
+  rt.buffer @p parameter {offset = 0 : i64} : memref<16xf32>
+  rt.buffer @q optimizer_state {offset = 0 : i64} : memref<4xf32>
   func.func @train_step() attributes {rt.entry} {
     return
   }

@@ -39,7 +39,7 @@ func.func @forward(%w: tensor<4x8xf32> {model.param = @w}, %dy: tensor<2x4xf32> 
 // Tests that @forward holds no schedule op.
 func.func @forward(%l: tensor<f32> {model.input = "l"}) -> (tensor<f32>, tensor<f32>) {
   // expected-error@+1 {{'sched.accumulate_loss' op phase model: backward or schedule op in the forward function}}
-  sched.accumulate_loss %l, %l {normalization = "per_token"} : tensor<f32>, tensor<f32>
+  sched.accumulate_loss %l, %l per_token : tensor<f32>, tensor<f32>
   return %l, %l : tensor<f32>, tensor<f32>
 }
 
