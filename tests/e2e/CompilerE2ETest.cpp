@@ -268,10 +268,14 @@ TEST(Export, TagsInputBuffersWithTheirHostRoleAndMicrobatch) {
     mlir::trainc::loadTraincDialects(ctx);
     std::string text = "module attributes {rt.arena_bytes = 64 : i64} {\n"
                        "  rt.buffer @" + name +
-                       " {kind = \"input\", offset = 0 : i64} : memref<2x3xi32>\n"
+                       " input {offset = 0 : i64} : memref<2x3xi32>\n"
                        "  func.func @train_step() attributes {rt.entry} { return }\n}\n";
     mlir::OwningOpRef<mlir::ModuleOp> m = mlir::parseSourceString<mlir::ModuleOp>(text, &ctx);
     EXPECT_TRUE(m) << text;
+    if (!m) { // no program to export (the failure above names the text)
+      error = "parse failed";
+      return mlir::FailureOr<::trainc::schema::Program>(mlir::failure());
+    }
     mlir::ScopedDiagnosticHandler h(&ctx, [&](mlir::Diagnostic &d) {
       error = d.str();
       return mlir::success();
