@@ -16,15 +16,27 @@ TRAINC=$1
 TRAINRUN=$2
 WORK=$3
 ITERS=${CUDA_VS_CPU_ITERS:-20}
+cuda_vs_cpu_flags() {
+  echo --preset llama-tiny-text --num-query-groups 2 --seq-length 64 \
+    --max-position-embeddings 64 --micro-batch-size 2 --global-batch-size 8 \
+    --hidden-dropout 0.1 --attention-dropout 0.0 --lr 1e-3 --lr-warmup-iters 2 --clip-grad 1.0 \
+    --weight-decay 0.1
+}
+if [[ "$TRAINC" == "--print-flags" ]]; then
+  cuda_vs_cpu_flags
+  exit 0
+fi
 rm -rf "$WORK"
 mkdir -p "$WORK/cpu" "$WORK/cuda"
 
-"$TRAINC" compile --preset llama-tiny-text --num-query-groups 2 \
-  --seq-length 64 --max-position-embeddings 64 --micro-batch-size 2 --global-batch-size 8 \
-  --hidden-dropout 0.1 --attention-dropout 0.0 \
-  --lr 1e-3 --lr-warmup-iters 2 --clip-grad 1.0 --weight-decay 0.1 \
-  --train-iters "$ITERS" -o "$WORK/plan" >"$WORK/compile.log" 2>&1 ||
-  { cat "$WORK/compile.log"; exit 1; }
+# CUDA_VS_CPU_PLAN: a plan compiled beforehand with the flags below (scripts/gpu_check.sh carries
+# one to machines without the compiler's libraries); TRAINC is then unused.
+if [[ -n "${CUDA_VS_CPU_PLAN:-}" ]]; then
+  cp -r "$CUDA_VS_CPU_PLAN" "$WORK/plan"
+else
+  "$TRAINC" compile $(cuda_vs_cpu_flags) --train-iters "$ITERS" -o "$WORK/plan" \
+    >"$WORK/compile.log" 2>&1 || { cat "$WORK/compile.log"; exit 1; }
+fi
 
 if ! "$TRAINRUN" --backend cuda "$WORK/plan" -- --mock-data --train-iters 1 \
      >"$WORK/probe.log" 2>&1; then
