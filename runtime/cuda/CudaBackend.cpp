@@ -305,6 +305,13 @@ bool cudaBackendAvailable(std::string *why) {
   return ok;
 }
 
+std::vector<std::string> cudaKernelNames() {
+  std::vector<std::string> r;
+  for (const auto &k : cuda::cudaKernelTable())
+    r.push_back(k.first);
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> createCudaBackend(int device) {
   std::string err;
   const cuda::CudaApi *api = cuda::loadCudaApi(&err);

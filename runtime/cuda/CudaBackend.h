@@ -25,6 +25,10 @@ namespace trainc::rt {
 /// `why` (optional) receives the reason otherwise (see createCudaBackend).
 bool cudaBackendAvailable(std::string *why = nullptr);
 
+/// The kernel names the CUDA backend implements (empty in a build without CUDA); usable without a
+/// device, e.g. to check that every kernel of Kernel.h's table has a CUDA implementation.
+std::vector<std::string> cudaKernelNames();
+
 /// Creates the CUDA backend on device `device` (cudaSetDevice): the arena in device memory
 /// (cudaMalloc, zero-filled), a compute, a communication and a p2p stream (non-blocking), events
 /// without timing, cuBLASLt for matmul and the embedded kernels for everything else.

@@ -16,6 +16,8 @@ bool cudaBackendAvailable(std::string *why) {
   return false;
 }
 
+std::vector<std::string> cudaKernelNames() { return {}; }
+
 absl::StatusOr<std::unique_ptr<Backend>> createCudaBackend(int) {
   return absl::FailedPreconditionError(std::string("--backend cuda: ") + kNoCuda);
 }

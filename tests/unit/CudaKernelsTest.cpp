@@ -15,6 +15,7 @@
 
 #include "runtime/cuda/CudaBackend.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace trainc::rt::test {
@@ -58,6 +59,20 @@ TEST(CudaBackend, NoDeviceErrorIsClear) {
                m.find("cannot load libcudart.so.13") != std::string::npos ||
                m.find("built without CUDA") != std::string::npos;
   EXPECT_TRUE(named) << m;
+}
+
+// Runs without a device: the CUDA backend implements every kernel of Kernel.h's table, so the
+// validator accepts on CUDA every program it accepts on CPU.
+TEST(CudaBackend, ImplementsEveryKernelSignature) {
+#ifndef TRAINC_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  std::vector<std::string> names = cudaKernelNames();
+  std::sort(names.begin(), names.end());
+  for (const KernelSignature &sig : allKernelSignatures())
+    EXPECT_TRUE(std::binary_search(names.begin(), names.end(), std::string(sig.name)))
+        << "no CUDA implementation of " << sig.name;
+  EXPECT_EQ(names.size(), allKernelSignatures().size());
 }
 
 /// Runs `name` on the CUDA backend: inputs and initial outputs copied to device buffers, outputs
