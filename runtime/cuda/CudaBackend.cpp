@@ -174,12 +174,15 @@ public:
     api_->cudaDeviceSynchronize();
     api_->cudaFree(p);
   }
+  // The control plane may copy from another thread (e.g. a checkpoint writer): bind the device.
   void copyToDevice(void *dst, const void *src, size_t bytes) override {
+    api_->cudaSetDevice(streams_.device);
     check(*api_, api_->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, streams_.compute),
           "cudaMemcpyAsync (host to device)");
     check(*api_, api_->cudaStreamSynchronize(streams_.compute), "cudaStreamSynchronize");
   }
   void copyToHost(void *dst, const void *src, size_t bytes) override {
+    api_->cudaSetDevice(streams_.device);
     check(*api_, api_->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, streams_.compute),
           "cudaMemcpyAsync (device to host)");
     check(*api_, api_->cudaStreamSynchronize(streams_.compute), "cudaStreamSynchronize");

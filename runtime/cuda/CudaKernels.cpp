@@ -173,10 +173,13 @@ void swigluBackwardKernel(const KernelCtx &c) {
     return;
   // dx[r] straddles dy rows 2r and 2r + 1: stage dy (and x unless dx is exactly x, which each
   // thread reads before it writes the same elements).
+  // Size the scratch for both stagings first: growing it between them would drop the first.
+  const size_t xOff = (c.in[0].bytes() + 255) / 256 * 256;
+  if (overlaps(c.in[0], c.out[0]) || overlaps(c.in[1], c.out[0]))
+    kd.scratch->get(*kd.api, kd.stream, xOff + c.in[1].bytes());
   const void *dy = stageIfOverlap(kd, c.in[0], c.out[0]);
-  const void *x = c.in[1].data == c.out[0].data
-                      ? c.in[1].data
-                      : stageIfOverlap(kd, c.in[1], c.out[0], (c.in[0].bytes() + 255) / 256 * 256);
+  const void *x = c.in[1].data == c.out[0].data ? c.in[1].data
+                                                : stageIfOverlap(kd, c.in[1], c.out[0], xOff);
   launch(kd, kname("swiglu_backward", c.in[1].dtype).c_str(), gridFor(kd, f * rows), dim3(256), 0,
          dy, x, c.out[0].data, rows, f);
 }
