@@ -7,6 +7,7 @@
 //     and bf16, Llama-3.2-1B-like shapes (tokens x hidden x ffn).
 //  2. Causal GQA attention forward + backward through the backend's kernels, TFLOP/s counted as
 //     FlashAttention does (causal: half the S x S products; backward = 2.5 x forward).
+//  3. Dispatch overhead per kernel, eager vs a captured CUDA graph replayed.
 // Times are CUDA events around `reps` back-to-back launches after a warm-up, best of 3.
 //
 //===----------------------------------------------------------------------===//
@@ -171,6 +172,48 @@ void attention(Backend &backend, DType t, int64_t B, int64_t S, int64_t NH, int6
     backend.freeArena(x->data);
 }
 
+/// Host dispatch per kernel: `n` dependent `scale` launches on 1024 floats, eager (the backend's
+/// KernelFn each time) vs one captured CUDA graph replayed (Backend::beginCapture/endCapture/
+/// replayGraph, TRAINC_CUDA_GRAPH_CAPTURE=1); also checks the replay's result is bitwise the
+/// eager one.
+void dispatch(Backend &backend, int n, int reps) {
+  const cuda::CudaStreams &st = *cuda::cudaStreamsOf(backend);
+  const KernelSignature *sig = findKernelSignature("scale");
+  google::protobuf::RepeatedPtrField<schema::Attr> pa;
+  schema::Attr *a = pa.Add();
+  a->set_name("alpha");
+  a->mutable_value()->set_f(1.0001);
+  Attrs at;
+  decodeAttrs(*sig, pa, at);
+  TensorView x = makeView(DType::F32, {1024});
+  x.data = backend.allocateArena(x.bytes());
+  std::vector<float> init(1024, 1.0f), eager(1024), graph(1024);
+  KernelCtx c{&x, 1, &x, 1, &at, backend.kernelData(kComputeStream)};
+  KernelFn fn = backend.findKernel("scale");
+  auto chain = [&] {
+    for (int i = 0; i < n; ++i)
+      fn(c);
+  };
+  backend.copyToDevice(x.data, init.data(), x.bytes());
+  chain();
+  backend.copyToHost(eager.data(), x.data, x.bytes());
+  double tEager = msPerCall(st.compute, reps, chain) / n;
+  setenv("TRAINC_CUDA_GRAPH_CAPTURE", "1", 1);
+  backend.beginCapture("bench");
+  chain();
+  backend.endCapture("bench");
+  backend.copyToDevice(x.data, init.data(), x.bytes());
+  backend.replayGraph("bench");
+  backend.copyToHost(graph.data(), x.data, x.bytes());
+  double tGraph = msPerCall(st.compute, reps, [&] { backend.replayGraph("bench"); }) / n;
+  unsetenv("TRAINC_CUDA_GRAPH_CAPTURE");
+  bool same = eager == graph;
+  std::printf("dispatch: %d dependent kernels: eager %.2f us/kernel, graph replay %.2f us/kernel, "
+              "speed-up %.1fx; replay result bitwise equal to eager: %s\n",
+              n, tEager * 1e3, tGraph * 1e3, tEager / tGraph, same ? "yes" : "NO");
+  backend.freeArena(x.data);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -189,6 +232,7 @@ int main(int argc, char **argv) {
     gemm(**backend, t, 8192, 2048, 8192, quick ? 5 : 20);
     gemm(**backend, t, 8192, 8192, 2048, quick ? 5 : 20);
   }
+  dispatch(**backend, 500, quick ? 3 : 10);
   for (DType t : {DType::F32, DType::BF16}) {
     attention(**backend, t, 1, 2048, 32, 8, 64, quick ? 2 : 5);
     if (!quick)
