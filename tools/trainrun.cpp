@@ -71,7 +71,7 @@ int usage(const std::string &msg = "") {
          "                [--log-all-ranks] [--comm-timeout SECONDS] [--comm-iface IFACE]\n"
          "                [--distributed-timeout-minutes M (Megatron's name; --comm-timeout wins)]\n"
          "                [--backend cpu|cuda (default: cuda when a GPU and the CUDA libraries\n"
-         "                are present, else cpu; docs/cuda.md)]\n"
+         "                are present, else cpu; TRAINC_BACKEND sets the default; docs/cuda.md)]\n"
          "                PLAN_DIR [-- RUNTIME_FLAGS...]\n"
          "  --nproc N: ranks to start on this node (N > 1 spawns processes; default 1)\n"
          "  --nnodes/--node-rank/--master-addr/--master-port: several hosts; node 0 hosts the\n"
@@ -195,7 +195,8 @@ struct StoreInfo {
   std::chrono::milliseconds timeout{0};
 };
 
-/// The backend --backend names (default: cuda when a device is present) and, for cuda, the NCCL
+/// The backend --backend names (default: TRAINC_BACKEND, else cuda when a device is present) and,
+/// for cuda, the NCCL
 /// communicator that replaces `comm` for the trainer (device buffers). The device is LOCAL_RANK
 /// (SLURM_LOCALID), 0 when unset.
 std::string makeBackend(const Flags &f, int64_t rank, int64_t world, const StoreInfo *store,
@@ -203,6 +204,11 @@ std::string makeBackend(const Flags &f, int64_t rank, int64_t world, const Store
                         std::unique_ptr<rt::TcpStore> &ncclStore,
                         std::unique_ptr<rt::Communicator> &deviceComm) {
   std::string which = f.backend;
+  if (which.empty() && env("TRAINC_BACKEND")) {
+    which = env("TRAINC_BACKEND");
+    if (which != "cpu" && which != "cuda")
+      return absl::StrCat("TRAINC_BACKEND expects cpu or cuda, got '", which, "'");
+  }
   if (which.empty())
     which = rt::cudaBackendAvailable() ? "cuda" : "cpu";
   if (which == "cpu")

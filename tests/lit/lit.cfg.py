@@ -20,3 +20,6 @@ if getattr(config, "trainc_have_cuda", False):
     config.available_features.add("cuda-build")
 if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
     config.available_features.add("nvidia-gpu")
+# The suite's references are CPU runs: trainrun's default backend is cpu here even on a GPU
+# machine (tests of --backend pass it explicitly; unset TRAINC_BACKEND to test the default).
+config.environment["TRAINC_BACKEND"] = "cpu"

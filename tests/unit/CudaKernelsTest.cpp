@@ -75,6 +75,19 @@ TEST(CudaBackend, ImplementsEveryKernelSignature) {
   EXPECT_EQ(names.size(), allKernelSignatures().size());
 }
 
+// Runs without a device: the NCCL communicator refuses a backend that is not the CUDA one.
+TEST(CudaBackend, NcclNeedsTheCudaBackend) {
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  auto c = createNcclCommunicator(0, 2, *cpu, NcclStore{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+#ifdef TRAINC_HAVE_CUDA
+  EXPECT_EQ(c.status().message(), "NCCL needs the CUDA backend (the backend is 'cpu')");
+#else
+  EXPECT_NE(std::string(c.status().message()).find("built without CUDA"), std::string::npos);
+#endif
+}
+
 /// Runs `name` on the CUDA backend: inputs and initial outputs copied to device buffers, outputs
 /// copied back into `out`.
 void runOnGpu(const std::string &name, std::vector<HostTensor> &in, std::vector<HostTensor> &out,
