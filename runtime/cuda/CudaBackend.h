@@ -45,8 +45,8 @@ struct NcclStore {
 
 /// A Communicator over NCCL for a rank of `worldSize` whose device buffers belong to `backend`
 /// (a CUDA backend). setupGroups creates one ncclComm_t per group (the group's first rank makes
-/// the unique id and publishes it under "nccl/<job>/<group name>/<ranks>"). Collectives are
-/// enqueued on the backend's communication stream (send/recv on its p2p stream) ordered by events,
+/// the unique id and publishes it under "nccl/<job>/<setup count>/<group name>/<ranks>").
+/// Collectives are enqueued on the backend's communication stream (send/recv on its p2p stream) ordered by events,
 /// without host synchronisation; host pointers (the control plane's scalars) are staged through
 /// device memory synchronously. Errors: not a CUDA backend, libnccl.so.2 missing, ncclCommInitRank
 /// failing (NCCL's error string). Collective failures throw std::runtime_error naming the call.

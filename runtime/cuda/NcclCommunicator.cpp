@@ -82,6 +82,13 @@ public:
 
   std::string setupGroups(const std::vector<GroupSpec> &groups) override {
     api_.cudaSetDevice(s_.device);
+    // A second setup (another executor on this communicator) replaces the communicators; every
+    // rank counts its setups alike, so the generation keeps the store keys apart.
+    api_.cudaStreamSynchronize(s_.comm);
+    for (Group &g : groups_)
+      if (g.comm)
+        api_.ncclCommDestroy(g.comm);
+    const int generation = setups_++;
     groups_.assign(groups.size(), Group{});
     std::vector<ncclUniqueId> ids(groups.size());
     for (size_t i = 0; i < groups.size(); ++i) {
@@ -94,7 +101,8 @@ public:
           g.groupRank = int(r);
       if (g.groupRank < 0 || g.size == 1)
         continue;
-      std::string key = absl::StrCat("nccl/", job_, "/", gs.name, "/", absl::StrJoin(gs.ranks, ","));
+      std::string key = absl::StrCat("nccl/", job_, "/", generation, "/", gs.name, "/",
+                                     absl::StrJoin(gs.ranks, ","));
       if (g.groupRank == 0) {
         if (ncclResult_t r = api_.ncclGetUniqueId(&ids[i]); r != ncclSuccess)
           return absl::StrCat("NCCL: ncclGetUniqueId for group ", gs.name, " failed: ",
@@ -282,6 +290,7 @@ private:
   NcclStore store_;
   std::string job_;
   std::vector<Group> groups_;
+  int setups_ = 0;
   void *stage_ = nullptr;
   size_t stageBytes_ = 0;
   cudaEvent_t commDone_ = nullptr, p2pDone_ = nullptr;
