@@ -46,10 +46,11 @@ struct NcclStore {
 /// A Communicator over NCCL for a rank of `worldSize` whose device buffers belong to `backend`
 /// (a CUDA backend). setupGroups creates one ncclComm_t per group (the group's first rank makes
 /// the unique id and publishes it under "nccl/<job>/<setup count>/<group name>/<ranks>").
-/// Collectives are enqueued on the backend's communication stream (send/recv on its p2p stream) ordered by events,
-/// without host synchronisation; host pointers (the control plane's scalars) are staged through
-/// device memory synchronously. Errors: not a CUDA backend, libnccl.so.2 missing, ncclCommInitRank
-/// failing (NCCL's error string). Collective failures throw std::runtime_error naming the call.
+/// Collectives are enqueued on the backend's communication stream (send/recv on its p2p stream),
+/// ordered by events, without host synchronisation; host pointers (the control plane's scalars)
+/// are staged through device memory synchronously. A world of one rank loads no NCCL (its
+/// collectives are device copies). Errors: not a CUDA backend, libnccl.so.2 missing (worldSize >
+/// 1), ncclCommInitRank failing (NCCL's error string). Collective failures throw std::runtime_error naming the call.
 absl::StatusOr<std::unique_ptr<Communicator>>
 createNcclCommunicator(int64_t rank, int64_t worldSize, Backend &backend, NcclStore store,
                        std::string job = "job");

@@ -118,6 +118,13 @@ public:
         std::memcpy(&ids[i], v.data(), sizeof(ncclUniqueId));
       }
     }
+    bool any = false;
+    for (const Group &g : groups_)
+      any = any || (g.groupRank >= 0 && g.size > 1);
+    if (!any) // a world of one rank: no NCCL call (and libnccl need not be loaded)
+      return "";
+    if (!api_.haveNccl)
+      return "NCCL: a group of several ranks, but libnccl.so.2 was not loaded";
     api_.ncclGroupStart();
     std::vector<ncclResult_t> results(groups.size(), ncclSuccess);
     for (size_t i = 0; i < groups.size(); ++i) {
@@ -306,8 +313,9 @@ createNcclCommunicator(int64_t rank, int64_t worldSize, Backend &backend, NcclSt
   if (!s)
     return absl::FailedPreconditionError(absl::StrCat(
         "NCCL needs the CUDA backend (the backend is '", std::string(backend.name()), "')"));
-  if (std::string e = cuda::loadNccl(); !e.empty())
-    return absl::FailedPreconditionError("NCCL: " + e);
+  if (worldSize > 1)
+    if (std::string e = cuda::loadNccl(); !e.empty())
+      return absl::FailedPreconditionError("NCCL: " + e);
   auto c = std::make_unique<cuda::NcclCommunicator>(rank, worldSize, *s, std::move(store),
                                                     std::move(job));
   if (std::string e = c->init(); !e.empty())
