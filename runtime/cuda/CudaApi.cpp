@@ -120,6 +120,28 @@ std::string loadNccl() {
   return l.ncclError;
 }
 
+std::string probeCudaLibraries() {
+  CudaApi t;
+  std::string err;
+  const char *env[3] = {"TRAINC_CUDART_LIBRARY", "TRAINC_CUBLASLT_LIBRARY", "TRAINC_NCCL_LIBRARY"};
+  const char *names[3] = {"libcudart.so.13", "libcublasLt.so.13", "libnccl.so.2"};
+  void *h[3];
+  for (int i = 0; i < 3; ++i)
+    if (!(h[i] = openLibrary(env[i], names[i], &err)))
+      return "missing library: " + err;
+#define TRAINC_RESOLVE0(f) resolve(h[0], #f, t.f, &err);
+#define TRAINC_RESOLVE1(f) resolve(h[1], #f, t.f, &err);
+#define TRAINC_RESOLVE2(f) resolve(h[2], #f, t.f, &err);
+  TRAINC_CUDART_FUNCS(TRAINC_RESOLVE0)
+  TRAINC_CUDART_OVERLOADED(TRAINC_RESOLVE0)
+  TRAINC_CUBLASLT_FUNCS(TRAINC_RESOLVE1)
+  TRAINC_NCCL_FUNCS(TRAINC_RESOLVE2)
+#undef TRAINC_RESOLVE0
+#undef TRAINC_RESOLVE1
+#undef TRAINC_RESOLVE2
+  return err;
+}
+
 bool cudaDevicePresent() { return loadCudaApi(nullptr) != nullptr; }
 
 } // namespace trainc::rt::cuda

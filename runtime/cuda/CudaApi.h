@@ -72,6 +72,12 @@ const CudaApi *loadCudaApi(std::string *error);
 /// "" or a message naming the library and dlerror's text.
 std::string loadNccl();
 
+/// Loads libcudart, libcublasLt and libnccl (as loadCudaApi and loadNccl name them) into a
+/// scratch table and resolves every entry point, without needing a device. Returns "" when all
+/// resolve, "missing library: <message>" when a library cannot be loaded, else the first symbol
+/// not found. For tests: the table must match the installed CUDA 13 libraries.
+std::string probeCudaLibraries();
+
 /// True when loadCudaApi succeeds (a device and the libraries are present); never throws.
 bool cudaDevicePresent();
 

@@ -308,6 +308,8 @@ bool cudaBackendAvailable(std::string *why) {
   return ok;
 }
 
+std::string probeCudaLibraries() { return cuda::probeCudaLibraries(); }
+
 std::vector<std::string> cudaKernelNames() {
   std::vector<std::string> r;
   for (const auto &k : cuda::cudaKernelTable())

@@ -25,6 +25,11 @@ namespace trainc::rt {
 /// `why` (optional) receives the reason otherwise (see createCudaBackend).
 bool cudaBackendAvailable(std::string *why = nullptr);
 
+/// Resolves every CUDA runtime, cuBLASLt and NCCL entry point of the backend's symbol table in the
+/// installed libraries, without a device: "" when all resolve, "missing library: ..." when one
+/// cannot be loaded, else the first missing symbol ("built without CUDA" in a stub build).
+std::string probeCudaLibraries();
+
 /// The kernel names the CUDA backend implements (empty in a build without CUDA); usable without a
 /// device, e.g. to check that every kernel of Kernel.h's table has a CUDA implementation.
 std::vector<std::string> cudaKernelNames();

@@ -75,6 +75,18 @@ TEST(CudaBackend, ImplementsEveryKernelSignature) {
   EXPECT_EQ(names.size(), allKernelSignatures().size());
 }
 
+// Runs without a device where the CUDA 13 libraries are installed: every entry point of the
+// backend's dlsym table exists in libcudart.so.13, libcublasLt.so.13 and libnccl.so.2.
+TEST(CudaBackend, SymbolTableResolvesInTheInstalledLibraries) {
+#ifndef TRAINC_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  std::string e = probeCudaLibraries();
+  if (e.rfind("missing library: ", 0) == 0)
+    GTEST_SKIP() << e;
+  EXPECT_EQ(e, "");
+}
+
 // Runs without a device: the NCCL communicator refuses a backend that is not the CUDA one.
 TEST(CudaBackend, NcclNeedsTheCudaBackend) {
   std::unique_ptr<Backend> cpu = createCpuBackend();
