@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/CudaInternal.h"
+#include "runtime/cuda/LtLayout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -552,15 +553,20 @@ void cublasLtMatmulRowMajor(const KernelData &kd, DType t, int64_t batch, int64_
                             int64_t K, bool ta, bool tb, bool bBatched, const void *a,
                             const void *b, void *c, double alpha, double beta) {
   const CudaApi &api = *kd.api;
-  // A shared weight with an untransposed a: fold the batch into M (one GEMM).
-  if (!ta && !bBatched && batch > 1) {
-    M *= batch;
-    batch = 1;
+  if (ta && !bBatched && batch > 1) {
+    // A transposed a against a shared weight: one GEMM per batch (no zero-stride batching).
+    const size_t e = dtypeSize(t);
+    for (int64_t bi = 0; bi < batch; ++bi)
+      cublasLtMatmulRowMajor(kd, t, 1, M, N, K, ta, tb, false,
+                             static_cast<const char *>(a) + size_t(bi * M * K) * e, b,
+                             static_cast<char *>(c) + size_t(bi * M * N) * e, alpha, beta);
+    return;
   }
-  PlanKey key{kd.lt, int(t), batch, M, N, K, ta, tb, bBatched && batch > 1};
+  const LtGemm g = ltGemmFor(batch, M, N, K, ta, tb, bBatched);
+  PlanKey key{kd.lt, int(t), g.batch, g.n, N, K, ta, tb, g.a.stride != 0};
   LtPlan *plan;
   {
-    std::lock_guard<std::mutex> g(gPlanMu);
+    std::lock_guard<std::mutex> lock(gPlanMu);
     std::unique_ptr<LtPlan> &p = gPlans[key];
     if (!p) {
       auto np = std::make_unique<LtPlan>();
@@ -569,8 +575,8 @@ void cublasLtMatmulRowMajor(const KernelData &kd, DType t, int64_t batch, int64_
       cublasComputeType_t ct = t == DType::F64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
       cudaDataType_t st = t == DType::F64 ? CUDA_R_64F : CUDA_R_32F;
       ltCheck(api, api.cublasLtMatmulDescCreate(&np->desc, ct, st), "cublasLtMatmulDescCreate");
-      cublasOperation_t opA = tb ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLAS's A is our b
-      cublasOperation_t opB = ta ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLAS's B is our a
+      cublasOperation_t opA = g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+      cublasOperation_t opB = g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
       ltCheck(api,
               api.cublasLtMatmulDescSetAttribute(np->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
                                                  sizeof(opA)),
@@ -579,11 +585,10 @@ void cublasLtMatmulRowMajor(const KernelData &kd, DType t, int64_t batch, int64_
               api.cublasLtMatmulDescSetAttribute(np->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
                                                  sizeof(opB)),
               "cublasLtMatmulDescSetAttribute");
-      int32_t bc = int32_t(batch);
-      np->a = tb ? layout(api, dt, K, N, K, bc, bBatched ? K * N : 0)
-                 : layout(api, dt, N, K, N, bc, bBatched ? K * N : 0);
-      np->b = ta ? layout(api, dt, M, K, M, bc, M * K) : layout(api, dt, K, M, K, bc, M * K);
-      np->c = layout(api, dt, N, M, N, bc, M * N);
+      int32_t bc = int32_t(g.batch);
+      np->a = layout(api, dt, g.a.rows, g.a.cols, g.a.ld, bc, g.a.stride);
+      np->b = layout(api, dt, g.b.rows, g.b.cols, g.b.ld, bc, g.b.stride);
+      np->c = layout(api, dt, g.c.rows, g.c.cols, g.c.ld, bc, g.c.stride);
       cublasLtMatmulPreference_t pref = nullptr;
       ltCheck(api, api.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
       uint64_t ws = kd.workspaceBytes;
@@ -596,7 +601,7 @@ void cublasLtMatmulRowMajor(const KernelData &kd, DType t, int64_t batch, int64_
       api.cublasLtMatmulPreferenceDestroy(pref);
       if (s != CUBLAS_STATUS_SUCCESS || returned == 0)
         throw std::runtime_error("cuBLASLt: no algorithm for matmul " + std::string(dtypeName(t)) +
-                                 " batch " + std::to_string(batch) + " M " + std::to_string(M) +
+                                 " batch " + std::to_string(g.batch) + " M " + std::to_string(g.n) +
                                  " N " + std::to_string(N) + " K " + std::to_string(K));
       np->algo = res.algo;
       np->haveAlgo = true;

@@ -14,6 +14,7 @@
 #include "KernelTestUtil.h"
 
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/LtLayout.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -85,6 +86,53 @@ TEST(CudaBackend, SymbolTableResolvesInTheInstalledLibraries) {
   if (e.rfind("missing library: ", 0) == 0)
     GTEST_SKIP() << e;
   EXPECT_EQ(e, "");
+}
+
+/// Column-major D = alpha op(A) op(B) + beta C as cuBLAS defines it, read through the LtGemm
+/// descriptors: an independent model of what cuBLASLt computes for matmul's mapping. A and B are
+/// cuBLAS's operands (our b and our a, as cublasLtMatmulRowMajor passes them).
+void emulateLt(const cuda::LtGemm &g, const HostTensor &a, const HostTensor &b, HostTensor &c,
+               double alpha, double beta) {
+  auto at = [](const cuda::LtOperand &o, const HostTensor &t, int64_t bi, int64_t i, int64_t j) {
+    // element (i, j) of op(X): X is rows x cols column-major, op transposes when trans
+    int64_t r = o.trans ? j : i, col = o.trans ? i : j;
+    return t.get(bi * o.stride + col * o.ld + r);
+  };
+  for (int64_t bi = 0; bi < g.batch; ++bi)
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < g.k; ++k)
+          s += at(g.a, a, bi, i, k) * at(g.b, b, bi, k, j);
+        int64_t ci = bi * g.c.stride + j * g.c.ld + i;
+        c.set(ci, alpha * s + beta * c.get(ci));
+      }
+}
+
+// Runs without a device: the row-major -> column-major mapping of matmul onto cuBLASLt gives the
+// CPU backend's matmul for every transpose and batching case.
+TEST(CudaBackend, LtLayoutMatchesTheCpuMatmul) {
+  const int64_t M = 5, N = 4, K = 3, B = 2;
+  for (int ta : {0, 1})
+    for (int tb : {0, 1})
+      for (bool batched : {false, true}) {
+        for (int64_t batch : {int64_t(1), B}) {
+          if (ta && !batched && batch > 1)
+            continue; // issued one batch at a time (the batch-1 case)
+          std::vector<int64_t> as = ta ? std::vector<int64_t>{batch, K, M}
+                                       : std::vector<int64_t>{batch, M, K};
+          std::vector<int64_t> bs = tb ? std::vector<int64_t>{N, K} : std::vector<int64_t>{K, N};
+          if (batched)
+            bs.insert(bs.begin(), batch);
+          HostTensor a = randomTensor(DType::F64, as, 70), b = randomTensor(DType::F64, bs, 71);
+          HostTensor c0 = randomTensor(DType::F64, {batch, M, N}, 72), cpu = c0, lt = c0;
+          runKernel("matmul", {&a, &b}, {&cpu},
+                    {{"trans_a", ta}, {"trans_b", tb}, {"alpha", 0.5}, {"beta", 1.0}});
+          emulateLt(cuda::ltGemmFor(batch, M, N, K, ta, tb, batched), b, a, lt, 0.5, 1.0);
+          EXPECT_LE(relError(cpu, lt), 1e-14)
+              << "ta " << ta << " tb " << tb << " batched " << batched << " batch " << batch;
+        }
+      }
 }
 
 // Runs without a device: the NCCL communicator refuses a backend that is not the CUDA one.
