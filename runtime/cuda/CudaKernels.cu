@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cuda/DropoutRng.h"
+
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -259,24 +261,9 @@ INST3(swiglu_backward, (const T *dy, const T *x, T *dx, int64_t rows, int64_t f)
       (dy, x, dx, rows, f))
 
 //===----------------------------------------------------------------------===//
-// dropout: the counter layout of runtime/core/Philox.h (philoxUniform4), bit for bit.
+// dropout: the counter layout of runtime/core/Philox.h (philoxUniform4), bit for bit, through
+// DropoutRng.h, which a host test checks against the CPU backend.
 //===----------------------------------------------------------------------===//
-
-__device__ __forceinline__ void philox4x32(uint32_t key0, uint32_t key1, uint32_t ctr[4]) {
-  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
-#pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    uint32_t hi0 = __umulhi(M0, ctr[0]), lo0 = M0 * ctr[0];
-    uint32_t hi1 = __umulhi(M1, ctr[2]), lo1 = M1 * ctr[2];
-    uint32_t n0 = hi1 ^ ctr[1] ^ key0, n2 = hi0 ^ ctr[3] ^ key1;
-    ctr[0] = n0;
-    ctr[1] = lo1;
-    ctr[2] = n2;
-    ctr[3] = lo0;
-    key0 += W0;
-    key1 += W1;
-  }
-}
 
 template <typename T>
 __device__ void dropout_impl(const T *x, const int64_t *rng, int64_t rngNumel, T *y, int64_t n,
@@ -288,10 +275,7 @@ __device__ void dropout_impl(const T *x, const int64_t *rng, int64_t rngNumel, T
   const uint64_t first = uint64_t(rng[2]) * uint64_t(perSample);
   const A scale = A(1.0 / (1.0 - p));
   for (int64_t i = gtid(); i < n; i += gstride()) {
-    uint64_t g = first + uint64_t(i), block = g / 4;
-    uint32_t c[4] = {uint32_t(block), uint32_t(block >> 32), opId, iteration};
-    philox4x32(uint32_t(seed), uint32_t(seed >> 32), c);
-    float u = float(c[g % 4] >> 8) * (1.0f / 16777216.0f);
+    float u = trainc::rt::cuda::dropoutUniform(seed, opId, iteration, first + uint64_t(i));
     st(y, i, double(u) >= p ? ld(x, i) * scale : A(0));
   }
 }

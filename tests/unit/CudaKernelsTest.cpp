@@ -14,7 +14,9 @@
 #include "KernelTestUtil.h"
 
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/DropoutRng.h"
 #include "runtime/cuda/LtLayout.h"
+#include "runtime/core/Philox.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -133,6 +135,33 @@ TEST(CudaBackend, LtLayoutMatchesTheCpuMatmul) {
               << "ta " << ta << " tb " << tb << " batched " << batched << " batch " << batch;
         }
       }
+}
+
+// Runs without a device: the CUDA dropout kernel's uniform (DropoutRng.h, compiled here for the
+// host) is bitwise the CPU backend's Philox (runtime/core/Philox.h), and the keep decision it
+// gives reproduces the CPU dropout kernel's mask element by element.
+TEST(CudaBackend, DropoutRngMatchesTheCpuPhilox) {
+  std::mt19937_64 gen(5);
+  for (int t = 0; t < 20000; ++t) {
+    uint64_t seed = gen(), block = gen() >> (2 + t % 40); // g = 4 block + k fits 64 bits
+    uint32_t opId = uint32_t(gen()), it = uint32_t(gen());
+    float cpu[4];
+    philoxUniform4(seed, opId, it, block, cpu);
+    for (int k = 0; k < 4; ++k)
+      ASSERT_EQ(cpu[k], cuda::dropoutUniform(seed, opId, it, block * 4 + uint64_t(k)))
+          << "seed " << seed << " block " << block << " k " << k;
+  }
+  // The CPU kernel on a [3, 5, 7] tensor with an op_id offset: keep iff u(first + i) >= p.
+  HostTensor x = randomTensor(DType::F32, {3, 5, 7}, 80, 0.5, 1.5), y(DType::F32, {3, 5, 7});
+  HostTensor rng(DType::I64, {4});
+  int64_t r[4] = {987654321, 12, 40, 3};
+  std::memcpy(rng.bytes.data(), r, sizeof r);
+  runKernel("dropout", {&x, &rng}, {&y}, {{"p", 0.3}, {"op_id", int64_t(5)}});
+  const uint64_t first = 40 * 35;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    float u = cuda::dropoutUniform(987654321, 5 + 3, 12, first + uint64_t(i));
+    EXPECT_EQ(y.get(i) != 0, double(u) >= 0.3) << "element " << i;
+  }
 }
 
 // Runs without a device: the NCCL communicator refuses a backend that is not the CUDA one.
