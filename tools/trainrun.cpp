@@ -31,6 +31,7 @@
 #include "runtime/comm/TcpStore.h"
 #include "runtime/control/Trainer.h"
 #include "runtime/core/Program.h"
+#include "runtime/cuda/CudaBackend.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -69,6 +70,8 @@ int usage(const std::string &msg = "") {
       << "usage: trainrun [--nproc N] [--nnodes M --node-rank K --master-addr HOST --master-port P]\n"
          "                [--log-all-ranks] [--comm-timeout SECONDS] [--comm-iface IFACE]\n"
          "                [--distributed-timeout-minutes M (Megatron's name; --comm-timeout wins)]\n"
+         "                [--backend cpu|cuda (default: cuda when a GPU and the CUDA libraries\n"
+         "                are present, else cpu; TRAINC_BACKEND sets the default; docs/cuda.md)]\n"
          "                PLAN_DIR [-- RUNTIME_FLAGS...]\n"
          "  --nproc N: ranks to start on this node (N > 1 spawns processes; default 1)\n"
          "  --nnodes/--node-rank/--master-addr/--master-port: several hosts; node 0 hosts the\n"
@@ -134,6 +137,7 @@ struct Flags {
   double distributedTimeoutMinutes = 0; // Megatron's name for the collective timeout
   bool distributedTimeoutGiven = false;
   std::string commIface;
+  std::string backend; // --backend: "cpu", "cuda", or "" (cuda when a device is present)
   std::string planDir;
   std::vector<std::string> runtimeArgs;
 };
@@ -187,8 +191,60 @@ absl::StatusOr<schema::Program> readRankProgram(const std::string &planDir, int6
   ::_exit(1);
 }
 
+/// The rendezvous store of a multi-rank job, for the NCCL communicator's unique ids.
+struct StoreInfo {
+  std::string host;
+  int port = 0;
+  std::string token;
+  std::chrono::milliseconds timeout{0};
+};
+
+/// The backend --backend names (default: TRAINC_BACKEND, else cuda when a device is present) and,
+/// for cuda, the NCCL
+/// communicator that replaces `comm` for the trainer (device buffers). The device is LOCAL_RANK
+/// (SLURM_LOCALID), 0 when unset.
+std::string makeBackend(const Flags &f, int64_t rank, int64_t world, const StoreInfo *store,
+                        std::unique_ptr<rt::Backend> &backend,
+                        std::unique_ptr<rt::TcpStore> &ncclStore,
+                        std::unique_ptr<rt::Communicator> &deviceComm) {
+  std::string which = f.backend;
+  if (which.empty() && env("TRAINC_BACKEND")) {
+    which = env("TRAINC_BACKEND");
+    if (which != "cpu" && which != "cuda")
+      return absl::StrCat("TRAINC_BACKEND expects cpu or cuda, got '", which, "'");
+  }
+  if (which.empty())
+    which = rt::cudaBackendAvailable() ? "cuda" : "cpu";
+  if (which == "cpu")
+    return "";
+  const char *lr = env("LOCAL_RANK") ? env("LOCAL_RANK") : env("SLURM_LOCALID");
+  int device = lr ? int(parseInt(lr, 0, 1 << 20).value_or(0)) : 0;
+  absl::StatusOr<std::unique_ptr<rt::Backend>> b = rt::createCudaBackend(device);
+  if (!b.ok())
+    return std::string(b.status().message());
+  backend = std::move(*b);
+  rt::NcclStore ns;
+  if (world > 1) {
+    if (!store)
+      return "--backend cuda with several ranks needs the rendezvous store";
+    auto s = rt::TcpStore::connect(store->host, store->port, store->token, store->timeout);
+    if (!s.ok())
+      return absl::StrCat("NCCL rendezvous: ", s.status().message());
+    ncclStore = std::move(*s);
+    rt::TcpStore *st = ncclStore.get();
+    ns.set = [st](const std::string &k, const std::vector<char> &v) { st->set(k, v); };
+    ns.get = [st](const std::string &k) { return st->get(k); };
+  }
+  auto c = rt::createNcclCommunicator(rank, world, *backend, std::move(ns));
+  if (!c.ok())
+    return std::string(c.status().message());
+  deviceComm = std::move(*c);
+  return "";
+}
+
 /// Runs the training loop of one rank (comm null = the single-rank local communicator).
-int runTrainer(const Flags &f, rt::Communicator *comm, std::ostream &log, const std::string &how) {
+int runTrainer(const Flags &f, rt::Communicator *comm, std::ostream &log, const std::string &how,
+               const StoreInfo *store = nullptr) {
   int64_t rank = comm ? comm->rank() : 0, world = comm ? comm->worldSize() : 1;
   absl::StatusOr<schema::Program> program = readRankProgram(f.planDir, rank, world, how);
   if (!program.ok())
@@ -197,8 +253,14 @@ int runTrainer(const Flags &f, rt::Communicator *comm, std::ostream &log, const 
       rt::control::parseRunOptions(*program, f.runtimeArgs);
   if (!opts.ok())
     return fail(std::string(opts.status().message()));
-  absl::StatusOr<std::unique_ptr<rt::control::Trainer>> trainer =
-      rt::control::Trainer::create(f.planDir, *opts, log, comm);
+  std::unique_ptr<rt::Backend> backend;
+  std::unique_ptr<rt::TcpStore> ncclStore;
+  std::unique_ptr<rt::Communicator> deviceComm;
+  if (std::string e = makeBackend(f, rank, world, store, backend, ncclStore, deviceComm);
+      !e.empty())
+    return fail(e);
+  absl::StatusOr<std::unique_ptr<rt::control::Trainer>> trainer = rt::control::Trainer::create(
+      f.planDir, *opts, log, deviceComm ? deviceComm.get() : comm, backend.get());
   if (!trainer.ok()) {
     log << "\n" << std::flush;
     return fail(std::string(trainer.status().message()));
@@ -324,7 +386,8 @@ int runRankFromEnv(const Flags &f) {
   // only. A spawning trainrun filters itself (--log-all-ranks).
   std::ostream null(nullptr);
   std::ostream &log = (child || f.logAllRanks || *rank == 0) ? std::cout : null;
-  return runTrainer(f, comm->get(), log, how);
+  StoreInfo store{addr, int(*port), token, o.timeout};
+  return runTrainer(f, comm->get(), log, how, &store);
 }
 
 //===----------------------------------------------------------------------===//
@@ -442,6 +505,10 @@ int spawn(const Flags &f, const char *argv0) {
   if (!f.commIface.empty()) {
     args.push_back("--comm-iface");
     args.push_back(f.commIface);
+  }
+  if (!f.backend.empty()) {
+    args.push_back("--backend");
+    args.push_back(f.backend);
   }
   args.push_back(f.planDir);
   args.push_back("--");
@@ -739,6 +806,11 @@ int main(int argc, char **argv) {
       std::optional<std::string> v = value(a.c_str());
       if (std::string e = distributedTimeout(f, v); !e.empty())
         return fail(e);
+    } else if (a == "--backend") {
+      std::optional<std::string> v = value(a.c_str());
+      if (!v || (*v != "cpu" && *v != "cuda"))
+        return fail(absl::StrCat("--backend expects cpu or cuda, got '", v ? *v : "", "'"));
+      f.backend = *v;
     } else if (a == "--log-all-ranks") {
       f.logAllRanks = true;
     } else if (a == "-h" || a == "--help") {

@@ -308,7 +308,8 @@ struct Trainer::Impl {
   RunOptions opts;
   std::ostream *log = nullptr;
   schema::Program program;
-  std::unique_ptr<Backend> backend = createCpuBackend();
+  std::unique_ptr<Backend> ownBackend; // when Trainer::create was given none: the CPU backend
+  Backend *backend = nullptr;
   std::unique_ptr<Communicator> ownComm;
   Communicator *comm = nullptr;
   std::string programPath;
@@ -675,10 +676,16 @@ double seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &planDir,
                                                          const RunOptions &options,
-                                                         std::ostream &log, Communicator *comm) {
+                                                         std::ostream &log, Communicator *comm,
+                                                         Backend *backend) {
   auto im = std::make_unique<Impl>();
   im->opts = options;
   im->log = &log;
+  if (!backend) {
+    im->ownBackend = createCpuBackend();
+    backend = im->ownBackend.get();
+  }
+  im->backend = backend;
   if (!comm) {
     im->ownComm = createLocalCommunicator();
     comm = im->ownComm.get();

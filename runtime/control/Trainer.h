@@ -15,6 +15,7 @@
 #include "runtime/control/Checkpoint.h"
 #include "runtime/control/Rerun.h"
 #include "runtime/control/Safetensors.h"
+#include "runtime/core/Backend.h"
 #include "runtime/schema/program.pb.h"
 
 #include "absl/status/statusor.h"
@@ -103,6 +104,8 @@ struct EvalResult {
 
 class Trainer {
 public:
+  /// `backend` null = the CPU backend; otherwise it must outlive the trainer, and `comm` must
+  /// serve its device memory (the NCCL communicator for the CUDA backend).
   /// Reads `planDir`/rank<r>.pb (r = comm->rank(); `comm` null = one rank, rank 0), validates it, allocates the arena, initialises the parameters from
   /// the seed and builds the datasets. Errors: a missing or invalid plan (naming the file and the
   /// field), a plan whose sequence length differs from --seq-length, data errors (missing file,
@@ -110,7 +113,8 @@ public:
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const std::string &planDir,
                                                          const RunOptions &options,
                                                          std::ostream &log,
-                                                         Communicator *comm = nullptr);
+                                                         Communicator *comm = nullptr,
+                                                         Backend *backend = nullptr);
   ~Trainer();
 
   /// Runs the training loop (and evaluations) to the end; returns the first runtime error.
