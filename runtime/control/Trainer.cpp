@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -347,14 +348,16 @@ struct Trainer::Impl {
   TrainState resume;
   int64_t rngSeed = 0;
 
-  int buffer(const std::string &name) const { return ex->findBuffer(name); }
+  /// The buffer of each host scalar role (Buffer.scalar_role), -1 when the program has none.
+  std::array<int, 8> roleBuffer = {-1, -1, -1, -1, -1, -1, -1, -1};
+  int buffer(schema::ScalarRole role) const { return roleBuffer[size_t(role)]; }
   /// --dump-dir file names: rank 0 keeps the single-rank names, rank r adds ".rank<r>".
   std::string dumpSuffix() const {
     return comm->rank() == 0 ? "" : absl::StrCat(".rank", comm->rank());
   }
 
-  absl::Status writeScalar(const std::string &name, double v) {
-    int b = buffer(name);
+  absl::Status writeScalar(schema::ScalarRole role, double v) {
+    int b = buffer(role);
     if (b < 0)
       return absl::OkStatus();
     if (scalarType == DType::F64)
@@ -362,8 +365,8 @@ struct Trainer::Impl {
     float f = float(v);
     return ex->writeBuffer(b, &f, 4);
   }
-  double readScalar(const std::string &name) const {
-    int b = buffer(name);
+  double readScalar(schema::ScalarRole role) const {
+    int b = buffer(role);
     if (b < 0)
       return std::nan("");
     if (scalarType == DType::F64) {
@@ -554,8 +557,8 @@ struct Trainer::Impl {
       absl::Status s = ex->runEntry("eval_step", [&](schema::HostIOKind kind, const std::string &) {
         if (kind == schema::FILL_INPUTS)
           return fillBatch(*data.valid, k * gbs, iteration, nullptr);
-        lossSum += readScalar("loss_sum");
-        tokens += readScalar("num_tokens");
+        lossSum += readScalar(schema::LOSS_SUM);
+        tokens += readScalar(schema::NUM_TOKENS);
         return absl::OkStatus();
       });
       if (!s.ok())
@@ -747,7 +750,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   im->ex = std::move(*ex);
   if (absl::Status s = im->checkSameCompile(); !s.ok())
     return s;
-  if (int lr = im->buffer("lr"); lr >= 0)
+  for (int b = 0; b < prog.buffers_size(); ++b)
+    if (prog.buffers(b).scalar_role() != schema::SCALAR_ROLE_UNSPECIFIED)
+      im->roleBuffer[size_t(prog.buffers(b).scalar_role())] = b; // unique: the validator checked
+  if (int lr = im->buffer(schema::LR); lr >= 0)
     im->scalarType = DType(int(prog.buffers(lr).dtype()));
   // The validator checked the host inputs against the plan: every microbatch of a role present.
   im->inputs.assign(size_t(im->numMicrobatches), {});
@@ -904,16 +910,16 @@ absl::Status Trainer::train() {
                                             im.batchesOut.isOpen() ? &record : nullptr);
               !f.ok())
             return f;
-          if (absl::Status f = im.writeScalar("lr", lr); !f.ok())
+          if (absl::Status f = im.writeScalar(schema::LR, lr); !f.ok())
             return f;
-          if (absl::Status f = im.writeScalar("weight_decay", o.weightDecay); !f.ok())
+          if (absl::Status f = im.writeScalar(schema::WEIGHT_DECAY, o.weightDecay); !f.ok())
             return f;
-          return im.writeScalar("step", double(successful + 1));
+          return im.writeScalar(schema::STEP, double(successful + 1));
         }
-        tokens = im.readScalar("num_tokens");
-        loss = im.readScalar("loss_sum") / tokens;
-        norm = im.readScalar("grad_norm");
-        update = im.readScalar("update_successful");
+        tokens = im.readScalar(schema::NUM_TOKENS);
+        loss = im.readScalar(schema::LOSS_SUM) / tokens;
+        norm = im.readScalar(schema::GRAD_NORM);
+        update = im.readScalar(schema::UPDATE_SUCCESSFUL);
         return absl::OkStatus();
       });
       if (!s.ok())

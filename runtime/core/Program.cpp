@@ -433,9 +433,33 @@ absl::Status Validator::checkPlan() {
   const int64_t rows = plan.micro_batch_size(), seq = plan.seq_length();
   // Per role: the microbatches seen and the buffer holding each.
   std::map<int, std::map<uint32_t, int>> seen;
+  std::map<int, int> scalarRoles; // role -> buffer
   for (int i = 0; i < p.buffers_size(); ++i) {
     const schema::Buffer &b = p.buffers(i);
     std::string what = absl::StrCat("buffer ", i, " '", b.name(), "'");
+    if (schema::ScalarRole role = b.scalar_role(); role != schema::SCALAR_ROLE_UNSPECIFIED) {
+      if (!schema::ScalarRole_IsValid(role))
+        return top(absl::StrCat(what, ": scalar_role ", int(role),
+                                " is not a valid scalar role (expected LR .. UPDATE_SUCCESSFUL)"));
+      const bool written = role == schema::LR || role == schema::WEIGHT_DECAY ||
+                           role == schema::STEP;
+      const schema::BufferKind want = written ? schema::SCALAR : schema::OUTPUT;
+      if (b.kind() != want)
+        return top(absl::StrCat(what, ": scalar_role ", schema::ScalarRole_Name(role),
+                                " is set on a buffer of kind ", schema::BufferKind_Name(b.kind()),
+                                ", expected ", schema::BufferKind_Name(want)));
+      int64_t elements = 1; // shapes were checked against the arena before the plan
+      for (int64_t d : b.shape())
+        elements *= d;
+      if (elements != 1)
+        return top(absl::StrCat(what, ": scalar_role ", schema::ScalarRole_Name(role),
+                                " needs one element, the buffer has ", elements));
+      auto [at, fresh] = scalarRoles.try_emplace(int(role), i);
+      if (!fresh)
+        return top(absl::StrCat(what, ": scalar_role ", schema::ScalarRole_Name(role),
+                                " is also buffer ", at->second, " '",
+                                p.buffers(at->second).name(), "'"));
+    }
     if (!b.has_host_input()) {
       if (b.kind() == schema::INPUT)
         return top(absl::StrCat(what, ": an INPUT buffer needs host_input (its role and "

@@ -93,7 +93,10 @@ public:
 
   void setNumTokens(uint32_t n) { program.set_num_tokens(n); }
   schema::Program &proto() { return program; }
-  /// Sets arena_bytes to the end of the last buffer (unless already larger) and returns the program.
+  /// Sets arena_bytes to the end of the last buffer (unless already larger), gives the SCALAR and
+  /// OUTPUT buffers named as the compiler names the host scalars ("lr", "weight_decay", "step",
+  /// "loss_sum", "num_tokens", "grad_norm", "update_successful") their Buffer.scalar_role unless
+  /// one is set, and returns the program.
   schema::Program finish();
 
 private:

@@ -633,6 +633,33 @@ void reshapeBuffer(Program &p, int i, std::vector<int64_t> shape) {
   buf.set_byte_size(uint64_t(n) * dtypeSize(DType(int(buf.dtype()))));
 }
 
+TEST(Validator, RefusesAScalarRoleOnTheWrongKind) {
+  Program p = plannedProgram();
+  p.mutable_buffers(2)->set_scalar_role(schema::LOSS_SUM);
+  EXPECT_EQ(validateMessage(p), "buffer 2 'rng.0': scalar_role LOSS_SUM is set on a buffer of kind "
+                                "INPUT, expected OUTPUT");
+}
+
+TEST(Validator, RefusesAScalarRoleTwiceOrOnATensor) {
+  ProgramBuilder b;
+  b.setMesh({"dp"}, {1}, 0);
+  b.setHostInput(b.addBuffer("tokens.0", schema::INPUT, DType::I32, {2, 3}), schema::TOKENS, 0);
+  b.addBuffer("lr", schema::SCALAR, DType::F32, {});
+  int twin = b.addBuffer("lr2", schema::SCALAR, DType::F32, {});
+  b.proto().mutable_buffers(twin)->set_scalar_role(schema::LR);
+  b.setPlan(2, 1, 3, 16);
+  b.addFunction("main");
+  Program p = b.finish();
+  EXPECT_EQ(validateMessage(p), "buffer 2 'lr2': scalar_role LR is also buffer 1 'lr'");
+  p.mutable_buffers(2)->set_scalar_role(schema::STEP);
+  reshapeBuffer(p, 2, {2});
+  EXPECT_EQ(validateMessage(p), "buffer 2 'lr2': scalar_role STEP needs one element, the buffer "
+                                "has 2");
+  p.mutable_buffers(2)->set_scalar_role(schema::ScalarRole(99));
+  EXPECT_EQ(validateMessage(p), "buffer 2 'lr2': scalar_role 99 is not a valid scalar role "
+                                "(expected LR .. UPDATE_SUCCESSFUL)");
+}
+
 TEST(Validator, AcceptsAPlanWithEveryHostInputOfEveryMicrobatch) {
   Program p = plannedProgram();
   EXPECT_EQ(p.plan().global_batch_size(), 8u);
