@@ -56,6 +56,31 @@ struct FlagParseOptions {
 llvm::Expected<PlanConfig> parseMegatronFlags(llvm::ArrayRef<std::string> args,
                                               const FlagParseOptions &options = {});
 
+/// What a flag of the table sets: the compiled program (compile-time), a run-time value whose
+/// default the plan records and trainrun's flags override, or nothing (accepted, recorded in
+/// PlanConfig::ignoredFlags).
+enum class FlagKind { CompileTime, RunTimeDefault, Ignored };
+
+/// One accepted flag as --help shows it, read from the parser's own table (the same entries
+/// parseMegatronFlags dispatches on, in table order).
+struct FlagInfo {
+  std::string name;         // "--num-layers"
+  std::string group;        // "model shape"
+  FlagKind kind;
+  std::string value;        // value placeholder: "N", "X", "{a,b}", "PATH..."; "" for a switch
+  std::string defaultValue; // Megatron's default as a default PlanConfig holds it ("on"/"off"
+                            // for switches, "derived/none" when finalize() derives it)
+};
+std::vector<FlagInfo> megatronFlagTable();
+
+/// The flag table as help text: one block per group, one line per flag
+/// "  --name VALUE   default: D   [compile-time|run-time|ignored]".
+std::string megatronFlagHelp();
+
+/// The accepted flag nearest to `name` by edit distance when it is near enough to be a typo
+/// (at most max(2, |name| / 5) edits), else "".
+std::string nearestMegatronFlag(llvm::StringRef name);
+
 } // namespace trainc::config
 
 #endif // TRAINC_FRONTENDS_MEGATRONFLAGS_H

@@ -372,9 +372,18 @@ KeyValues RuntimeDefaults::toKeyValues() const {
       {"log_batch_size_to_tensorboard", str(log_batch_size_to_tensorboard)},
       {"log_learning_rate_to_tensorboard", str(log_learning_rate_to_tensorboard)},
       {"log_loss_scale_to_tensorboard", str(log_loss_scale_to_tensorboard)},
+      {"log_params_norm", str(log_params_norm)},
+      {"log_num_zeros_in_grad", str(log_num_zeros_in_grad)},
+      {"timing_log_level", str(timing_log_level)},
+      {"timing_log_option", timing_log_option},
+      {"weight_decay_incr_style", weight_decay_incr_style},
   };
   if (lr)
     kv["lr"] = str(*lr);
+  if (start_weight_decay)
+    kv["start_weight_decay"] = str(*start_weight_decay);
+  if (end_weight_decay)
+    kv["end_weight_decay"] = str(*end_weight_decay);
   return kv;
 }
 

@@ -186,6 +186,17 @@ struct RuntimeDefaults {
        log_memory_to_tensorboard = false, log_world_size_to_tensorboard = false,
        log_batch_size_to_tensorboard = false, log_learning_rate_to_tensorboard = true,
        log_loss_scale_to_tensorboard = true;
+  /// Megatron's --log-params-norm and --log-num-zeros-in-grad: the log line's (and
+  /// TensorBoard's) params-norm and num-zeros fields.
+  bool log_params_norm = false, log_num_zeros_in_grad = false;
+  /// Megatron's timers: --timing-log-level 0|1|2 and --timing-log-option max|minmax|all.
+  int64_t timing_log_level = 0;
+  std::string timing_log_option = "minmax";
+  /// Megatron's weight-decay schedule (OptimizerParamScheduler): --start-weight-decay and
+  /// --end-weight-decay (both unset: --weight-decay throughout) and --weight-decay-incr-style
+  /// constant|linear|cosine over the training samples.
+  std::optional<double> start_weight_decay, end_weight_decay;
+  std::string weight_decay_incr_style = "constant";
 
   /// Field name -> value; doubles in shortest round-trip form, booleans "true"/"false",
   /// data_path joined by single spaces; lr only when given.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 #include <algorithm>
 #include <chrono>
@@ -71,6 +72,207 @@ double metaDouble(const schema::Program &p, const std::string &key, double dflt)
 
 } // namespace
 
+//===----------------------------------------------------------------------===//
+// The run-time flag table (trainrun --help and the parser's gate)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string showInt(int64_t v) { return std::to_string(v); }
+std::string showOnOff(bool v) { return v ? "on" : "off"; }
+std::string showText(const std::string &v) { return v.empty() ? "none" : v; }
+std::string showNum(double v) { return absl::StrCat(v); }
+
+const std::vector<RunFlag> &runFlagTable() {
+  using O = const RunOptions &;
+  static const std::vector<RunFlag> table = {
+      // group, name, value placeholder, an example value (tests), default
+      {"data", "--data-path", "PATH...", "a.txt", [](O) { return std::string("plan's or none"); }},
+      {"data", "--mock-data", "", "", [](O o) { return showOnOff(o.mockData); }},
+      {"data", "--split", "A,B,C", "98,2,0", [](O o) { return o.split; }},
+      {"data", "--seq-length", "N", "8", [](O) { return std::string("the compiled one"); }},
+      {"data", "--tokenizer-type", "NAME", "NullTokenizer",
+       [](O) { return std::string("ByteTokenizer (text data)"); }},
+      {"data", "--vocab-file", "FILE", "v.json", [](O o) { return showText(o.vocabFile); }},
+      {"data", "--merge-file", "FILE", "m.txt", [](O o) { return showText(o.mergeFile); }},
+      {"data", "--eod-mask-loss", "", "", [](O o) { return showOnOff(o.eodMaskLoss); }},
+      {"data", "--reset-position-ids", "", "", [](O o) { return showOnOff(o.resetPositionIds); }},
+      {"training", "--train-iters", "N", "3", [](O) { return std::string("plan's"); }},
+      {"training", "--train-samples", "N", "24", [](O) { return std::string("plan's"); }},
+      {"training", "--seed", "INT", "7", [](O o) { return showInt(o.seed); }},
+      {"training", "--check-for-nan-in-loss-and-grad", "", "",
+       [](O o) { return showOnOff(o.checkForNanInLossAndGrad); }},
+      {"training", "--no-check-for-nan-in-loss-and-grad", "", "",
+       [](O o) { return showOnOff(!o.checkForNanInLossAndGrad); }},
+      {"learning rate and weight decay", "--lr", "X", "0.001",
+       [](O) { return std::string("plan's (required)"); }},
+      {"learning rate and weight decay", "--min-lr", "X", "0", [](O o) { return showNum(o.minLr); }},
+      {"learning rate and weight decay", "--lr-decay-style",
+       "{constant,linear,cosine,inverse-square-root}", "cosine",
+       [](O o) { return o.lrDecayStyle; }},
+      {"learning rate and weight decay", "--lr-warmup-iters", "INT", "1",
+       [](O o) { return showInt(o.lrWarmupIters); }},
+      {"learning rate and weight decay", "--lr-warmup-samples", "INT", "8",
+       [](O o) { return showInt(o.lrWarmupSamples); }},
+      {"learning rate and weight decay", "--lr-decay-iters", "N", "3",
+       [](O) { return std::string("--train-iters"); }},
+      {"learning rate and weight decay", "--lr-decay-samples", "N", "24",
+       [](O) { return std::string("--train-samples"); }},
+      {"learning rate and weight decay", "--weight-decay", "X", "0.1",
+       [](O o) { return showNum(o.weightDecay); }},
+      {"learning rate and weight decay", "--start-weight-decay", "X", "0.01",
+       [](O) { return std::string("--weight-decay"); }},
+      {"learning rate and weight decay", "--end-weight-decay", "X", "0.1",
+       [](O) { return std::string("--weight-decay"); }},
+      {"learning rate and weight decay", "--weight-decay-incr-style", "{constant,linear,cosine}",
+       "linear", [](O o) { return o.weightDecayIncrStyle; }},
+      {"logging", "--log-interval", "N", "1", [](O o) { return showInt(o.logInterval); }},
+      {"logging", "--eval-interval", "N", "2", [](O o) { return showInt(o.evalInterval); }},
+      {"logging", "--eval-iters", "INT", "1", [](O o) { return showInt(o.evalIters); }},
+      {"logging", "--log-throughput", "", "", [](O o) { return showOnOff(o.logThroughput); }},
+      {"logging", "--log-params-norm", "", "", [](O o) { return showOnOff(o.logParamsNorm); }},
+      {"logging", "--log-num-zeros-in-grad", "", "",
+       [](O o) { return showOnOff(o.logNumZerosInGrad); }},
+      {"logging", "--timing-log-level", "{0,1,2}", "1", [](O o) { return showInt(o.timingLogLevel); }},
+      {"logging", "--timing-log-option", "{max,minmax,all}", "all",
+       [](O o) { return o.timingLogOption; }},
+      {"TensorBoard", "--tensorboard-dir", "DIR", "tb", [](O o) { return showText(o.tensorboardDir); }},
+      {"TensorBoard", "--tensorboard-log-interval", "N", "1",
+       [](O o) { return showInt(o.tensorboardLogInterval); }},
+      {"TensorBoard", "--tensorboard-queue-size", "N", "10",
+       [](O) { return std::string("ignored (events are written synchronously)"); }},
+      {"TensorBoard", "--log-timers-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logTimersToTensorboard); }},
+      {"TensorBoard", "--log-validation-ppl-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logValidationPplToTensorboard); }},
+      {"TensorBoard", "--log-memory-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logMemoryToTensorboard); }},
+      {"TensorBoard", "--log-world-size-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logWorldSizeToTensorboard); }},
+      {"TensorBoard", "--log-batch-size-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logBatchSizeToTensorboard); }},
+      {"TensorBoard", "--no-log-learning-rate-to-tensorboard", "", "",
+       [](O o) { return showOnOff(!o.logLearningRateToTensorboard); }},
+      {"TensorBoard", "--no-log-loss-scale-to-tensorboard", "", "",
+       [](O o) { return showOnOff(!o.logLossScaleToTensorboard); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--save", "DIR", "ck",
+       [](O o) { return showText(o.ckpt.save); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--save-interval", "N", "2",
+       [](O) { return std::string("none (at the end and on exit)"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--load", "DIR", "ck",
+       [](O o) { return showText(o.ckpt.load); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--ckpt-step", "INT", "2",
+       [](O) { return std::string("the tracker's"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--no-save-optim", "", "",
+       [](O o) { return showOnOff(o.ckpt.noSaveOptim); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--no-load-optim", "", "",
+       [](O o) { return showOnOff(o.ckpt.noLoadOptim); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--no-load-rng", "", "",
+       [](O o) { return showOnOff(o.ckpt.noLoadRng); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--finetune", "", "",
+       [](O o) { return showOnOff(o.ckpt.finetune); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--override-opt_param-scheduler", "", "",
+       [](O o) { return showOnOff(o.ckpt.overrideOptParamScheduler); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--override-opt-param-scheduler", "", "",
+       [](O o) { return showOnOff(o.ckpt.overrideOptParamScheduler); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--exit-signal-handler", "", "",
+       [](O o) { return showOnOff(o.ckpt.exitSignalHandler); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--exit-interval", "N", "2",
+       [](O) { return std::string("none"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--exit-duration-in-mins", "X", "5",
+       [](O) { return std::string("none"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--async-save", "", "",
+       [](O o) { return showOnOff(o.ckpt.asyncSave); }},
+      {"rerun state machine", "--rerun-mode",
+       "{disabled,validate_results,report_determinism_stats}", "disabled",
+       [](O) { return std::string("validate_results"); }},
+      {"rerun state machine", "--check-for-spiky-loss", "", "",
+       [](O o) { return showOnOff(o.rerun.checkSpikyLoss); }},
+      {"rerun state machine", "--check-for-large-grads", "", "",
+       [](O o) { return showOnOff(o.rerun.checkLargeGrads); }},
+      {"rerun state machine", "--error-injection-rate", "INT", "0",
+       [](O o) { return showInt(o.rerun.errorInjectionRate); }},
+      {"rerun state machine", "--error-injection-type",
+       "{correct_result,transient_error,persistent_error}", "transient_error",
+       [](O) { return std::string("transient_error"); }},
+      {"rerun state machine", "--result-rejected-tracker-filename", "FILE", "r.txt",
+       [](O o) { return showText(o.rerun.rejectedTrackerFile); }},
+      {"profiling and dumps (trainc)", "--dump-dir", "DIR", "d",
+       [](O o) { return showText(o.dumpDir); }},
+      {"profiling and dumps (trainc)", "--trace", "DIR", "t", [](O o) { return showText(o.traceDir); }},
+      {"profiling and dumps (trainc)", "--profile-step-start", "N", "1",
+       [](O) { return std::string("the first iteration"); }},
+      {"profiling and dumps (trainc)", "--profile-step-end", "N", "2",
+       [](O) { return std::string("the last iteration"); }},
+      // Megatron flags refused with the reason (not silently dropped).
+      {"not supported yet (refused, naming the reason)", "--reset-attention-mask", "", "",
+       [](O) { return std::string("off"); }},
+      {"not supported yet (refused, naming the reason)", "--use-dist-ckpt", "", "",
+       [](O) { return std::string("off"); }},
+      {"not supported yet (refused, naming the reason)", "--ckpt-format", "", "",
+       [](O) { return std::string("torch (trainc: safetensors)"); }},
+      {"not supported yet (refused, naming the reason)", "--non-persistent-save-interval", "",
+       "", [](O) { return std::string("none"); }},
+      {"not supported yet (refused, naming the reason)", "--use-checkpoint-opt_param-scheduler",
+       "", "", [](O) { return std::string("off"); }},
+  };
+  return table;
+}
+
+const RunFlag *findRunFlag(const std::string &name) {
+  for (const RunFlag &f : runFlagTable())
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+
+/// Levenshtein distance (insertions, deletions, replacements).
+size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+} // namespace
+
+std::vector<RunFlag> runFlags() { return runFlagTable(); }
+
+std::string nearestFlag(const std::string &name, const std::vector<std::string> &candidates) {
+  std::string best;
+  size_t bestDistance = ~size_t(0);
+  for (const std::string &c : candidates)
+    if (size_t d = editDistance(name, c); d < bestDistance) {
+      bestDistance = d;
+      best = c;
+    }
+  return bestDistance <= std::max<size_t>(2, name.size() / 5) ? best : "";
+}
+
+std::string runFlagHelp() {
+  std::string out, group;
+  RunOptions defaults;
+  for (const RunFlag &f : runFlagTable()) {
+    if (f.group != group) {
+      group = f.group;
+      out += "\n" + group + ":\n";
+    }
+    std::string head = "  " + f.name + (f.value.empty() ? "" : " " + f.value);
+    head.resize(std::max<size_t>(head.size() + 2, 46), ' ');
+    out += head + "default: " + f.show(defaults) + "\n";
+  }
+  return out;
+}
+
 absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
                                            const std::vector<std::string> &args) {
   RunOptions o;
@@ -117,6 +319,15 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.logLearningRateToTensorboard = metaBool("runtime.log_learning_rate_to_tensorboard", true);
   o.logLossScaleToTensorboard = metaBool("runtime.log_loss_scale_to_tensorboard", true);
   o.logThroughput = metaBool("runtime.log_throughput", false);
+  o.logParamsNorm = metaBool("runtime.log_params_norm", false);
+  o.logNumZerosInGrad = metaBool("runtime.log_num_zeros_in_grad", false);
+  o.timingLogLevel = metaInt(p, "runtime.timing_log_level", 0);
+  o.timingLogOption = meta(p, "runtime.timing_log_option", o.timingLogOption);
+  o.weightDecayIncrStyle = meta(p, "runtime.weight_decay_incr_style", o.weightDecayIncrStyle);
+  if (double v; toDouble(meta(p, "runtime.start_weight_decay"), v))
+    o.startWeightDecay = v;
+  if (double v; toDouble(meta(p, "runtime.end_weight_decay"), v))
+    o.endWeightDecay = v;
 
   bool gaveIters = false, gaveSamples = false; // on this command line
   for (size_t i = 0; i < args.size(); ++i) {
@@ -154,7 +365,52 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       return absl::OkStatus();
     };
     absl::Status s = absl::OkStatus();
-    if (flag == "--data-path") {
+    if (!findRunFlag(flag)) {
+      // A compile-time flag (the plan records it): say so rather than "unknown".
+      std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
+      std::replace(key.begin(), key.end(), '-', '_');
+      for (const char *section : {"training.", "parallel.", "model."})
+        if (auto it = p.metadata().find(section + key); it != p.metadata().end())
+          return absl::InvalidArgumentError(absl::StrCat(
+              flag, " is fixed at compile time (this plan has ", it->second,
+              "): give it to trainc compile"));
+      std::vector<std::string> names;
+      for (const RunFlag &f : runFlagTable())
+        names.push_back(f.name);
+      std::string best = nearestFlag(flag, names);
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag ", flag, best.empty() ? "" : " (did you mean " + best + "?)"));
+    }
+    auto choiceFlag = [&](std::string &out,
+                          std::initializer_list<const char *> choices) -> absl::Status {
+      std::string v;
+      if (absl::Status s = next(v); !s.ok())
+        return s;
+      for (const char *c : choices)
+        if (v == c) {
+          out = v;
+          return absl::OkStatus();
+        }
+      return badValue(flag, v, absl::StrCat("one of ", absl::StrJoin(choices, ", ")).c_str());
+    };
+    if (flag == "--start-weight-decay" || flag == "--end-weight-decay") {
+      double v = 0;
+      s = doubleFlag(v);
+      (flag == "--start-weight-decay" ? o.startWeightDecay : o.endWeightDecay) = v;
+    } else if (flag == "--weight-decay-incr-style") {
+      s = choiceFlag(o.weightDecayIncrStyle, {"constant", "linear", "cosine"});
+    } else if (flag == "--log-params-norm") {
+      o.logParamsNorm = true;
+    } else if (flag == "--log-num-zeros-in-grad") {
+      o.logNumZerosInGrad = true;
+    } else if (flag == "--timing-log-level") {
+      std::string v;
+      s = choiceFlag(v, {"0", "1", "2"});
+      if (s.ok())
+        o.timingLogLevel = v[0] - '0';
+    } else if (flag == "--timing-log-option") {
+      s = choiceFlag(o.timingLogOption, {"max", "minmax", "all"});
+    } else if (flag == "--data-path") {
       o.dataPath.clear();
       if (inlineValue)
         o.dataPath.push_back(value);
@@ -254,18 +510,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     } else if (flag == "--log-throughput") {
       o.logThroughput = true;
     } else {
-      // A compile-time flag (the plan records it): say so rather than "unknown".
-      std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
-      std::replace(key.begin(), key.end(), '-', '_');
-      for (const char *section : {"training.", "parallel.", "model."})
-        if (auto it = p.metadata().find(section + key); it != p.metadata().end()) {
-          s = absl::InvalidArgumentError(absl::StrCat(
-              flag, " is fixed at compile time (this plan has ", it->second,
-              "): give it to trainc compile"));
-          break;
-        }
-      if (s.ok())
-        s = absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+      s = absl::InternalError(absl::StrCat(flag, " is in the run-time flag table but has no "
+                                           "handler in parseRunOptions"));
     }
     if (!s.ok())
       return s;
@@ -274,6 +520,15 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     return absl::InvalidArgumentError("--train-iters and --train-samples are mutually exclusive");
   if (!o.lrGiven)
     return absl::InvalidArgumentError("missing --lr (give it to trainc compile or to trainrun)");
+  // Megatron's arguments.py: start/end weight decay go with a non-constant increment style.
+  if (o.weightDecayIncrStyle == "constant" && (o.startWeightDecay || o.endWeightDecay))
+    return absl::InvalidArgumentError(
+        "--start-weight-decay and --end-weight-decay need --weight-decay-incr-style linear or "
+        "cosine (with constant, --weight-decay applies throughout)");
+  if (o.weightDecayIncrStyle != "constant" && (!o.startWeightDecay || !o.endWeightDecay))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weight-decay-incr-style ", o.weightDecayIncrStyle,
+        " needs both --start-weight-decay and --end-weight-decay"));
   if (o.trainIters == 0 && o.trainSamples == 0)
     return absl::InvalidArgumentError(
         "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
@@ -306,7 +561,7 @@ struct Trainer::Impl {
     DType dtype;
   };
   std::vector<std::vector<HostBuffer>> inputs;
-  std::vector<double> losses, gradNorms;
+  std::vector<double> losses, gradNorms, weightDecays;
   std::vector<EvalResult> evals;
   OutputFile batchesOut, lossesOut; // --dump-dir, written every iteration
   /// Checkpoints and exits; the state a --load resumes from; dropout's seed (the checkpoint's
@@ -859,6 +1114,13 @@ absl::Status Trainer::train() {
         im.ex->setTiming(false);
     }
     double lr = im.schedule->lr(scheduled);
+    // Megatron's weight-decay schedule over the training samples (constant: --weight-decay).
+    const double wd = o.weightDecayIncrStyle == "constant"
+                          ? o.weightDecay
+                          : weightDecayAt(*o.startWeightDecay, *o.endWeightDecay,
+                                          o.trainSamples ? o.trainSamples : o.trainIters * im.gbs,
+                                          o.weightDecayIncrStyle, scheduled);
+    im.weightDecays.push_back(wd);
     double loss = 0, norm = 0, update = 0, tokens = 0;
     std::vector<int32_t> record;
     auto t0 = std::chrono::steady_clock::now();
@@ -874,7 +1136,7 @@ absl::Status Trainer::train() {
             return f;
           if (absl::Status f = im.writeScalar("lr", lr); !f.ok())
             return f;
-          if (absl::Status f = im.writeScalar("weight_decay", o.weightDecay); !f.ok())
+          if (absl::Status f = im.writeScalar("weight_decay", wd); !f.ok())
             return f;
           return im.writeScalar("step", double(successful + 1));
         }
@@ -1055,6 +1317,7 @@ absl::Status Trainer::train() {
 
 const std::vector<double> &Trainer::losses() const { return impl_->losses; }
 const std::vector<double> &Trainer::gradNorms() const { return impl_->gradNorms; }
+const std::vector<double> &Trainer::weightDecays() const { return impl_->weightDecays; }
 const std::vector<EvalResult> &Trainer::evaluations() const { return impl_->evals; }
 
 } // namespace trainc::rt::control
