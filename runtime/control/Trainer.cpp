@@ -3,6 +3,7 @@
 #include "runtime/control/Trainer.h"
 
 #include "runtime/control/TensorBoard.h"
+#include "runtime/control/Timers.h"
 #include "runtime/core/Files.h"
 
 #include "runtime/comm/Communicator.h"
@@ -571,6 +572,41 @@ struct Trainer::Impl {
   /// The event file writer of the last rank (Megatron's), when --tensorboard-dir is set.
   std::unique_ptr<TensorBoardWriter> tb;
   int64_t consumedSamples = 0; // for the "vs samples" keys of the validation loss
+  /// Megatron's timers (--timing-log-level > 0) and, with them, the trace's window as marks in
+  /// the executor's timings (timing stays on for the timers).
+  std::unique_ptr<IterationTimers> timers;
+  Executor::TimingMark traceFrom;
+  std::optional<Executor::TimingMark> traceTo;
+
+  /// Every rank's interval values of the timers, by global rank: an all-gather over the group
+  /// of all ranks at the logging interval (outside the iteration; the communication stream is
+  /// drained first so that the host may use the communicator). Only this rank's values when
+  /// the program has no group of every rank.
+  absl::StatusOr<std::vector<std::vector<double>>> gatherTimers(const std::vector<double> &mine) {
+    const int64_t world = comm->worldSize();
+    std::vector<std::vector<double>> out(size_t(world), std::vector<double>(mine.size(), 0));
+    out[size_t(comm->rank())] = mine;
+    if (world == 1 || mine.empty())
+      return out;
+    for (int g = 0; g < program.groups_size(); ++g) {
+      const schema::CommGroup &grp = program.groups(g);
+      if (grp.ranks_size() != world)
+        continue;
+      std::vector<double> all(mine.size() * size_t(world));
+      ex->drainCommunication();
+      try {
+        comm->allGather(g, mine.data(), all.data(), int64_t(mine.size()), DType::F64);
+      } catch (const std::exception &e) {
+        return absl::UnavailableError(absl::StrCat("gathering the timers failed: ", e.what()));
+      }
+      for (int k = 0; k < grp.ranks_size(); ++k)
+        std::copy(all.begin() + long(size_t(k) * mine.size()),
+                  all.begin() + long(size_t(k + 1) * mine.size()),
+                  out[size_t(grp.ranks(k))].begin());
+      return out;
+    }
+    return out;
+  }
 
   /// Megatron's scalar and its " vs samples" twin.
   absl::Status tbScalar(const std::string &tag, double v, int64_t it, bool vsSamples = true) {
@@ -750,7 +786,7 @@ struct Trainer::Impl {
       f << absl::StrFormat("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                            "\"args\":{\"name\":\"%s\"}},\n",
                            rank, s, s == 0 ? "compute" : "communication");
-    std::vector<InstrTiming> t = ex->timings();
+    std::vector<InstrTiming> t = timers ? ex->timingsBetween(traceFrom, traceTo) : ex->timings();
     for (size_t i = 0; i < t.size(); ++i) {
       const schema::Function &fn = program.functions(t[i].function);
       const schema::Instruction &ins = fn.body(t[i].index);
@@ -768,13 +804,16 @@ struct Trainer::Impl {
       std::string op = ins.loc() < uint32_t(program.locations_size())
                            ? program.locations(int(ins.loc())).op()
                            : "";
+      const bool async = (ins.has_collective() && ins.collective().async()) ||
+                         (ins.has_send() && ins.send().async()) ||
+                         (ins.has_recv() && ins.recv().async());
       f << absl::StrFormat("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
                            "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"function\":"
-                           "\"%s\",\"index\":%d,\"op\":\"%s\"}}%s\n",
+                           "\"%s\",\"index\":%d,\"op\":\"%s\",\"async\":%s}}%s\n",
                            name, t[i].stream == 0 ? "compute" : "communication", rank,
                            t[i].stream, double(t[i].startNs) / 1e3,
                            double(t[i].endNs - t[i].startNs) / 1e3, fn.name(), t[i].index, op,
-                           i + 1 < t.size() ? "," : "");
+                           async ? "true" : "false", i + 1 < t.size() ? "," : "");
     }
     f << "]}\n";
     return writeFileAtomically(path, f.str());
@@ -967,12 +1006,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
           ec ? absl::StrCat(": ", ec.message()) : std::string()));
   }
   ExecutorOptions eo;
-  eo.timing = !options.traceDir.empty() && options.profileStepStart <= 1;
+  eo.timing = (!options.traceDir.empty() && options.profileStepStart <= 1) ||
+              options.timingLogLevel > 0;
   auto ex = Executor::create(prog, *im->backend, *im->comm, eo);
   if (!ex.ok())
     return absl::Status(ex.status().code(),
                         absl::StrCat(im->programPath, ": ", ex.status().message()));
   im->ex = std::move(*ex);
+  if (options.timingLogLevel > 0)
+    im->timers = std::make_unique<IterationTimers>(im->program, options.timingLogLevel);
   if (absl::Status s = im->checkSameCompile(); !s.ok())
     return s;
   if (int lr = im->buffer("lr"); lr >= 0)
@@ -1108,11 +1150,21 @@ absl::Status Trainer::train() {
   bool exited = false;
   for (; it <= iters; ++it) {
     if (!o.traceDir.empty()) {
-      if (it == o.profileStepStart)
-        im.ex->setTiming(true);
-      if (it == o.profileStepEnd)
-        im.ex->setTiming(false);
+      // With the timers on, timing stays on and the trace's window is a range of marks.
+      if (it == o.profileStepStart) {
+        if (im.timers)
+          im.traceFrom = im.ex->timingMark();
+        else
+          im.ex->setTiming(true);
+      }
+      if (it == o.profileStepEnd) {
+        if (im.timers)
+          im.traceTo = im.ex->timingMark();
+        else
+          im.ex->setTiming(false);
+      }
     }
+    const Executor::TimingMark iterationMark = im.ex->timingMark();
     double lr = im.schedule->lr(scheduled);
     // Megatron's weight-decay schedule over the training samples (constant: --weight-decay).
     const double wd = o.weightDecayIncrStyle == "constant"
@@ -1177,6 +1229,11 @@ absl::Status Trainer::train() {
           "--no-check-for-nan-in-loss-and-grad to skip such iterations instead")));
     }
     double dt = seconds(t0, std::chrono::steady_clock::now());
+    if (im.timers) {
+      im.timers->addIteration(im.ex->timingsBetween(iterationMark));
+      if (o.traceDir.empty()) // nothing else reads them: keep the memory bounded
+        im.ex->clearTimings();
+    }
     consumed += im.gbs;
     bool ok = update != 0;
     if (ok) {
@@ -1274,6 +1331,27 @@ absl::Status Trainer::train() {
             it, double(m.arena_bytes()) / 1048576.0, double(m.persistent_bytes()) / 1048576.0,
             double(m.flowing_peak_bytes()) / 1048576.0,
             double(im.ex->highWaterMark()) / 1048576.0);
+      }
+      // Megatron's timers.log after the log line (and the first memory report), then
+      // --log-timers-to-tensorboard's "<name>-time" keys (the maximum over the ranks).
+      if (im.timers) {
+        absl::StatusOr<std::vector<std::vector<double>>> perRank =
+            im.gatherTimers(im.timers->intervalMs());
+        if (!perRank.ok())
+          return fail(perRank.status());
+        std::string text = formatTimers(im.timers->names(), *perRank, o.timingLogOption);
+        if (!text.empty())
+          log << text << "\n";
+        if (im.tb && o.logTimersToTensorboard)
+          for (size_t k = 0; k < im.timers->names().size(); ++k) {
+            double hi = 0;
+            for (const std::vector<double> &r : *perRank)
+              hi = std::max(hi, r[k]);
+            if (absl::Status w = im.tb->addScalar(im.timers->names()[k] + "-time", hi, it);
+                !w.ok())
+              return fail(w);
+          }
+        im.timers->reset();
       }
       log.flush();
       intervalLoss = intervalTime = 0;
