@@ -197,7 +197,7 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
   CompiledPlan whole("tiny-llama", tinyFlags(8, 8, {"--lr", "0"}));
   ASSERT_TRUE(whole.ok());
   ASSERT_TRUE(rt::initializeParameters(whole.ex(), 7).ok());
-  whole.step(s, 0.0);
+  const double wholeLoss = whole.step(s, 0.0);
   auto exact = grads(whole);
 
   CompiledPlan split("tiny-llama", tinyFlags(2, 8, {"--lr", "0"}));
@@ -209,6 +209,7 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
 
   // Legacy: the mean over microbatches of each microbatch's own per-token-mean gradient.
   std::map<std::string, std::vector<double>> mean;
+  double meanOfMeans = 0;
   for (int64_t i = 0; i < 4; ++i) {
     CompiledPlan one("tiny-llama", tinyFlags(2, 2, {"--lr", "0"}));
     ASSERT_TRUE(one.ok());
@@ -219,7 +220,7 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
     mb.tokens.assign(s.tokens.begin() + i * 18, s.tokens.begin() + (i + 1) * 18);
     mb.labels.assign(s.labels.begin() + i * 18, s.labels.begin() + (i + 1) * 18);
     mb.mask.assign(s.mask.begin() + i * 18, s.mask.begin() + (i + 1) * 18);
-    one.step(mb, 0.0);
+    meanOfMeans += one.step(mb, 0.0) / 4;
     for (auto &[name, v] : grads(one)) {
       auto &acc = mean[name];
       acc.resize(v.size(), 0.0);
@@ -230,7 +231,12 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
   CompiledPlan legacy("tiny-llama", tinyFlags(2, 8, {"--lr", "0", "--no-calculate-per-token-loss"}));
   ASSERT_TRUE(legacy.ok());
   ASSERT_TRUE(rt::initializeParameters(legacy.ex(), 7).ok());
-  legacy.step(s, 0.0);
+  const double legacyLoss = legacy.step(s, 0.0);
+  // The logged loss is Megatron's in both modes: Sigma loss / Sigma tokens over the global batch
+  // (the whole batch as one microbatch), not the mean of the microbatch means (microbatch 1's
+  // single token weighs a quarter there).
+  EXPECT_NEAR(legacyLoss, wholeLoss, 1e-6 * std::fabs(wholeLoss));
+  EXPECT_GT(std::fabs(legacyLoss - meanOfMeans), 1e-3) << "the masks should separate the two";
   bool differs = false;
   for (auto &[name, v] : grads(legacy)) {
     EXPECT_LT(relDiff(v, mean[name]), 1e-6) << name;
