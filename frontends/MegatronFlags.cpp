@@ -235,6 +235,8 @@ const std::vector<FlagSpec> &flagTable() {
       number("--norm-epsilon", model(&ModelConfig::norm_epsilon)),
       setBool("--swiglu", model(&ModelConfig::swiglu)),
       setBool("--openai-gelu", model(&ModelConfig::openai_gelu)),
+      // Selects the GELU Megatron then computes (erf instead of the fused tanh form).
+      setBool("--no-bias-gelu-fusion", model(&ModelConfig::bias_gelu_fusion), false),
       setBool("--disable-bias-linear", model(&ModelConfig::add_bias_linear), false),
       setBool("--untie-embeddings-and-output-weights",
               model(&ModelConfig::untie_embeddings_and_output_weights)),
@@ -386,7 +388,6 @@ const std::vector<FlagSpec> &flagTable() {
       ignored("--transformer-impl", Arity::One),
       ignored("--use-flash-attn"),
       ignored("--no-masked-softmax-fusion"),
-      ignored("--no-bias-gelu-fusion"),
       ignored("--no-bias-swiglu-fusion"),
       ignored("--no-bias-dropout-fusion"),
       ignored("--no-rope-fusion"),

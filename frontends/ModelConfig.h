@@ -69,8 +69,16 @@ struct ModelConfig {
   double norm_epsilon = 1e-5;
   /// Gated SiLU MLP (two input projections); else GELU.
   bool swiglu = false;
-  /// GELU in its tanh form (HF's gelu_new) instead of the erf form.
+  /// Megatron's --openai-gelu: GELU in its tanh form (HF's gelu_new), unfused.
   bool openai_gelu = false;
+  /// Megatron's bias_gelu_fusion (default on; --no-bias-gelu-fusion clears it): with biases the
+  /// MLP runs fused_bias_gelu.py's bias_gelu, the tanh form.
+  bool bias_gelu_fusion = true;
+  /// The GELU the model computes, derived by finalize() as Megatron selects it (mlp.py,
+  /// arguments.py): the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with
+  /// --openai-gelu, or with the bias-GELU fusion when the linears have biases (arguments.py turns
+  /// the fusion off without them); else F.gelu's erf form. Not used with --swiglu.
+  bool gelu_tanh = false;
   /// Biases on every linear layer (--disable-bias-linear clears it).
   bool add_bias_linear = true;
   bool untie_embeddings_and_output_weights = false;

@@ -24,6 +24,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
+#include <cmath>
+#include <set>
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
 
@@ -375,3 +378,57 @@ TEST(ShardingRule, VerifierNamesTheInconsistentOperandAndDim) {
             std::string::npos)
       << message;
 }
+
+namespace {
+
+/// The `approximate` attribute of every gelu / gelu_backward kernel of `p` (-1 when absent).
+std::set<int64_t> geluForms(const schema::Program &p) {
+  std::set<int64_t> forms;
+  for (const schema::Function &f : p.functions())
+    for (const schema::Instruction &ins : f.body())
+      if (ins.has_kernel() && (ins.kernel().kernel() == "gelu" ||
+                               ins.kernel().kernel() == "gelu_backward")) {
+        int64_t v = -1;
+        for (const schema::Attr &a : ins.kernel().attrs())
+          if (a.name() == "approximate")
+            v = a.value().i();
+        forms.insert(v);
+      }
+  return forms;
+}
+
+TEST(Gelu, MegatronsFormPerFlagCombination) {
+  // Megatron (mlp.py, fused_bias_gelu.py, arguments.py): with biases and the default fusion the
+  // MLP runs bias_gelu (the tanh form); --no-bias-gelu-fusion or --disable-bias-linear (which
+  // turns the fusion off) leave F.gelu (erf); --openai-gelu is the tanh form whatever the fusion.
+  struct Case {
+    std::vector<std::string> flags;
+    bool tanh;
+  };
+  const Case cases[] = {{{}, true},
+                        {{"--no-bias-gelu-fusion"}, false},
+                        {{"--disable-bias-linear"}, false},
+                        {{"--openai-gelu"}, true},
+                        {{"--openai-gelu", "--no-bias-gelu-fusion"}, true}};
+  Samples s = randomSamples(4, 9, 37, 21);
+  std::vector<double> losses;
+  for (const Case &c : cases) {
+    // A wide init makes the MLP's inputs O(1), where the two forms differ visibly.
+    std::vector<std::string> flags = {"--lr", "0", "--attention-dropout", "0",
+                                      "--hidden-dropout", "0", "--init-method-std", "0.5"};
+    flags.insert(flags.end(), c.flags.begin(), c.flags.end());
+    SCOPED_TRACE(::testing::PrintToString(c.flags));
+    CompiledPlan p("tiny-gpt", tinyFlags(2, 4, flags), "fp64");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(geluForms(p.program), std::set<int64_t>{c.tanh ? 1 : 0});
+    EXPECT_EQ(p.program.metadata().at("model.gelu_tanh"), c.tanh ? "true" : "false");
+    ASSERT_TRUE(rt::initializeParameters(p.ex(), 5).ok());
+    losses.push_back(p.step(s, 0.0));
+  }
+  // The same tanh function with and without the fusion flags; erf differs.
+  EXPECT_EQ(losses[0], losses[3]);
+  EXPECT_EQ(losses[0], losses[4]);
+  EXPECT_GT(std::fabs(losses[0] - losses[1]), 1e-6) << losses[0] << " " << losses[1];
+}
+
+} // namespace

@@ -1562,3 +1562,28 @@ TEST(MegatronFlagsHelp, NearestFlagForATypo) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(GeluSelection, MegatronsRulePerFlagCombination) {
+  // Megatron's MLP: the tanh form with --openai-gelu or with the bias-GELU fusion (default on,
+  // off without biases); F.gelu's erf form otherwise.
+  EXPECT_TRUE(parseOk(kMinimal).model.gelu_tanh);
+  EXPECT_FALSE(parseOk(std::string(kMinimal) + " --no-bias-gelu-fusion").model.gelu_tanh);
+  EXPECT_FALSE(parseOk(std::string(kMinimal) + " --disable-bias-linear").model.gelu_tanh);
+  EXPECT_TRUE(parseOk(std::string(kMinimal) + " --openai-gelu --no-bias-gelu-fusion").model.gelu_tanh);
+  EXPECT_FALSE(parseOk(std::string(kMinimal) + " --swiglu --ffn-hidden-size 32").model.gelu_tanh);
+  // Hugging Face: gelu_new is the tanh form, "gelu" the exact erf form.
+  llvm::Expected<ModelConfig> tanhModel = parseHFConfig(kGPT2Config);
+  ASSERT_TRUE(bool(tanhModel)) << llvm::toString(tanhModel.takeError());
+  ASSERT_FALSE(bool(tanhModel->finalize()));
+  EXPECT_TRUE(tanhModel->gelu_tanh);
+  std::string erfConfig = kGPT2Config;
+  erfConfig.replace(erfConfig.find("gelu_new"), 8, "gelu");
+  llvm::Expected<ModelConfig> erfModel = parseHFConfig(erfConfig);
+  ASSERT_TRUE(bool(erfModel)) << llvm::toString(erfModel.takeError());
+  ASSERT_FALSE(bool(erfModel->finalize()));
+  EXPECT_FALSE(erfModel->gelu_tanh);
+}
+
+} // namespace
