@@ -578,6 +578,106 @@ struct Trainer::Impl {
   Executor::TimingMark traceFrom;
   std::optional<Executor::TimingMark> traceTo;
 
+  /// The elements of buffer `b` as doubles (F32 or F64; other dtypes: empty).
+  std::vector<double> readAsDoubles(int b) const {
+    const schema::Buffer &buf = program.buffers(b);
+    std::string raw(buf.byte_size(), '\0');
+    (void)ex->readBuffer(b, raw.data(), raw.size());
+    std::vector<double> out;
+    if (buf.dtype() == schema::F64) {
+      out.resize(raw.size() / 8);
+      std::memcpy(out.data(), raw.data(), out.size() * 8);
+    } else if (buf.dtype() == schema::F32) {
+      std::vector<float> f(raw.size() / 4);
+      std::memcpy(f.data(), raw.data(), f.size() * 4);
+      out.assign(f.begin(), f.end());
+    }
+    return out;
+  }
+
+  /// Megatron's calc_params_l2_norm after the step: sqrt of the sum of squares of every
+  /// parameter element this rank holds (each parameter once; a tied embedding is one parameter).
+  /// Every rank holds whole parameters (data parallelism replicates them; the distributed
+  /// optimizer all-gathers them), so no reduction is needed; reading drains carried all-gathers.
+  double paramsNorm() const {
+    std::map<int, std::vector<double>> bufs;
+    double sumsq = 0;
+    for (const schema::Parameter &p : program.parameters()) {
+      auto it = bufs.find(int(p.buffer()));
+      if (it == bufs.end())
+        it = bufs.emplace(int(p.buffer()), readAsDoubles(int(p.buffer()))).first;
+      int64_t numel = 1;
+      for (int64_t d : p.slice_size())
+        numel *= d;
+      for (int64_t i = 0; i < numel && p.buffer_offset() + uint64_t(i) < it->second.size(); ++i) {
+        double v = it->second[size_t(p.buffer_offset() + uint64_t(i))];
+        sumsq += v * v;
+      }
+    }
+    return std::sqrt(sumsq);
+  }
+
+  /// Megatron's count_zeros (--log-num-zeros-in-grad): main-gradient elements equal to zero after
+  /// the reduction and clipping, over the parameters' ranges of the main-grad buffers (bucket
+  /// padding excluded). With the distributed optimizer a rank holds reduced values only in its
+  /// reduce-scatter shards, so it counts those and the counts are summed over the data-parallel
+  /// group (Megatron's grad-stats group); otherwise every rank holds the whole reduced gradient
+  /// and counts it alone.
+  absl::StatusOr<int64_t> numZerosInGrad() {
+    // This rank's reduced ranges: the REDUCE_SCATTER outputs into each main-grad buffer.
+    std::map<int, std::vector<std::pair<uint64_t, uint64_t>>> shards;
+    int shardGroup = -1;
+    for (const schema::Function &f : program.functions())
+      for (const schema::Instruction &ins : f.body())
+        if (ins.has_collective() && ins.collective().kind() == schema::REDUCE_SCATTER &&
+            ins.collective().output().has_buffer() &&
+            program.buffers(int(ins.collective().output().buffer())).kind() ==
+                schema::MAIN_GRAD) {
+          const schema::Operand &o = ins.collective().output();
+          uint64_t n = 1;
+          for (int64_t d : o.shape())
+            n *= uint64_t(d);
+          shards[int(o.buffer())].push_back({o.offset(), o.offset() + n});
+          shardGroup = int(ins.collective().group());
+        }
+    std::map<int, std::vector<double>> bufs;
+    int64_t zeros = 0;
+    for (const schema::Parameter &p : program.parameters()) {
+      if (!p.has_grad_buffer())
+        continue;
+      const int b = int(p.grad_buffer());
+      auto it = bufs.find(b);
+      if (it == bufs.end())
+        it = bufs.emplace(b, readAsDoubles(b)).first;
+      uint64_t numel = 1;
+      for (int64_t d : p.slice_size())
+        numel *= uint64_t(d);
+      const uint64_t lo = p.grad_offset(), hi = std::min<uint64_t>(lo + numel, it->second.size());
+      auto inShard = [&](uint64_t e) {
+        auto s = shards.find(b);
+        if (shardGroup < 0)
+          return true;
+        if (s == shards.end())
+          return false;
+        for (auto [a, z] : s->second)
+          if (e >= a && e < z)
+            return true;
+        return false;
+      };
+      for (uint64_t e = lo; e < hi; ++e)
+        zeros += it->second[size_t(e)] == 0.0 && inShard(e);
+    }
+    if (shardGroup >= 0 && program.groups(shardGroup).ranks_size() > 1) {
+      ex->drainCommunication();
+      try {
+        comm->allReduce(shardGroup, &zeros, &zeros, 1, DType::I64, ReduceOp::Sum);
+      } catch (const std::exception &e) {
+        return absl::UnavailableError(absl::StrCat("counting zero gradients failed: ", e.what()));
+      }
+    }
+    return zeros;
+  }
+
   /// Every rank's interval values of the timers, by global rank: an all-gather over the group
   /// of all ranks at the logging interval (outside the iteration; the communication stream is
   /// drained first so that the host may use the communicator). Only this rank's values when
@@ -1265,6 +1365,21 @@ absl::Status Trainer::train() {
     intervalTime += dt;
     ++intervalIters;
     im.consumedSamples = consumed;
+    // Megatron's --log-params-norm / --log-num-zeros-in-grad, of this iteration, when the log
+    // line or TensorBoard shows them (the same iterations on every rank: the zero count is a
+    // collective under the distributed optimizer).
+    const bool logsNow = it % o.logInterval == 0 || it == iters;
+    const bool tbNow = !o.tensorboardDir.empty() && it % o.tensorboardLogInterval == 0;
+    std::optional<double> paramsNorm;
+    std::optional<int64_t> numZeros;
+    if (o.logParamsNorm && (logsNow || tbNow))
+      paramsNorm = im.paramsNorm();
+    if (o.logNumZerosInGrad && (logsNow || tbNow)) {
+      absl::StatusOr<int64_t> z = im.numZerosInGrad();
+      if (!z.ok())
+        return fail(z.status());
+      numZeros = *z;
+    }
     if (im.tb && it % o.tensorboardLogInterval == 0) {
       // Megatron's training_log keys, each with its " vs samples" twin.
       absl::Status w = absl::OkStatus();
@@ -1282,6 +1397,10 @@ absl::Status Trainer::train() {
       if (o.logWorldSizeToTensorboard)
         put("world-size", double(im.comm->worldSize()));
       put("grad-norm", norm);
+      if (numZeros)
+        put("num-zeros", double(*numZeros));
+      if (paramsNorm)
+        put("params-norm", *paramsNorm);
       if (o.logMemoryToTensorboard) {
         const schema::MemoryReport &m = im.program.reports().memory();
         if (w.ok())
@@ -1310,9 +1429,14 @@ absl::Status Trainer::train() {
       double avgLoss = intervalCount ? intervalLoss / double(intervalCount) : 0.0;
       if (avgLoss > 0.0) // Megatron prints a loss only when its average is positive
         line += absl::StrFormat(" lm loss: %.6E |", avgLoss);
-      line += absl::StrFormat(" loss scale: %.1f | grad norm: %.3f | number of skipped iterations: "
-                              "%3d | number of nan iterations: %3d | tokens per second: %.0f |\n",
-                              1.0, norm, intervalSkipped, intervalNans, tokensPerSec);
+      line += absl::StrFormat(" loss scale: %.1f | grad norm: %.3f |", 1.0, norm);
+      if (numZeros)
+        line += absl::StrFormat(" num zeros: %.1f |", double(*numZeros));
+      if (paramsNorm)
+        line += absl::StrFormat(" params norm: %.3f |", *paramsNorm);
+      line += absl::StrFormat(" number of skipped iterations: %3d | number of nan iterations: %3d "
+                              "| tokens per second: %.0f |\n",
+                              intervalSkipped, intervalNans, tokensPerSec);
       log << line;
       if (o.rerun.mode == RerunMode::ReportDeterminismStats)
         log << " " << im.rerun->determinismReport() << "\n";
