@@ -59,7 +59,8 @@ def main():
     print(f"{'ok' if ok else 'MISMATCH'} params norm: log {logged[-1]}, numpy {norm:.6f}")
     bad += not ok
     if len(sys.argv) > 4:
-        tb = [l.split() for l in open(sys.argv[4]) if l.startswith("params-norm ")]
+        tb = [r for r in (l.split() for l in open(sys.argv[4]))
+              if r[0] == "params-norm" and r[1].isdigit()]
         last = max(tb, key=lambda r: int(r[1]))
         ok = abs(float(last[2]) - norm) <= 5e-6 * norm  # read_tensorboard prints %.6g
         print(f"{'ok' if ok else 'MISMATCH'} params-norm (TensorBoard): {last[2]}, numpy "
