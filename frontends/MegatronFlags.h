@@ -43,10 +43,13 @@ struct FlagParseOptions {
 /// --no-calculate-per-token-loss (Megatron's legacy loss: the mean of per-microbatch token
 /// means; trainc's default is --calculate-per-token-loss, the exact global per-token mean).
 ///
-/// Accepted and only recorded in PlanConfig::ignoredFlags: logging/profiling flags
-/// (--log-throughput, --tensorboard-dir, --wandb-project, --timing-log-level, --profile, ...)
-/// and Megatron implementation switches (--use-mcore-models, --transformer-impl,
-/// --use-flash-attn, --no-*-fusion).
+/// Run-time values (--lr, --train-iters, --tensorboard-dir, --timing-log-level, --log-params-norm,
+/// --start-weight-decay, ...) are recorded in PlanConfig::runtime as trainrun's defaults.
+/// Accepted and only recorded in PlanConfig::ignoredFlags: profiling and wandb flags (--profile,
+/// --wandb-project, ...) and Megatron implementation switches (--use-mcore-models,
+/// --transformer-impl, --use-flash-attn, --no-*-fusion except --no-bias-gelu-fusion, which
+/// selects the erf GELU as in Megatron). megatronFlagTable() lists them all (trainc compile
+/// --help).
 ///
 /// Errors: "unknown flag --foo", "unexpected argument 'foo'", "--num-layers expects a value",
 /// "--bf16 does not take a value", "--num-layers expects a positive integer, got 'abc'",
