@@ -553,6 +553,16 @@ llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
     if (seen.contains(a) && seen.contains(b))
       return makeError(a + " and " + b + " are mutually exclusive");
 
+  // Megatron's arguments.py: start/end weight decay go with a non-constant increment style (the
+  // same rule and message as trainrun's).
+  const RuntimeDefaults &rd = config.runtime;
+  if (rd.weight_decay_incr_style == "constant" && (rd.start_weight_decay || rd.end_weight_decay))
+    return makeError("--start-weight-decay and --end-weight-decay need --weight-decay-incr-style "
+                     "linear or cosine (with constant, --weight-decay applies throughout)");
+  if (rd.weight_decay_incr_style != "constant" &&
+      (!rd.start_weight_decay || !rd.end_weight_decay))
+    return makeError("--weight-decay-incr-style " + rd.weight_decay_incr_style +
+                     " needs both --start-weight-decay and --end-weight-decay");
   if (Error e = config.finalize())
     return std::move(e);
   if (options.check_supported)

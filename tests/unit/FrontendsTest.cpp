@@ -1555,6 +1555,24 @@ TEST(MegatronFlagsHelp, EveryTableFlagIsParsedAndListedWithItsDefaultAndKind) {
   EXPECT_EQ(dflt("--swiglu"), "off");
 }
 
+TEST(MegatronFlagsTest, WeightDecayScheduleIsRecordedAndChecked) {
+  PlanConfig c = parseOk(std::string(kMinimal) + " --weight-decay-incr-style cosine "
+                                                 "--start-weight-decay 0.01 --end-weight-decay 0.1");
+  EXPECT_EQ(c.runtime.weight_decay_incr_style, "cosine");
+  EXPECT_EQ(c.runtime.start_weight_decay, 0.01);
+  EXPECT_EQ(c.runtime.end_weight_decay, 0.1);
+  EXPECT_EQ(c.runtime.toKeyValues().at("start_weight_decay"), "0.01");
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --end-weight-decay 0.1"),
+            "--start-weight-decay and --end-weight-decay need --weight-decay-incr-style linear or "
+            "cosine (with constant, --weight-decay applies throughout)");
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --weight-decay-incr-style linear "
+                                               "--start-weight-decay 0.01"),
+            "--weight-decay-incr-style linear needs both --start-weight-decay and "
+            "--end-weight-decay");
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --weight-decay-incr-style exp"),
+            "--weight-decay-incr-style expects one of constant, linear, cosine, got 'exp'");
+}
+
 TEST(MegatronFlagsHelp, NearestFlagForATypo) {
   EXPECT_EQ(nearestMegatronFlag("--hiden-size"), "--hidden-size");
   EXPECT_EQ(nearestMegatronFlag("--timing-log-levl"), "--timing-log-level");
