@@ -773,6 +773,12 @@ int main(int argc, char **argv) {
       return usage("more than one plan directory ('" + f.planDir + "', '" + a + "')");
     }
   }
+  // `trainrun PLAN -- --help` asks for the same help as `trainrun --help`.
+  for (const std::string &a : f.runtimeArgs)
+    if (a == "--help" || a == "-h") {
+      printHelp(std::cout);
+      return 0;
+    }
   if (f.planDir.empty())
     return usage("missing PLAN_DIR");
   // Megatron's --distributed-timeout-minutes among the runtime flags is trainrun's: taken out

@@ -1264,7 +1264,8 @@ absl::Status Trainer::train() {
           im.ex->setTiming(false);
       }
     }
-    const Executor::TimingMark iterationMark = im.ex->timingMark();
+    // Where this iteration's timings start (a rerun moves it: only the run kept is timed).
+    Executor::TimingMark iterationMark = im.ex->timingMark();
     double lr = im.schedule->lr(scheduled);
     // Megatron's weight-decay schedule over the training samples (constant: --weight-decay).
     const double wd = o.weightDecayIncrStyle == "constant"
@@ -1280,6 +1281,7 @@ absl::Status Trainer::train() {
     // with the same batch and the same RNG key).
     auto runOnce = [&]() -> absl::Status {
       record.clear();
+      iterationMark = im.ex->timingMark();
       absl::Status s = im.ex->run([&](schema::HostIOKind kind, const std::string &) -> absl::Status {
         if (kind == schema::FILL_INPUTS) {
           if (absl::Status f = im.fillBatch(*im.data.train, consumed, it,
