@@ -191,6 +191,11 @@ TEST(Trainer, TraceRecordsTheProfileWindowOnly) {
   ASSERT_GT(all, 0);
   EXPECT_EQ(all % 6, 0);       // the same instructions every iteration
   EXPECT_EQ(two, all / 6 * 2); // iterations 3 and 4
+  // With the timers on, timing stays on all along; the trace keeps the window all the same.
+  EXPECT_EQ(countEvents({"--timing-log-level", "2", "--profile-step-start", "3",
+                         "--profile-step-end", "5"}),
+            two);
+  EXPECT_EQ(countEvents({"--timing-log-level", "1"}), all);
 }
 
 TEST(Trainer, TraceErrorsComeBeforeTraining) {
