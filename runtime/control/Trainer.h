@@ -115,9 +115,12 @@ std::string runFlagHelp();
 std::string nearestFlag(const std::string &name, const std::vector<std::string> &candidates);
 
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then
-/// applies `args` (e.g. {"--train-iters", "100", "--data-path", "a.txt"}). Errors name the flag
-/// and the value: an unknown flag, a missing or malformed value, or a flag whose feature is not
-/// implemented yet ("not supported yet: --async-save").
+/// applies `args` (e.g. {"--train-iters", "100", "--data-path", "a.txt"}). The accepted flags are
+/// runFlags()'s. Errors name the flag and the value: an unknown flag ("unknown flag --train-iter
+/// (did you mean --train-iters?)"), a compile-time flag ("--global-batch-size is fixed at compile
+/// time (this plan has 16): give it to trainc compile"), a missing or malformed value, an
+/// inconsistent weight-decay schedule, or a flag whose feature is not implemented yet ("not
+/// supported yet: --use-dist-ckpt (see docs/checkpoint.md)").
 absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
                                            const std::vector<std::string> &args);
 
