@@ -773,12 +773,20 @@ int main(int argc, char **argv) {
       return usage("more than one plan directory ('" + f.planDir + "', '" + a + "')");
     }
   }
-  // `trainrun PLAN -- --help` asks for the same help as `trainrun --help`.
-  for (const std::string &a : f.runtimeArgs)
+  // `trainrun PLAN -- --help` asks for the same help as `trainrun --help`; a launcher flag after
+  // `--` is named as such (the trainer would call it unknown).
+  for (const std::string &a : f.runtimeArgs) {
     if (a == "--help" || a == "-h") {
       printHelp(std::cout);
       return 0;
     }
+    const std::string name = a.substr(0, a.find('='));
+    for (const LauncherFlag &lf : kLauncherFlags)
+      if (name == lf.name && name != "--distributed-timeout-minutes")
+        return usage(absl::StrCat(name, " is a launcher flag: give it before the plan (trainrun ",
+                                  name, *lf.value ? absl::StrCat(" ", lf.value) : "",
+                                  " PLAN_DIR -- ...)"));
+  }
   if (f.planDir.empty())
     return usage("missing PLAN_DIR");
   // Megatron's --distributed-timeout-minutes among the runtime flags is trainrun's: taken out
