@@ -196,7 +196,9 @@ void readGPT2(FieldReader &r, ModelConfig &m) {
   std::string act = r.string("activation_function", "gelu_new");
   if (act == "gelu_new" || act == "gelu_pytorch_tanh")
     m.openai_gelu = true;
-  else if (act != "gelu")
+  else if (act == "gelu")
+    m.bias_gelu_fusion = false; // HF's exact GELU: Megatron computes it without the fusion
+  else
     r.fail("unsupported activation_function '" + act +
            "' (expected gelu_new, gelu_pytorch_tanh or gelu)");
 

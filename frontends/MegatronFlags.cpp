@@ -13,9 +13,13 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <optional>
 
 using llvm::ArrayRef;
 using llvm::Error;
@@ -40,7 +44,27 @@ struct FlagSpec {
   Arity arity;
   /// Stores `values` into the config; `flag` is the name for messages.
   std::function<Error(PlanConfig &, StringRef flag, ArrayRef<StringRef> values)> apply;
+  /// For --help: the value placeholder ("INT", "X", "{a,b}", "PATH..."; empty for a switch)
+  /// and the default as read from a default-constructed PlanConfig ("" = no default shown).
+  std::string value;
+  std::function<std::string(PlanConfig &)> show;
+  std::string group;
+  std::optional<FlagKind> kind;
 };
+
+/// A number as --help prints it (shortest form that reads back).
+std::string showNumber(double v) {
+  std::string s = llvm::formatv("{0}", v).str();
+  char buf[32];
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    return std::to_string(int64_t(v));
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v)
+      return buf;
+  }
+  return s;
+}
 
 template <typename T> using Field = std::function<T &(PlanConfig &)>;
 
@@ -58,16 +82,22 @@ template <typename T> Field<T> runtime(T RuntimeDefaults::*member) {
 }
 
 /// A boolean switch running `set`.
-FlagSpec flag(StringRef name, std::function<void(PlanConfig &)> set) {
-  return {name, Arity::None, [set](PlanConfig &c, StringRef, ArrayRef<StringRef>) -> Error {
+FlagSpec flag(StringRef name, std::function<void(PlanConfig &)> set,
+              std::function<std::string(PlanConfig &)> show = {}) {
+  return {name, Arity::None,
+          [set](PlanConfig &c, StringRef, ArrayRef<StringRef>) -> Error {
             set(c);
             return Error::success();
-          }};
+          },
+          "", std::move(show)};
 }
 
 /// A boolean switch that sets `field` to `value`.
 FlagSpec setBool(StringRef name, Field<bool> field, bool value = true) {
-  return flag(name, [field, value](PlanConfig &c) { field(c) = value; });
+  return flag(name, [field, value](PlanConfig &c) { field(c) = value; },
+              [field, value](PlanConfig &c) -> std::string {
+                return field(c) == value ? "on" : "off";
+              });
 }
 
 FlagSpec integer(StringRef name, Field<int64_t> field, int64_t min) {
@@ -79,6 +109,11 @@ FlagSpec integer(StringRef name, Field<int64_t> field, int64_t min) {
                                " integer, got '" + v[0] + "'");
             field(c) = value;
             return Error::success();
+          },
+          min > 0 ? "N" : "INT",
+          [field, min](PlanConfig &c) -> std::string {
+            // A positive flag at 0 is unset: derived or not used (ModelConfig.h).
+            return min > 0 && field(c) == 0 ? "derived/none" : std::to_string(field(c));
           }};
 }
 FlagSpec positive(StringRef name, Field<int64_t> field) { return integer(name, field, 1); }
@@ -93,14 +128,30 @@ Error parseNumber(StringRef flag, StringRef text, double &value) {
 FlagSpec number(StringRef name, Field<double> field) {
   return {name, Arity::One, [field](PlanConfig &c, StringRef flag, ArrayRef<StringRef> v) -> Error {
             return parseNumber(flag, v[0], field(c));
-          }};
+          },
+          "X", [field](PlanConfig &c) { return showNumber(field(c)); }};
 }
 
-FlagSpec string(StringRef name, Field<std::string> field) {
+/// A number whose absence means something (the default shown is `unset`).
+FlagSpec optionalNumber(StringRef name, std::optional<double> RuntimeDefaults::*member,
+                        StringRef unset = "--weight-decay") {
+  return {name, Arity::One,
+          [member](PlanConfig &c, StringRef flag, ArrayRef<StringRef> v) -> Error {
+            double value;
+            if (Error e = parseNumber(flag, v[0], value))
+              return e;
+            c.runtime.*member = value;
+            return Error::success();
+          },
+          "X", [unset](PlanConfig &) { return unset.str(); }};
+}
+
+FlagSpec string(StringRef name, Field<std::string> field, StringRef placeholder = "STR") {
   return {name, Arity::One, [field](PlanConfig &c, StringRef, ArrayRef<StringRef> v) -> Error {
             field(c) = v[0].str();
             return Error::success();
-          }};
+          },
+          placeholder.str(), [field](PlanConfig &c) { return field(c).empty() ? "none" : field(c); }};
 }
 
 FlagSpec choice(StringRef name, std::vector<StringRef> choices, Field<std::string> field) {
@@ -111,7 +162,9 @@ FlagSpec choice(StringRef name, std::vector<StringRef> choices, Field<std::strin
                                v[0] + "'");
             field(c) = v[0].str();
             return Error::success();
-          }};
+          },
+          "{" + llvm::join(choices, ",") + "}",
+          [field](PlanConfig &c) { return field(c).empty() ? "none" : field(c); }};
 }
 
 /// Accepted, recorded in ignoredFlags, otherwise without effect.
@@ -119,12 +172,45 @@ FlagSpec ignored(StringRef name, Arity arity = Arity::None) {
   return {name, arity, [](PlanConfig &c, StringRef flag, ArrayRef<StringRef>) -> Error {
             c.ignoredFlags.push_back(flag.str());
             return Error::success();
-          }};
+          },
+          arity == Arity::None ? "" : arity == Arity::One ? "V" : "V...", {}, "",
+          FlagKind::Ignored};
+}
+
+FlagSpec withKind(FlagSpec s, FlagKind kind) {
+  s.kind = kind;
+  return s;
+}
+
+/// A section header of the flag table: the flags after it, up to the next header, belong to
+/// `group` and are of `kind` unless they say otherwise (ignored()).
+FlagSpec section(StringRef group, FlagKind kind) {
+  FlagSpec s{"", Arity::None, {}, "", {}, group.str(), kind};
+  return s;
+}
+
+/// Drops the section headers, giving each flag its section's group and kind.
+std::vector<FlagSpec> withSections(std::vector<FlagSpec> raw) {
+  std::vector<FlagSpec> out;
+  std::string group;
+  FlagKind kind = FlagKind::CompileTime;
+  for (FlagSpec &s : raw) {
+    if (s.name.empty()) {
+      group = s.group;
+      kind = *s.kind;
+      continue;
+    }
+    s.group = group;
+    if (!s.kind)
+      s.kind = kind;
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 const std::vector<FlagSpec> &flagTable() {
-  static const std::vector<FlagSpec> table = {
-      // Model shape.
+  static const std::vector<FlagSpec> table = withSections({
+      section("model shape", FlagKind::CompileTime),
       positive("--num-layers", model(&ModelConfig::num_layers)),
       positive("--hidden-size", model(&ModelConfig::hidden_size)),
       positive("--ffn-hidden-size", model(&ModelConfig::ffn_hidden_size)),
@@ -136,10 +222,11 @@ const std::vector<FlagSpec> &flagTable() {
       positive("--max-position-embeddings", model(&ModelConfig::max_position_embeddings)),
       positive("--vocab-size", model(&ModelConfig::vocab_size)),
       positive("--make-vocab-size-divisible-by", model(&ModelConfig::make_vocab_size_divisible_by)),
-      // Model numerics.
+      section("model numerics", FlagKind::CompileTime),
       choice("--position-embedding-type", {"learned_absolute", "rope"},
              model(&ModelConfig::position_embedding_type)),
-      flag("--use-rotary-position-embeddings", [](PlanConfig &) {}), // applied after parsing
+      flag("--use-rotary-position-embeddings", [](PlanConfig &) {}, // applied after parsing
+           [](PlanConfig &) { return std::string("off"); }),
       number("--rotary-base", model(&ModelConfig::rotary_base)),
       number("--rotary-percent", model(&ModelConfig::rotary_percent)),
       setBool("--use-rope-scaling", model(&ModelConfig::use_rope_scaling)),
@@ -148,6 +235,8 @@ const std::vector<FlagSpec> &flagTable() {
       number("--norm-epsilon", model(&ModelConfig::norm_epsilon)),
       setBool("--swiglu", model(&ModelConfig::swiglu)),
       setBool("--openai-gelu", model(&ModelConfig::openai_gelu)),
+      // Selects the GELU Megatron then computes (erf instead of the fused tanh form).
+      setBool("--no-bias-gelu-fusion", model(&ModelConfig::bias_gelu_fusion), false),
       setBool("--disable-bias-linear", model(&ModelConfig::add_bias_linear), false),
       setBool("--untie-embeddings-and-output-weights",
               model(&ModelConfig::untie_embeddings_and_output_weights)),
@@ -155,7 +244,7 @@ const std::vector<FlagSpec> &flagTable() {
       number("--hidden-dropout", model(&ModelConfig::hidden_dropout)),
       number("--init-method-std", model(&ModelConfig::init_method_std)),
 
-      // Parallelism.
+      section("parallelism", FlagKind::CompileTime),
       positive("--tensor-model-parallel-size",
                parallel(&ParallelConfig::tensor_model_parallel_size)),
       positive("--pipeline-model-parallel-size",
@@ -171,28 +260,33 @@ const std::vector<FlagSpec> &flagTable() {
       setBool("--overlap-param-gather", parallel(&ParallelConfig::overlap_param_gather)),
       positive("--ddp-bucket-size", parallel(&ParallelConfig::ddp_bucket_size)),
 
-      // Training.
+      section("training", FlagKind::CompileTime),
       positive("--micro-batch-size", training(&TrainingConfig::micro_batch_size)),
       positive("--global-batch-size", training(&TrainingConfig::global_batch_size)),
-      flag("--bf16", [](PlanConfig &c) { c.training.params_dtype = "bf16"; }),
-      flag("--fp16", [](PlanConfig &c) { c.training.params_dtype = "fp16"; }),
+      flag("--bf16", [](PlanConfig &c) { c.training.params_dtype = "bf16"; },
+           [](PlanConfig &) { return std::string("off (fp32)"); }),
+      flag("--fp16", [](PlanConfig &c) { c.training.params_dtype = "fp16"; },
+           [](PlanConfig &) { return std::string("off (fp32)"); }),
       choice("--optimizer", {"adam", "sgd"}, training(&TrainingConfig::optimizer)),
       number("--adam-beta1", training(&TrainingConfig::adam_beta1)),
       number("--adam-beta2", training(&TrainingConfig::adam_beta2)),
       number("--adam-eps", training(&TrainingConfig::adam_eps)),
       number("--clip-grad", training(&TrainingConfig::clip_grad)),
-      number("--weight-decay", training(&TrainingConfig::weight_decay)),
+      withKind(number("--weight-decay", training(&TrainingConfig::weight_decay)),
+               FlagKind::RunTimeDefault), // a device scalar trainrun writes every iteration
       setBool("--calculate-per-token-loss", training(&TrainingConfig::calculate_per_token_loss)),
       setBool("--no-calculate-per-token-loss", training(&TrainingConfig::calculate_per_token_loss),
               false),
-      flag("--recompute-activations", [](PlanConfig &) {}), // applied after parsing
+      flag("--recompute-activations", [](PlanConfig &) {}, // applied after parsing
+           [](PlanConfig &) { return std::string("off"); }),
       choice("--recompute-granularity", {"full", "selective"},
              training(&TrainingConfig::recompute_granularity)),
       choice("--recompute-method", {"uniform", "block"},
              training(&TrainingConfig::recompute_method)),
       positive("--recompute-num-layers", training(&TrainingConfig::recompute_num_layers)),
 
-      // Run-time defaults.
+      section("run-time defaults (recorded in the plan; trainrun flags override them)",
+              FlagKind::RunTimeDefault),
       {"--lr", Arity::One,
        [](PlanConfig &c, StringRef flag, ArrayRef<StringRef> v) -> Error {
          double value;
@@ -200,8 +294,13 @@ const std::vector<FlagSpec> &flagTable() {
            return e;
          c.runtime.lr = value;
          return Error::success();
-       }},
+       },
+       "X", [](PlanConfig &) { return std::string("none (required here or by trainrun)"); }},
       number("--min-lr", runtime(&RuntimeDefaults::min_lr)),
+      optionalNumber("--start-weight-decay", &RuntimeDefaults::start_weight_decay),
+      optionalNumber("--end-weight-decay", &RuntimeDefaults::end_weight_decay),
+      choice("--weight-decay-incr-style", {"constant", "linear", "cosine"},
+             runtime(&RuntimeDefaults::weight_decay_incr_style)),
       choice("--lr-decay-style", {"constant", "linear", "cosine", "inverse-square-root"},
              runtime(&RuntimeDefaults::lr_decay_style)),
       nonNegative("--lr-warmup-iters", runtime(&RuntimeDefaults::lr_warmup_iters)),
@@ -214,30 +313,32 @@ const std::vector<FlagSpec> &flagTable() {
        [](PlanConfig &c, StringRef, ArrayRef<StringRef> v) -> Error {
          c.runtime.data_path.assign(v.begin(), v.end());
          return Error::success();
-       }},
+       },
+       "PATH...", [](PlanConfig &) { return std::string("none"); }},
       setBool("--mock-data", runtime(&RuntimeDefaults::mock_data)),
       setBool("--check-for-nan-in-loss-and-grad",
               runtime(&RuntimeDefaults::check_for_nan_in_loss_and_grad)),
       setBool("--no-check-for-nan-in-loss-and-grad",
               runtime(&RuntimeDefaults::check_for_nan_in_loss_and_grad), false),
-      string("--split", runtime(&RuntimeDefaults::split)),
-      string("--tokenizer-type", runtime(&RuntimeDefaults::tokenizer_type)),
-      string("--tokenizer-model", runtime(&RuntimeDefaults::tokenizer_model)),
-      string("--vocab-file", runtime(&RuntimeDefaults::vocab_file)),
-      string("--merge-file", runtime(&RuntimeDefaults::merge_file)),
+      string("--split", runtime(&RuntimeDefaults::split), "A,B,C"),
+      string("--tokenizer-type", runtime(&RuntimeDefaults::tokenizer_type), "NAME"),
+      string("--tokenizer-model", runtime(&RuntimeDefaults::tokenizer_model), "FILE"),
+      string("--vocab-file", runtime(&RuntimeDefaults::vocab_file), "FILE"),
+      string("--merge-file", runtime(&RuntimeDefaults::merge_file), "FILE"),
       positive("--log-interval", runtime(&RuntimeDefaults::log_interval)),
       positive("--eval-interval", runtime(&RuntimeDefaults::eval_interval)),
       nonNegative("--eval-iters", runtime(&RuntimeDefaults::eval_iters)),
       positive("--save-interval", runtime(&RuntimeDefaults::save_interval)),
-      string("--save", runtime(&RuntimeDefaults::save)),
-      string("--load", runtime(&RuntimeDefaults::load)),
+      string("--save", runtime(&RuntimeDefaults::save), "DIR"),
+      string("--load", runtime(&RuntimeDefaults::load), "DIR"),
       nonNegative("--seed", runtime(&RuntimeDefaults::seed)),
 
-      // Logging and profiling only.
+      section("logging and TensorBoard (run-time defaults recorded in the plan)",
+              FlagKind::RunTimeDefault),
       setBool("--log-throughput", runtime(&RuntimeDefaults::log_throughput)),
       ignored("--log-progress"),
-      ignored("--log-params-norm"),
-      ignored("--log-num-zeros-in-grad"),
+      setBool("--log-params-norm", runtime(&RuntimeDefaults::log_params_norm)),
+      setBool("--log-num-zeros-in-grad", runtime(&RuntimeDefaults::log_num_zeros_in_grad)),
       // TensorBoard: run-time defaults the plan records (trainrun may override them).
       setBool("--log-timers-to-tensorboard", runtime(&RuntimeDefaults::log_timers_to_tensorboard)),
       setBool("--log-validation-ppl-to-tensorboard",
@@ -251,14 +352,22 @@ const std::vector<FlagSpec> &flagTable() {
               runtime(&RuntimeDefaults::log_learning_rate_to_tensorboard), false),
       setBool("--no-log-loss-scale-to-tensorboard",
               runtime(&RuntimeDefaults::log_loss_scale_to_tensorboard), false),
-      string("--tensorboard-dir", runtime(&RuntimeDefaults::tensorboard_dir)),
+      string("--tensorboard-dir", runtime(&RuntimeDefaults::tensorboard_dir), "DIR"),
       positive("--tensorboard-log-interval", runtime(&RuntimeDefaults::tensorboard_log_interval)),
       ignored("--tensorboard-queue-size", Arity::One), // events are written synchronously
       ignored("--wandb-project", Arity::One),
       ignored("--wandb-exp-name", Arity::One),
       ignored("--wandb-save-dir", Arity::One),
-      ignored("--timing-log-level", Arity::One),
-      ignored("--timing-log-option", Arity::One),
+      {"--timing-log-level", Arity::One,
+       [](PlanConfig &c, StringRef flag, ArrayRef<StringRef> v) -> Error {
+         if (v[0] != "0" && v[0] != "1" && v[0] != "2")
+           return makeError(flag + " expects one of 0, 1, 2, got '" + v[0] + "'");
+         c.runtime.timing_log_level = v[0][0] - '0';
+         return Error::success();
+       },
+       "{0,1,2}", [](PlanConfig &c) { return std::to_string(c.runtime.timing_log_level); }},
+      choice("--timing-log-option", {"max", "minmax", "all"},
+             runtime(&RuntimeDefaults::timing_log_option)),
       ignored("--profile"),
       ignored("--use-pytorch-profiler"),
       ignored("--profile-step-start", Arity::One),
@@ -266,6 +375,8 @@ const std::vector<FlagSpec> &flagTable() {
       ignored("--profile-ranks", Arity::OneOrMore),
       ignored("--record-memory-history"),
       ignored("--memory-snapshot-path", Arity::One),
+      section("accepted and ignored (Megatron implementation switches; profiling)",
+              FlagKind::Ignored),
       // Megatron implementation switches: trainc compiles its own kernels, so these choose
       // nothing (the computed function is the same).
       // DDP switches whose behaviour is trainc's fixed choice: gradients always accumulate and
@@ -277,13 +388,12 @@ const std::vector<FlagSpec> &flagTable() {
       ignored("--transformer-impl", Arity::One),
       ignored("--use-flash-attn"),
       ignored("--no-masked-softmax-fusion"),
-      ignored("--no-bias-gelu-fusion"),
       ignored("--no-bias-swiglu-fusion"),
       ignored("--no-bias-dropout-fusion"),
       ignored("--no-rope-fusion"),
       ignored("--no-gradient-accumulation-fusion"),
       ignored("--no-persist-layer-norm"),
-  };
+  });
   return table;
 }
 
@@ -295,6 +405,78 @@ const FlagSpec *lookupFlag(StringRef name) {
 }
 
 } // namespace
+
+std::string nearestMegatronFlag(StringRef name) {
+  StringRef best;
+  unsigned bestDistance = ~0u;
+  for (const FlagSpec &f : flagTable()) {
+    unsigned d = name.edit_distance(f.name, /*AllowReplacements=*/true, bestDistance);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = f.name;
+    }
+  }
+  if (!best.empty() && bestDistance <= std::max<size_t>(2, name.size() / 5))
+    return best.str();
+  return "";
+}
+
+std::vector<FlagInfo> megatronFlagTable() {
+  std::vector<FlagInfo> out;
+  for (const FlagSpec &f : flagTable()) {
+    PlanConfig defaults; // Megatron's defaults, before finalize()
+    out.push_back({f.name.str(), f.group, *f.kind, f.value, f.show ? f.show(defaults) : ""});
+  }
+  // Defaults that a default PlanConfig cannot show: required values and finalize()'s rules.
+  static const std::pair<const char *, const char *> derived[] = {
+      {"--num-layers", "required (or --preset / --hf-config)"},
+      {"--hidden-size", "required (or --preset / --hf-config)"},
+      {"--num-attention-heads", "required (or --preset / --hf-config)"},
+      {"--seq-length", "required (or --preset / --hf-config)"},
+      {"--vocab-size", "required (or --preset / --hf-config)"},
+      {"--micro-batch-size", "required"},
+      {"--ffn-hidden-size", "4 x hidden (SwiGLU: 8 x hidden / 3, rounded down to a multiple of 64)"},
+      {"--num-query-groups", "num-attention-heads"},
+      {"--kv-channels", "hidden / heads"},
+      {"--max-position-embeddings", "seq-length"},
+      {"--global-batch-size", "micro-batch-size x data-parallel-size"},
+      {"--ddp-bucket-size", "max(40000000, 1000000 x data-parallel-size)"},
+      {"--save-interval", "none"},
+      {"--train-iters", "none (this or --train-samples, here or in trainrun)"},
+      {"--train-samples", "none"},
+      {"--recompute-num-layers", "none"},
+      {"--virtual-pipeline-model-parallel-size", "none"},
+      {"--num-layers-per-virtual-pipeline-stage", "none"},
+  };
+  for (FlagInfo &f : out)
+    for (auto [name, text] : derived)
+      if (f.name == name)
+        f.defaultValue = text;
+  return out;
+}
+
+std::string megatronFlagHelp() {
+  std::string out, group;
+  for (const FlagInfo &f : megatronFlagTable()) {
+    if (f.group != group) {
+      group = f.group;
+      out += "\n" + group + ":\n";
+    }
+    std::string head = "  " + f.name + (f.value.empty() ? "" : " " + f.value);
+    if (head.size() < 46)
+      head.resize(46, ' ');
+    else
+      head += "  ";
+    out += head;
+    if (!f.defaultValue.empty())
+      out += "default: " + f.defaultValue + "  ";
+    out += f.kind == FlagKind::CompileTime      ? "[compile-time]"
+           : f.kind == FlagKind::RunTimeDefault ? "[run-time]"
+                                                : "[ignored]";
+    out += "\n";
+  }
+  return out;
+}
 
 llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
                                               const FlagParseOptions &options) {
@@ -313,17 +495,8 @@ llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
     const bool hasInlineValue = name.size() < arg.size();
     const FlagSpec *spec = lookupFlag(name);
     if (!spec) {
-      // The nearest accepted flag by edit distance, when it is near enough to be a typo.
-      StringRef best;
-      unsigned bestDistance = ~0u;
-      for (const FlagSpec &f : flagTable()) {
-        unsigned d = name.edit_distance(f.name, /*AllowReplacements=*/true, bestDistance);
-        if (d < bestDistance) {
-          bestDistance = d;
-          best = f.name;
-        }
-      }
-      if (!best.empty() && bestDistance <= std::max<size_t>(2, name.size() / 5))
+      std::string best = nearestMegatronFlag(name);
+      if (!best.empty())
         return makeError("unknown flag " + name + " (did you mean " + best + "?)");
       return makeError("unknown flag " + name);
     }
@@ -380,6 +553,16 @@ llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
     if (seen.contains(a) && seen.contains(b))
       return makeError(a + " and " + b + " are mutually exclusive");
 
+  // Megatron's arguments.py: start/end weight decay go with a non-constant increment style (the
+  // same rule and message as trainrun's).
+  const RuntimeDefaults &rd = config.runtime;
+  if (rd.weight_decay_incr_style == "constant" && (rd.start_weight_decay || rd.end_weight_decay))
+    return makeError("--start-weight-decay and --end-weight-decay need --weight-decay-incr-style "
+                     "linear or cosine (with constant, --weight-decay applies throughout)");
+  if (rd.weight_decay_incr_style != "constant" &&
+      (!rd.start_weight_decay || !rd.end_weight_decay))
+    return makeError("--weight-decay-incr-style " + rd.weight_decay_incr_style +
+                     " needs both --start-weight-decay and --end-weight-decay");
   if (Error e = config.finalize())
     return std::move(e);
   if (options.check_supported)

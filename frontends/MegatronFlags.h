@@ -43,10 +43,13 @@ struct FlagParseOptions {
 /// --no-calculate-per-token-loss (Megatron's legacy loss: the mean of per-microbatch token
 /// means; trainc's default is --calculate-per-token-loss, the exact global per-token mean).
 ///
-/// Accepted and only recorded in PlanConfig::ignoredFlags: logging/profiling flags
-/// (--log-throughput, --tensorboard-dir, --wandb-project, --timing-log-level, --profile, ...)
-/// and Megatron implementation switches (--use-mcore-models, --transformer-impl,
-/// --use-flash-attn, --no-*-fusion).
+/// Run-time values (--lr, --train-iters, --tensorboard-dir, --timing-log-level, --log-params-norm,
+/// --start-weight-decay, ...) are recorded in PlanConfig::runtime as trainrun's defaults.
+/// Accepted and only recorded in PlanConfig::ignoredFlags: profiling and wandb flags (--profile,
+/// --wandb-project, ...) and Megatron implementation switches (--use-mcore-models,
+/// --transformer-impl, --use-flash-attn, --no-*-fusion except --no-bias-gelu-fusion, which
+/// selects the erf GELU as in Megatron). megatronFlagTable() lists them all (trainc compile
+/// --help).
 ///
 /// Errors: "unknown flag --foo", "unexpected argument 'foo'", "--num-layers expects a value",
 /// "--bf16 does not take a value", "--num-layers expects a positive integer, got 'abc'",
@@ -55,6 +58,31 @@ struct FlagParseOptions {
 /// exclusive", any PlanConfig::finalize() error, and checkSupported()'s "not supported yet: ...".
 llvm::Expected<PlanConfig> parseMegatronFlags(llvm::ArrayRef<std::string> args,
                                               const FlagParseOptions &options = {});
+
+/// What a flag of the table sets: the compiled program (compile-time), a run-time value whose
+/// default the plan records and trainrun's flags override, or nothing (accepted, recorded in
+/// PlanConfig::ignoredFlags).
+enum class FlagKind { CompileTime, RunTimeDefault, Ignored };
+
+/// One accepted flag as --help shows it, read from the parser's own table (the same entries
+/// parseMegatronFlags dispatches on, in table order).
+struct FlagInfo {
+  std::string name;         // "--num-layers"
+  std::string group;        // "model shape"
+  FlagKind kind;
+  std::string value;        // value placeholder: "N", "X", "{a,b}", "PATH..."; "" for a switch
+  std::string defaultValue; // Megatron's default as a default PlanConfig holds it ("on"/"off"
+                            // for switches, "derived/none" when finalize() derives it)
+};
+std::vector<FlagInfo> megatronFlagTable();
+
+/// The flag table as help text: one block per group, one line per flag
+/// "  --name VALUE   default: D   [compile-time|run-time|ignored]".
+std::string megatronFlagHelp();
+
+/// The accepted flag nearest to `name` by edit distance when it is near enough to be a typo
+/// (at most max(2, |name| / 5) edits), else "".
+std::string nearestMegatronFlag(llvm::StringRef name);
 
 } // namespace trainc::config
 

@@ -193,6 +193,7 @@ Error ModelConfig::finalize(int64_t tensor_model_parallel_size) {
   // MLP.
   if (swiglu && openai_gelu)
     return makeError("--openai-gelu and --swiglu are mutually exclusive");
+  gelu_tanh = !swiglu && (openai_gelu || (bias_gelu_fusion && add_bias_linear));
   if (ffn_hidden_size == 0) {
     // int((4 * h * 2 / 3) / 64) * 64 in exact integer arithmetic.
     ffn_hidden_size = swiglu ? (8 * hidden_size) / 192 * 64 : 4 * hidden_size;
@@ -291,6 +292,8 @@ KeyValues ModelConfig::toKeyValues() const {
       {"norm_epsilon", str(norm_epsilon)},
       {"swiglu", str(swiglu)},
       {"openai_gelu", str(openai_gelu)},
+      {"bias_gelu_fusion", str(bias_gelu_fusion)},
+      {"gelu_tanh", str(gelu_tanh)},
       {"add_bias_linear", str(add_bias_linear)},
       {"untie_embeddings_and_output_weights", str(untie_embeddings_and_output_weights)},
       {"attention_dropout", str(attention_dropout)},
@@ -372,9 +375,18 @@ KeyValues RuntimeDefaults::toKeyValues() const {
       {"log_batch_size_to_tensorboard", str(log_batch_size_to_tensorboard)},
       {"log_learning_rate_to_tensorboard", str(log_learning_rate_to_tensorboard)},
       {"log_loss_scale_to_tensorboard", str(log_loss_scale_to_tensorboard)},
+      {"log_params_norm", str(log_params_norm)},
+      {"log_num_zeros_in_grad", str(log_num_zeros_in_grad)},
+      {"timing_log_level", str(timing_log_level)},
+      {"timing_log_option", timing_log_option},
+      {"weight_decay_incr_style", weight_decay_incr_style},
   };
   if (lr)
     kv["lr"] = str(*lr);
+  if (start_weight_decay)
+    kv["start_weight_decay"] = str(*start_weight_decay);
+  if (end_weight_decay)
+    kv["end_weight_decay"] = str(*end_weight_decay);
   return kv;
 }
 

@@ -69,8 +69,16 @@ struct ModelConfig {
   double norm_epsilon = 1e-5;
   /// Gated SiLU MLP (two input projections); else GELU.
   bool swiglu = false;
-  /// GELU in its tanh form (HF's gelu_new) instead of the erf form.
+  /// Megatron's --openai-gelu: GELU in its tanh form (HF's gelu_new), unfused.
   bool openai_gelu = false;
+  /// Megatron's bias_gelu_fusion (default on; --no-bias-gelu-fusion clears it): with biases the
+  /// MLP runs fused_bias_gelu.py's bias_gelu, the tanh form.
+  bool bias_gelu_fusion = true;
+  /// The GELU the model computes, derived by finalize() as Megatron selects it (mlp.py,
+  /// arguments.py): the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with
+  /// --openai-gelu, or with the bias-GELU fusion when the linears have biases (arguments.py turns
+  /// the fusion off without them); else F.gelu's erf form. Not used with --swiglu.
+  bool gelu_tanh = false;
   /// Biases on every linear layer (--disable-bias-linear clears it).
   bool add_bias_linear = true;
   bool untie_embeddings_and_output_weights = false;
@@ -186,6 +194,17 @@ struct RuntimeDefaults {
        log_memory_to_tensorboard = false, log_world_size_to_tensorboard = false,
        log_batch_size_to_tensorboard = false, log_learning_rate_to_tensorboard = true,
        log_loss_scale_to_tensorboard = true;
+  /// Megatron's --log-params-norm and --log-num-zeros-in-grad: the log line's (and
+  /// TensorBoard's) params-norm and num-zeros fields.
+  bool log_params_norm = false, log_num_zeros_in_grad = false;
+  /// Megatron's timers: --timing-log-level 0|1|2 and --timing-log-option max|minmax|all.
+  int64_t timing_log_level = 0;
+  std::string timing_log_option = "minmax";
+  /// Megatron's weight-decay schedule (OptimizerParamScheduler): --start-weight-decay and
+  /// --end-weight-decay (both unset: --weight-decay throughout) and --weight-decay-incr-style
+  /// constant|linear|cosine over the training samples.
+  std::optional<double> start_weight_decay, end_weight_decay;
+  std::string weight_decay_incr_style = "constant";
 
   /// Field name -> value; doubles in shortest round-trip form, booleans "true"/"false",
   /// data_path joined by single spaces; lr only when given.

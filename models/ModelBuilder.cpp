@@ -276,7 +276,7 @@ LogicalResult ModelIRBuilder::build() {
     Value u = llinear(h2, y.w1, ob(y.b1), cfg.swiglu ? 2 * F : F, lm);
     Value gate = cfg.swiglu ? Value(b.create<model::SwigluOp>(lm, t({B, S, F}), u))
                             : Value(b.create<model::GeluOp>(lm, u.getType(), u,
-                                                             b.getBoolAttr(cfg.openai_gelu)));
+                                                             b.getBoolAttr(cfg.gelu_tanh)));
     Value f = ldrop(llinear(gate, y.w2, ob(y.b2), H, lm), lm);
     lx = b.create<model::AddOp>(lm, lx.getType(), lx, f);
     b.create<func::ReturnOp>(lm, lx);

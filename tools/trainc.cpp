@@ -43,7 +43,8 @@ int usage(const std::string &msg = "") {
          "                      [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir "
          "DIR]\n"
          "       trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks] [--buckets]\n"
-         "       trainc presets\n";
+         "       trainc presets\n"
+         "       trainc compile --help   (every flag with its default)\n";
   return 2;
 }
 
@@ -61,7 +62,44 @@ const llvm::StringRef kRunTimeOnlyFlags[] = {
     "--rerun-mode", "--error-injection-rate", "--error-injection-type",
     "--result-rejected-tracker-filename", "--check-for-spiky-loss", "--check-for-large-grads"};
 
+/// trainc compile's own flags (the driver's, not Megatron's), for --help.
+struct DriverFlag {
+  const char *name, *value, *help;
+};
+const DriverFlag kDriverFlags[] = {
+    {"-o, --output", "DIR", "the plan directory to write (required)"},
+    {"--preset", "NAME", "a built-in model (trainc presets)"},
+    {"--hf-config", "FILE", "a Hugging Face config.json"},
+    {"MODEL.mlir", "", "a model-dialect module"},
+    {"--dtype", "{fp32,fp64}", "the compute dtype (default fp32)"},
+    {"--mlir-print-ir-after-all", "", "print the IR after every pass"},
+    {"--dump-ir-dir", "DIR", "write the IR after each phase"},
+    {"-h, --help", "", "this text"},
+};
+
+/// `trainc compile --help`: the driver's flags, then every Megatron-LM flag of the parser's
+/// table by group with its default and kind, then the run-time-only flags it refuses.
+void printCompileHelp() {
+  llvm::outs() << "usage: trainc compile [--preset NAME | --hf-config FILE | MODEL.mlir] "
+                  "[Megatron-LM flags...] -o DIR\n\ntrainc compile:\n";
+  for (const DriverFlag &f : kDriverFlags) {
+    std::string head = std::string("  ") + f.name + (*f.value ? " " : "") + f.value;
+    head.resize(std::max<size_t>(head.size() + 2, 44), ' ');
+    llvm::outs() << head << f.help << "\n";
+  }
+  llvm::outs() << ::trainc::config::megatronFlagHelp();
+  llvm::outs() << "\nrun-time only (refused here: give them to trainrun PLAN -- ...):\n ";
+  for (llvm::StringRef f : kRunTimeOnlyFlags)
+    llvm::outs() << " " << f;
+  llvm::outs() << "\n\n[compile-time]: fixed in the program; [run-time]: the plan records the "
+                  "value as trainrun's default (trainrun --help); [ignored]: accepted, no effect\n";
+}
+
 int cmdCompile(std::vector<std::string> args) {
+  if (llvm::is_contained(args, "--help") || llvm::is_contained(args, "-h")) {
+    printCompileHelp();
+    return 0;
+  }
   mlir::trainc::CompileOptions opts;
   std::string preset, hfConfig, mlirFile;
   std::vector<std::string> flags;
@@ -341,6 +379,10 @@ int main(int argc, char **argv) {
     return usage();
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "--help" || cmd == "-h") {
+    usage();
+    return 0;
+  }
   if (cmd == "compile")
     return cmdCompile(args);
   if (cmd == "inspect")

@@ -63,42 +63,52 @@ using namespace trainc;
 
 namespace {
 
+/// The launcher's own flags (before PLAN_DIR), for --help and the unknown-option hint.
+struct LauncherFlag {
+  const char *name, *value, *dflt, *help;
+};
+const LauncherFlag kLauncherFlags[] = {
+    {"--nproc", "N", "1", "ranks to start on this node (N > 1 spawns processes)"},
+    {"--nnodes", "M", "1", "hosts of the job"},
+    {"--node-rank", "K", "0", "this host's index (needed with --nnodes > 1)"},
+    {"--master-addr", "HOST", "127.0.0.1", "the host of node 0, which hosts the rendezvous store"},
+    {"--master-port", "P", "ephemeral", "the store's port on node 0"},
+    {"--log-all-ranks", "", "off", "show every rank's log, not only rank 0's"},
+    {"--comm-timeout", "SECONDS", "300", "collective timeout"},
+    {"--distributed-timeout-minutes", "M", "5",
+     "Megatron's name for the collective timeout (--comm-timeout wins; also after --)"},
+    {"--comm-iface", "IFACE", "TRAINC_GLOO_IFACE or the route to the store", "Gloo's interface"},
+    {"--backend", "{cpu,cuda}", "TRAINC_BACKEND, else cuda when a GPU is present",
+     "the compute backend (docs/cuda.md)"},
+    {"-h, --help", "", "", "this text"},
+};
+
+/// The full help: the launcher's flags, then every run-time flag of the trainer's table
+/// (rt::control::runFlags) by group with its default.
+void printHelp(std::ostream &out) {
+  out << "usage: trainrun [--nproc N] [--nnodes M --node-rank K --master-addr HOST --master-port "
+         "P]\n"
+         "                [--log-all-ranks] [--comm-timeout SECONDS] [--comm-iface IFACE]\n"
+         "                [--backend cpu|cuda] PLAN_DIR [-- RUNTIME_FLAGS...]\n"
+         "Without --nproc, RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT (or SLURM_PROCID/\n"
+         "SLURM_NTASKS/SLURM_LOCALID) run one rank of a job started by an outer launcher; every\n"
+         "node of a multi-node job needs the same TRAINC_JOB_TOKEN.\n\nlauncher (before PLAN_DIR):\n";
+  for (const LauncherFlag &f : kLauncherFlags) {
+    std::string head = std::string("  ") + f.name + (*f.value ? " " : "") + f.value;
+    head.resize(std::max<size_t>(head.size() + 2, 46), ' ');
+    out << head << (*f.dflt ? absl::StrCat("default: ", f.dflt, "  ") : "") << f.help << "\n";
+  }
+  out << "\nrun-time flags (after --; Megatron's names; all run-time). A plan records the values "
+         "its\ntrainc compile command gave ([run-time] in trainc compile --help): those are the "
+         "defaults\nthen, and these flags override them.\n"
+      << rt::control::runFlagHelp();
+}
+
 int usage(const std::string &msg = "") {
   if (!msg.empty())
     std::cerr << "trainrun: " << msg << "\n";
-  std::cerr
-      << "usage: trainrun [--nproc N] [--nnodes M --node-rank K --master-addr HOST --master-port P]\n"
-         "                [--log-all-ranks] [--comm-timeout SECONDS] [--comm-iface IFACE]\n"
-         "                [--distributed-timeout-minutes M (Megatron's name; --comm-timeout wins)]\n"
-         "                [--backend cpu|cuda (default: cuda when a GPU and the CUDA libraries\n"
-         "                are present, else cpu; TRAINC_BACKEND sets the default; docs/cuda.md)]\n"
-         "                PLAN_DIR [-- RUNTIME_FLAGS...]\n"
-         "  --nproc N: ranks to start on this node (N > 1 spawns processes; default 1)\n"
-         "  --nnodes/--node-rank/--master-addr/--master-port: several hosts; node 0 hosts the\n"
-         "      rendezvous store at HOST:P; every node needs the same TRAINC_JOB_TOKEN\n"
-         "  without --nproc, RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT (or SLURM_PROCID/\n"
-         "      SLURM_NTASKS/SLURM_LOCALID) run one rank of a job started by an outer launcher\n"
-         "  runtime flags (Megatron names): --data-path FILE|DIR... | --mock-data, --split,\n"
-         "  .bin/.idx data: --data-path [W1] PREFIX1 [W2 PREFIX2 ...] (a blend),\n"
-         "  --train-data-path/--valid-data-path/--test-data-path, --data-cache-path DIR,\n"
-         "  --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model,\n"
-         "  --eod-mask-loss, --reset-position-ids,\n"
-         "  --train-iters | --train-samples, --lr, --min-lr, --lr-decay-style,\n"
-         "  --lr-warmup-iters | --lr-warmup-samples, --lr-decay-iters | --lr-decay-samples,\n"
-         "  --weight-decay, --log-interval, --eval-interval, --eval-iters, --seed,\n"
-         "  --seq-length (must equal the compiled one), --dump-dir DIR, --trace DIR\n"
-         "  (Chrome trace per rank), --profile-step-start N, --profile-step-end M,\n"
-         "  --[no-]check-for-nan-in-loss-and-grad (default on: a NaN/Inf loss or grad norm is an\n"
-         "  error once a rerun reproduces it)\n"
-         "  rerun state machine: --rerun-mode disabled|validate_results|report_determinism_stats\n"
-         "  (default validate_results), --check-for-spiky-loss, --check-for-large-grads,\n"
-         "  --error-injection-rate N, --error-injection-type correct_result|transient_error|\n"
-         "  persistent_error, --result-rejected-tracker-filename FILE\n"
-         "  checkpoints (docs/checkpoint.md): --save DIR, --save-interval N, --load DIR,\n"
-         "  --ckpt-step N, --no-save-optim, --no-load-optim, --no-load-rng, --finetune,\n"
-         "  --override-opt_param-scheduler; exits (saving first with --save):\n"
-         "  --exit-signal-handler (SIGTERM/SIGINT: finish the iteration, save, exit 0),\n"
-         "  --exit-interval N, --exit-duration-in-mins M, --async-save (write in the background)\n";
+  std::cerr << "usage: trainrun [launcher flags] PLAN_DIR [-- RUNTIME_FLAGS...]   (trainrun --help "
+               "lists every flag)\n";
   return 2;
 }
 
@@ -814,15 +824,40 @@ int main(int argc, char **argv) {
     } else if (a == "--log-all-ranks") {
       f.logAllRanks = true;
     } else if (a == "-h" || a == "--help") {
-      usage();
+      printHelp(std::cout);
       return 0;
     } else if (a.rfind("-", 0) == 0) {
+      std::vector<std::string> launcher;
+      for (const LauncherFlag &lf : kLauncherFlags)
+        if (lf.name[1] == '-')
+          launcher.push_back(lf.name);
+      std::string near = rt::control::nearestFlag(a, launcher);
+      if (!near.empty())
+        return usage("unknown option '" + a + "' (did you mean " + near + "?)");
+      for (const rt::control::RunFlag &rf : rt::control::runFlags())
+        if (rf.name == a)
+          return usage("unknown option '" + a + "': " + a +
+                       " is a run-time flag; give it after the plan: trainrun PLAN_DIR -- " + a);
       return usage("unknown option '" + a + "' (runtime flags go after --)");
     } else if (f.planDir.empty()) {
       f.planDir = a;
     } else {
       return usage("more than one plan directory ('" + f.planDir + "', '" + a + "')");
     }
+  }
+  // `trainrun PLAN -- --help` asks for the same help as `trainrun --help`; a launcher flag after
+  // `--` is named as such (the trainer would call it unknown).
+  for (const std::string &a : f.runtimeArgs) {
+    if (a == "--help" || a == "-h") {
+      printHelp(std::cout);
+      return 0;
+    }
+    const std::string name = a.substr(0, a.find('='));
+    for (const LauncherFlag &lf : kLauncherFlags)
+      if (name == lf.name && name != "--distributed-timeout-minutes")
+        return usage(absl::StrCat(name, " is a launcher flag: give it before the plan (trainrun ",
+                                  name, *lf.value ? absl::StrCat(" ", lf.value) : "",
+                                  " PLAN_DIR -- ...)"));
   }
   if (f.planDir.empty())
     return usage("missing PLAN_DIR");

@@ -227,8 +227,8 @@ def Sched_AccumulateGradOp : Sched_Op<"accumulate_grad",
 def Sched_AccumulateLossOp : Sched_Op<"accumulate_loss"> {
   let summary = "Add a microbatch's (loss_sum, num_tokens) into the iteration's loss outputs";
   let description = [{
-    normalization "per_token" keeps sums apart (exact global per-token mean); "per_microbatch"
-    (Megatron's legacy mode) adds loss_sum / num_tokens and counts one per microbatch.
+    Both normalizations add the sums (the logged loss is Megatron's Sigma loss / Sigma tokens in
+    either mode); "per_microbatch" (Megatron's legacy mode) differs only in its gradient seed.
     ```mlir
     sched.accumulate_loss %l, %n per_token : tensor<f32>, tensor<f32>
     ```

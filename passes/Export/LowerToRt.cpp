@@ -537,17 +537,11 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       Value ls = ref(ob, loc, scalar("loss_sum", "output"));
       Value nt = ref(ob, loc, scalar("num_tokens", "output"));
       Value l = map.lookup(acc.getLossSum()), n = map.lookup(acc.getNumTokens());
-      if (acc.getNormalization() == sched::Normalization::per_token) {
-        kernel(ob, loc, "add", {ls, l}, {ls}, {}, {0});
-        kernel(ob, loc, "add", {nt, n}, {nt}, {}, {0});
-      } else {
-        Value inv = ref(ob, loc, scalar("mb_inv_num_tokens", "workspace"));
-        Value mean = ref(ob, loc, scalar("mb_loss_mean", "workspace"));
-        kernel(ob, loc, "reciprocal", {n}, {inv});
-        kernel(ob, loc, "scale_by", {l, inv}, {mean});
-        kernel(ob, loc, "add", {ls, mean}, {ls}, {}, {0});
-        kernel(ob, loc, "add", {nt, ref(ob, loc, scalar("one", "workspace"))}, {nt}, {}, {0});
-      }
+      // Both normalizations report Megatron's logged loss, Sigma loss / Sigma tokens over the
+      // global batch (train_step sums loss_func's (loss, num_tokens) pairs in either mode); the
+      // legacy mode's mean of per-microbatch means shapes only the gradient (sched.loss_seed).
+      kernel(ob, loc, "add", {ls, l}, {ls}, {}, {0});
+      kernel(ob, loc, "add", {nt, n}, {nt}, {}, {0});
       continue;
     }
     if (auto seed = dyn_cast<sched::LossSeedOp>(&op)) {

@@ -53,4 +53,13 @@ double LrSchedule::lr(int64_t samples) const {
   return minLr + coeff * (maxLr - minLr);
 }
 
+double weightDecayAt(double start, double end, int64_t incrSamples, const std::string &style,
+                     int64_t samples) {
+  if (samples > incrSamples || style == "constant" || incrSamples <= 0)
+    return end;
+  double r = double(samples) / double(incrSamples);
+  double coeff = style == "linear" ? r : 0.5 * (std::cos(M_PI * (1.0 - r)) + 1.0);
+  return start + coeff * (end - start);
+}
+
 } // namespace trainc::rt::control

@@ -35,6 +35,15 @@ private:
   std::string style;
 };
 
+/// Megatron's weight-decay increment (OptimizerParamScheduler.get_wd), in samples: `end` once
+/// `samples` > `incrSamples` (the run's training samples); otherwise start + coeff (end -
+/// start) with r = samples / incrSamples and coeff = r (linear), (cos(pi (1 - r)) + 1) / 2
+/// (cosine), or end throughout for "constant" (where start == end). Weight decay is
+/// dimensionless (AdamW's decoupled factor). Like the learning rate it advances on successful
+/// steps only. `style` must be "constant", "linear" or "cosine" (parseRunOptions checks it).
+double weightDecayAt(double start, double end, int64_t incrSamples, const std::string &style,
+                     int64_t samples);
+
 } // namespace trainc::rt::control
 
 #endif

@@ -3,6 +3,7 @@
 #include "runtime/control/Trainer.h"
 
 #include "runtime/control/TensorBoard.h"
+#include "runtime/control/Timers.h"
 #include "runtime/core/Files.h"
 
 #include "runtime/comm/Communicator.h"
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 #include <algorithm>
 #include <array>
@@ -72,6 +74,217 @@ double metaDouble(const schema::Program &p, const std::string &key, double dflt)
 
 } // namespace
 
+//===----------------------------------------------------------------------===//
+// The run-time flag table (trainrun --help and the parser's gate)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string showInt(int64_t v) { return std::to_string(v); }
+std::string showOnOff(bool v) { return v ? "on" : "off"; }
+std::string showText(const std::string &v) { return v.empty() ? "none" : v; }
+std::string showNum(double v) { return absl::StrCat(v); }
+
+const std::vector<RunFlag> &runFlagTable() {
+  using O = const RunOptions &;
+  static const std::vector<RunFlag> table = {
+      // group, name, value placeholder, an example value (tests), default
+      {"data", "--data-path", "PATH...", "a.txt", [](O) { return std::string("plan's or none"); }},
+      {"data", "--mock-data", "", "", [](O o) { return showOnOff(o.mockData); }},
+      {"data", "--split", "A,B,C", "98,2,0", [](O o) { return o.split; }},
+      {"data", "--seq-length", "N", "8", [](O) { return std::string("the compiled one"); }},
+      {"data", "--tokenizer-type", "NAME", "NullTokenizer",
+       [](O) { return std::string("ByteTokenizer (text data)"); }},
+      {"data", "--vocab-file", "FILE", "v.json", [](O o) { return showText(o.vocabFile); }},
+      {"data", "--merge-file", "FILE", "m.txt", [](O o) { return showText(o.mergeFile); }},
+      {"data", "--tokenizer-model", "FILE", "t.model",
+       [](O o) { return showText(o.tokenizerModel); }},
+      {"data", "--train-data-path", "[W] PREFIX...", "a",
+       [](O) { return std::string("--data-path split by --split"); }},
+      {"data", "--valid-data-path", "[W] PREFIX...", "a",
+       [](O) { return std::string("--data-path split by --split"); }},
+      {"data", "--test-data-path", "[W] PREFIX...", "a",
+       [](O) { return std::string("--data-path split by --split"); }},
+      {"data", "--data-cache-path", "DIR", "c",
+       [](O) { return std::string("PREFIX's cache/GPTDataset_indices"); }},
+      {"data", "--eod-mask-loss", "", "", [](O o) { return showOnOff(o.eodMaskLoss); }},
+      {"data", "--reset-position-ids", "", "", [](O o) { return showOnOff(o.resetPositionIds); }},
+      {"training", "--train-iters", "N", "3", [](O) { return std::string("plan's"); }},
+      {"training", "--train-samples", "N", "24", [](O) { return std::string("plan's"); }},
+      {"training", "--seed", "INT", "7", [](O o) { return showInt(o.seed); }},
+      {"training", "--check-for-nan-in-loss-and-grad", "", "",
+       [](O o) { return showOnOff(o.checkForNanInLossAndGrad); }},
+      {"training", "--no-check-for-nan-in-loss-and-grad", "", "",
+       [](O o) { return showOnOff(!o.checkForNanInLossAndGrad); }},
+      {"learning rate and weight decay", "--lr", "X", "0.001",
+       [](O) { return std::string("plan's (required)"); }},
+      {"learning rate and weight decay", "--min-lr", "X", "0", [](O o) { return showNum(o.minLr); }},
+      {"learning rate and weight decay", "--lr-decay-style",
+       "{constant,linear,cosine,inverse-square-root}", "cosine",
+       [](O o) { return o.lrDecayStyle; }},
+      {"learning rate and weight decay", "--lr-warmup-iters", "INT", "1",
+       [](O o) { return showInt(o.lrWarmupIters); }},
+      {"learning rate and weight decay", "--lr-warmup-samples", "INT", "8",
+       [](O o) { return showInt(o.lrWarmupSamples); }},
+      {"learning rate and weight decay", "--lr-decay-iters", "N", "3",
+       [](O) { return std::string("--train-iters"); }},
+      {"learning rate and weight decay", "--lr-decay-samples", "N", "24",
+       [](O) { return std::string("--train-samples"); }},
+      {"learning rate and weight decay", "--weight-decay", "X", "0.1",
+       [](O o) { return showNum(o.weightDecay); }},
+      {"learning rate and weight decay", "--start-weight-decay", "X", "0.01",
+       [](O) { return std::string("--weight-decay"); }},
+      {"learning rate and weight decay", "--end-weight-decay", "X", "0.1",
+       [](O) { return std::string("--weight-decay"); }},
+      {"learning rate and weight decay", "--weight-decay-incr-style", "{constant,linear,cosine}",
+       "linear", [](O o) { return o.weightDecayIncrStyle; }},
+      {"logging", "--log-interval", "N", "1", [](O o) { return showInt(o.logInterval); }},
+      {"logging", "--eval-interval", "N", "2", [](O o) { return showInt(o.evalInterval); }},
+      {"logging", "--eval-iters", "INT", "1", [](O o) { return showInt(o.evalIters); }},
+      {"logging", "--log-throughput", "", "", [](O o) { return showOnOff(o.logThroughput); }},
+      {"logging", "--log-params-norm", "", "", [](O o) { return showOnOff(o.logParamsNorm); }},
+      {"logging", "--log-num-zeros-in-grad", "", "",
+       [](O o) { return showOnOff(o.logNumZerosInGrad); }},
+      {"logging", "--timing-log-level", "{0,1,2}", "1", [](O o) { return showInt(o.timingLogLevel); }},
+      {"logging", "--timing-log-option", "{max,minmax,all}", "all",
+       [](O o) { return o.timingLogOption; }},
+      {"TensorBoard", "--tensorboard-dir", "DIR", "tb", [](O o) { return showText(o.tensorboardDir); }},
+      {"TensorBoard", "--tensorboard-log-interval", "N", "1",
+       [](O o) { return showInt(o.tensorboardLogInterval); }},
+      {"TensorBoard", "--tensorboard-queue-size", "N", "10",
+       [](O) { return std::string("ignored (events are written synchronously)"); }},
+      {"TensorBoard", "--log-timers-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logTimersToTensorboard); }},
+      {"TensorBoard", "--log-validation-ppl-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logValidationPplToTensorboard); }},
+      {"TensorBoard", "--log-memory-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logMemoryToTensorboard); }},
+      {"TensorBoard", "--log-world-size-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logWorldSizeToTensorboard); }},
+      {"TensorBoard", "--log-batch-size-to-tensorboard", "", "",
+       [](O o) { return showOnOff(o.logBatchSizeToTensorboard); }},
+      {"TensorBoard", "--no-log-learning-rate-to-tensorboard", "", "",
+       [](O o) { return showOnOff(!o.logLearningRateToTensorboard); }},
+      {"TensorBoard", "--no-log-loss-scale-to-tensorboard", "", "",
+       [](O o) { return showOnOff(!o.logLossScaleToTensorboard); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--save", "DIR", "ck",
+       [](O o) { return showText(o.ckpt.save); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--save-interval", "N", "2",
+       [](O) { return std::string("none (at the end and on exit)"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--load", "DIR", "ck",
+       [](O o) { return showText(o.ckpt.load); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--ckpt-step", "INT", "2",
+       [](O) { return std::string("the tracker's"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--no-save-optim", "", "",
+       [](O o) { return showOnOff(o.ckpt.noSaveOptim); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--no-load-optim", "", "",
+       [](O o) { return showOnOff(o.ckpt.noLoadOptim); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--no-load-rng", "", "",
+       [](O o) { return showOnOff(o.ckpt.noLoadRng); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--finetune", "", "",
+       [](O o) { return showOnOff(o.ckpt.finetune); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--override-opt_param-scheduler", "", "",
+       [](O o) { return showOnOff(o.ckpt.overrideOptParamScheduler); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--override-opt-param-scheduler", "", "",
+       [](O o) { return showOnOff(o.ckpt.overrideOptParamScheduler); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--exit-signal-handler", "", "",
+       [](O o) { return showOnOff(o.ckpt.exitSignalHandler); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--exit-interval", "N", "2",
+       [](O) { return std::string("none"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--exit-duration-in-mins", "X", "5",
+       [](O) { return std::string("none"); }},
+      {"checkpoints and exits (docs/checkpoint.md)", "--async-save", "", "",
+       [](O o) { return showOnOff(o.ckpt.asyncSave); }},
+      {"rerun state machine", "--rerun-mode",
+       "{disabled,validate_results,report_determinism_stats}", "disabled",
+       [](O) { return std::string("validate_results"); }},
+      {"rerun state machine", "--check-for-spiky-loss", "", "",
+       [](O o) { return showOnOff(o.rerun.checkSpikyLoss); }},
+      {"rerun state machine", "--check-for-large-grads", "", "",
+       [](O o) { return showOnOff(o.rerun.checkLargeGrads); }},
+      {"rerun state machine", "--error-injection-rate", "INT", "0",
+       [](O o) { return showInt(o.rerun.errorInjectionRate); }},
+      {"rerun state machine", "--error-injection-type",
+       "{correct_result,transient_error,persistent_error}", "transient_error",
+       [](O) { return std::string("transient_error"); }},
+      {"rerun state machine", "--result-rejected-tracker-filename", "FILE", "r.txt",
+       [](O o) { return showText(o.rerun.rejectedTrackerFile); }},
+      {"profiling and dumps (trainc)", "--dump-dir", "DIR", "d",
+       [](O o) { return showText(o.dumpDir); }},
+      {"profiling and dumps (trainc)", "--trace", "DIR", "t", [](O o) { return showText(o.traceDir); }},
+      {"profiling and dumps (trainc)", "--profile-step-start", "N", "1",
+       [](O) { return std::string("the first iteration"); }},
+      {"profiling and dumps (trainc)", "--profile-step-end", "N", "2",
+       [](O) { return std::string("the last iteration"); }},
+      // Megatron flags refused with the reason (not silently dropped).
+      {"not supported yet (refused, naming the reason)", "--reset-attention-mask", "", "",
+       [](O) { return std::string("off"); }},
+      {"not supported yet (refused, naming the reason)", "--use-dist-ckpt", "", "",
+       [](O) { return std::string("off"); }},
+      {"not supported yet (refused, naming the reason)", "--ckpt-format", "", "",
+       [](O) { return std::string("torch (trainc: safetensors)"); }},
+      {"not supported yet (refused, naming the reason)", "--non-persistent-save-interval", "",
+       "", [](O) { return std::string("none"); }},
+      {"not supported yet (refused, naming the reason)", "--use-checkpoint-opt_param-scheduler",
+       "", "", [](O) { return std::string("off"); }},
+  };
+  return table;
+}
+
+const RunFlag *findRunFlag(const std::string &name) {
+  for (const RunFlag &f : runFlagTable())
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+
+/// Levenshtein distance (insertions, deletions, replacements).
+size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+} // namespace
+
+std::vector<RunFlag> runFlags() { return runFlagTable(); }
+
+std::string nearestFlag(const std::string &name, const std::vector<std::string> &candidates) {
+  std::string best;
+  size_t bestDistance = ~size_t(0);
+  for (const std::string &c : candidates)
+    if (size_t d = editDistance(name, c); d < bestDistance) {
+      bestDistance = d;
+      best = c;
+    }
+  return bestDistance <= std::max<size_t>(2, name.size() / 5) ? best : "";
+}
+
+std::string runFlagHelp() {
+  std::string out, group;
+  RunOptions defaults;
+  for (const RunFlag &f : runFlagTable()) {
+    if (f.group != group) {
+      group = f.group;
+      out += "\n" + group + ":\n";
+    }
+    std::string head = "  " + f.name + (f.value.empty() ? "" : " " + f.value);
+    head.resize(std::max<size_t>(head.size() + 2, 46), ' ');
+    out += head + "default: " + f.show(defaults) + "\n";
+  }
+  return out;
+}
+
 absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
                                            const std::vector<std::string> &args) {
   RunOptions o;
@@ -119,6 +332,15 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   o.logLearningRateToTensorboard = metaBool("runtime.log_learning_rate_to_tensorboard", true);
   o.logLossScaleToTensorboard = metaBool("runtime.log_loss_scale_to_tensorboard", true);
   o.logThroughput = metaBool("runtime.log_throughput", false);
+  o.logParamsNorm = metaBool("runtime.log_params_norm", false);
+  o.logNumZerosInGrad = metaBool("runtime.log_num_zeros_in_grad", false);
+  o.timingLogLevel = metaInt(p, "runtime.timing_log_level", 0);
+  o.timingLogOption = meta(p, "runtime.timing_log_option", o.timingLogOption);
+  o.weightDecayIncrStyle = meta(p, "runtime.weight_decay_incr_style", o.weightDecayIncrStyle);
+  if (double v; toDouble(meta(p, "runtime.start_weight_decay"), v))
+    o.startWeightDecay = v;
+  if (double v; toDouble(meta(p, "runtime.end_weight_decay"), v))
+    o.endWeightDecay = v;
 
   bool gaveIters = false, gaveSamples = false; // on this command line
   for (size_t i = 0; i < args.size(); ++i) {
@@ -156,7 +378,52 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
       return absl::OkStatus();
     };
     absl::Status s = absl::OkStatus();
-    if (flag == "--data-path") {
+    if (!findRunFlag(flag)) {
+      // A compile-time flag (the plan records it): say so rather than "unknown".
+      std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
+      std::replace(key.begin(), key.end(), '-', '_');
+      for (const char *section : {"training.", "parallel.", "model."})
+        if (auto it = p.metadata().find(section + key); it != p.metadata().end())
+          return absl::InvalidArgumentError(absl::StrCat(
+              flag, " is fixed at compile time (this plan has ", it->second,
+              "): give it to trainc compile"));
+      std::vector<std::string> names;
+      for (const RunFlag &f : runFlagTable())
+        names.push_back(f.name);
+      std::string best = nearestFlag(flag, names);
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag ", flag, best.empty() ? "" : " (did you mean " + best + "?)"));
+    }
+    auto choiceFlag = [&](std::string &out,
+                          std::initializer_list<const char *> choices) -> absl::Status {
+      std::string v;
+      if (absl::Status s = next(v); !s.ok())
+        return s;
+      for (const char *c : choices)
+        if (v == c) {
+          out = v;
+          return absl::OkStatus();
+        }
+      return badValue(flag, v, absl::StrCat("one of ", absl::StrJoin(choices, ", ")).c_str());
+    };
+    if (flag == "--start-weight-decay" || flag == "--end-weight-decay") {
+      double v = 0;
+      s = doubleFlag(v);
+      (flag == "--start-weight-decay" ? o.startWeightDecay : o.endWeightDecay) = v;
+    } else if (flag == "--weight-decay-incr-style") {
+      s = choiceFlag(o.weightDecayIncrStyle, {"constant", "linear", "cosine"});
+    } else if (flag == "--log-params-norm") {
+      o.logParamsNorm = true;
+    } else if (flag == "--log-num-zeros-in-grad") {
+      o.logNumZerosInGrad = true;
+    } else if (flag == "--timing-log-level") {
+      std::string v;
+      s = choiceFlag(v, {"0", "1", "2"});
+      if (s.ok())
+        o.timingLogLevel = v[0] - '0';
+    } else if (flag == "--timing-log-option") {
+      s = choiceFlag(o.timingLogOption, {"max", "minmax", "all"});
+    } else if (flag == "--data-path") {
       o.dataPath.clear();
       o.splitDataPath = {};
       if (inlineValue)
@@ -275,18 +542,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     } else if (flag == "--log-throughput") {
       o.logThroughput = true;
     } else {
-      // A compile-time flag (the plan records it): say so rather than "unknown".
-      std::string key = flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0);
-      std::replace(key.begin(), key.end(), '-', '_');
-      for (const char *section : {"training.", "parallel.", "model."})
-        if (auto it = p.metadata().find(section + key); it != p.metadata().end()) {
-          s = absl::InvalidArgumentError(absl::StrCat(
-              flag, " is fixed at compile time (this plan has ", it->second,
-              "): give it to trainc compile"));
-          break;
-        }
-      if (s.ok())
-        s = absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+      s = absl::InternalError(absl::StrCat(flag, " is in the run-time flag table but has no "
+                                           "handler in parseRunOptions"));
     }
     if (!s.ok())
       return s;
@@ -295,6 +552,15 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     return absl::InvalidArgumentError("--train-iters and --train-samples are mutually exclusive");
   if (!o.lrGiven)
     return absl::InvalidArgumentError("missing --lr (give it to trainc compile or to trainrun)");
+  // Megatron's arguments.py: start/end weight decay go with a non-constant increment style.
+  if (o.weightDecayIncrStyle == "constant" && (o.startWeightDecay || o.endWeightDecay))
+    return absl::InvalidArgumentError(
+        "--start-weight-decay and --end-weight-decay need --weight-decay-incr-style linear or "
+        "cosine (with constant, --weight-decay applies throughout)");
+  if (o.weightDecayIncrStyle != "constant" && (!o.startWeightDecay || !o.endWeightDecay))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weight-decay-incr-style ", o.weightDecayIncrStyle,
+        " needs both --start-weight-decay and --end-weight-decay"));
   if (o.trainIters == 0 && o.trainSamples == 0)
     return absl::InvalidArgumentError(
         "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
@@ -328,7 +594,7 @@ struct Trainer::Impl {
     DType dtype;
   };
   std::vector<std::vector<HostBuffer>> inputs;
-  std::vector<double> losses, gradNorms;
+  std::vector<double> losses, gradNorms, weightDecays;
   std::vector<EvalResult> evals;
   OutputFile batchesOut, lossesOut; // --dump-dir, written every iteration
   /// Checkpoints and exits; the state a --load resumes from; dropout's seed (the checkpoint's
@@ -338,6 +604,141 @@ struct Trainer::Impl {
   /// The event file writer of the last rank (Megatron's), when --tensorboard-dir is set.
   std::unique_ptr<TensorBoardWriter> tb;
   int64_t consumedSamples = 0; // for the "vs samples" keys of the validation loss
+  /// Megatron's timers (--timing-log-level > 0) and, with them, the trace's window as marks in
+  /// the executor's timings (timing stays on for the timers).
+  std::unique_ptr<IterationTimers> timers;
+  Executor::TimingMark traceFrom;
+  std::optional<Executor::TimingMark> traceTo;
+
+  /// The elements of buffer `b` as doubles (F32 or F64; other dtypes: empty).
+  std::vector<double> readAsDoubles(int b) const {
+    const schema::Buffer &buf = program.buffers(b);
+    std::string raw(buf.byte_size(), '\0');
+    (void)ex->readBuffer(b, raw.data(), raw.size());
+    std::vector<double> out;
+    if (buf.dtype() == schema::F64) {
+      out.resize(raw.size() / 8);
+      std::memcpy(out.data(), raw.data(), out.size() * 8);
+    } else if (buf.dtype() == schema::F32) {
+      std::vector<float> f(raw.size() / 4);
+      std::memcpy(f.data(), raw.data(), f.size() * 4);
+      out.assign(f.begin(), f.end());
+    }
+    return out;
+  }
+
+  /// Megatron's calc_params_l2_norm after the step: sqrt of the sum of squares of every
+  /// parameter element this rank holds (each parameter once; a tied embedding is one parameter).
+  /// Every rank holds whole parameters (data parallelism replicates them; the distributed
+  /// optimizer all-gathers them), so no reduction is needed; reading drains carried all-gathers.
+  double paramsNorm() const {
+    std::map<int, std::vector<double>> bufs;
+    double sumsq = 0;
+    for (const schema::Parameter &p : program.parameters()) {
+      auto it = bufs.find(int(p.buffer()));
+      if (it == bufs.end())
+        it = bufs.emplace(int(p.buffer()), readAsDoubles(int(p.buffer()))).first;
+      int64_t numel = 1;
+      for (int64_t d : p.slice_size())
+        numel *= d;
+      for (int64_t i = 0; i < numel && p.buffer_offset() + uint64_t(i) < it->second.size(); ++i) {
+        double v = it->second[size_t(p.buffer_offset() + uint64_t(i))];
+        sumsq += v * v;
+      }
+    }
+    return std::sqrt(sumsq);
+  }
+
+  /// Megatron's count_zeros (--log-num-zeros-in-grad): main-gradient elements equal to zero after
+  /// the reduction and clipping, over the parameters' ranges of the main-grad buffers (bucket
+  /// padding excluded). With the distributed optimizer a rank holds reduced values only in its
+  /// reduce-scatter shards, so it counts those and the counts are summed over the data-parallel
+  /// group (Megatron's grad-stats group); otherwise every rank holds the whole reduced gradient
+  /// and counts it alone.
+  absl::StatusOr<int64_t> numZerosInGrad() {
+    // This rank's reduced ranges: the REDUCE_SCATTER outputs into each main-grad buffer.
+    std::map<int, std::vector<std::pair<uint64_t, uint64_t>>> shards;
+    int shardGroup = -1;
+    for (const schema::Function &f : program.functions())
+      for (const schema::Instruction &ins : f.body())
+        if (ins.has_collective() && ins.collective().kind() == schema::REDUCE_SCATTER &&
+            ins.collective().output().has_buffer() &&
+            program.buffers(int(ins.collective().output().buffer())).kind() ==
+                schema::MAIN_GRAD) {
+          const schema::Operand &o = ins.collective().output();
+          uint64_t n = 1;
+          for (int64_t d : o.shape())
+            n *= uint64_t(d);
+          shards[int(o.buffer())].push_back({o.offset(), o.offset() + n});
+          shardGroup = int(ins.collective().group());
+        }
+    std::map<int, std::vector<double>> bufs;
+    int64_t zeros = 0;
+    for (const schema::Parameter &p : program.parameters()) {
+      if (!p.has_grad_buffer())
+        continue;
+      const int b = int(p.grad_buffer());
+      auto it = bufs.find(b);
+      if (it == bufs.end())
+        it = bufs.emplace(b, readAsDoubles(b)).first;
+      uint64_t numel = 1;
+      for (int64_t d : p.slice_size())
+        numel *= uint64_t(d);
+      const uint64_t lo = p.grad_offset(), hi = std::min<uint64_t>(lo + numel, it->second.size());
+      auto inShard = [&](uint64_t e) {
+        auto s = shards.find(b);
+        if (shardGroup < 0)
+          return true;
+        if (s == shards.end())
+          return false;
+        for (auto [a, z] : s->second)
+          if (e >= a && e < z)
+            return true;
+        return false;
+      };
+      for (uint64_t e = lo; e < hi; ++e)
+        zeros += it->second[size_t(e)] == 0.0 && inShard(e);
+    }
+    if (shardGroup >= 0 && program.groups(shardGroup).ranks_size() > 1) {
+      ex->drainCommunication();
+      try {
+        comm->allReduce(shardGroup, &zeros, &zeros, 1, DType::I64, ReduceOp::Sum);
+      } catch (const std::exception &e) {
+        return absl::UnavailableError(absl::StrCat("counting zero gradients failed: ", e.what()));
+      }
+    }
+    return zeros;
+  }
+
+  /// Every rank's interval values of the timers, by global rank: an all-gather over the group
+  /// of all ranks at the logging interval (outside the iteration; the communication stream is
+  /// drained first so that the host may use the communicator). Only this rank's values when
+  /// the program has no group of every rank.
+  absl::StatusOr<std::vector<std::vector<double>>> gatherTimers(const std::vector<double> &mine) {
+    const int64_t world = comm->worldSize();
+    std::vector<std::vector<double>> out(size_t(world), std::vector<double>(mine.size(), 0));
+    out[size_t(comm->rank())] = mine;
+    if (world == 1 || mine.empty())
+      return out;
+    for (int g = 0; g < program.groups_size(); ++g) {
+      const schema::CommGroup &grp = program.groups(g);
+      if (grp.ranks_size() != world)
+        continue;
+      std::vector<double> all(mine.size() * size_t(world));
+      ex->drainCommunication();
+      try {
+        comm->allGather(g, mine.data(), all.data(), int64_t(mine.size()), DType::F64);
+      } catch (const std::exception &e) {
+        return absl::UnavailableError(absl::StrCat("gathering the timers failed: ", e.what()));
+      }
+      for (int k = 0; k < grp.ranks_size(); ++k)
+        std::copy(all.begin() + long(size_t(k) * mine.size()),
+                  all.begin() + long(size_t(k + 1) * mine.size()),
+                  out[size_t(grp.ranks(k))].begin());
+      return out;
+    }
+    return out;
+  }
 
   /// Megatron's scalar and its " vs samples" twin.
   absl::Status tbScalar(const std::string &tag, double v, int64_t it, bool vsSamples = true) {
@@ -519,7 +920,7 @@ struct Trainer::Impl {
       f << absl::StrFormat("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                            "\"args\":{\"name\":\"%s\"}},\n",
                            rank, s, s == 0 ? "compute" : "communication");
-    std::vector<InstrTiming> t = ex->timings();
+    std::vector<InstrTiming> t = timers ? ex->timingsBetween(traceFrom, traceTo) : ex->timings();
     for (size_t i = 0; i < t.size(); ++i) {
       const schema::Function &fn = program.functions(t[i].function);
       const schema::Instruction &ins = fn.body(t[i].index);
@@ -537,13 +938,16 @@ struct Trainer::Impl {
       std::string op = ins.loc() < uint32_t(program.locations_size())
                            ? program.locations(int(ins.loc())).op()
                            : "";
+      const bool async = (ins.has_collective() && ins.collective().async()) ||
+                         (ins.has_send() && ins.send().async()) ||
+                         (ins.has_recv() && ins.recv().async());
       f << absl::StrFormat("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
                            "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"function\":"
-                           "\"%s\",\"index\":%d,\"op\":\"%s\"}}%s\n",
+                           "\"%s\",\"index\":%d,\"op\":\"%s\",\"async\":%s}}%s\n",
                            name, t[i].stream == 0 ? "compute" : "communication", rank,
                            t[i].stream, double(t[i].startNs) / 1e3,
                            double(t[i].endNs - t[i].startNs) / 1e3, fn.name(), t[i].index, op,
-                           i + 1 < t.size() ? "," : "");
+                           async ? "true" : "false", i + 1 < t.size() ? "," : "");
     }
     f << "]}\n";
     return writeFileAtomically(path, f.str());
@@ -742,12 +1146,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
           ec ? absl::StrCat(": ", ec.message()) : std::string()));
   }
   ExecutorOptions eo;
-  eo.timing = !options.traceDir.empty() && options.profileStepStart <= 1;
+  eo.timing = (!options.traceDir.empty() && options.profileStepStart <= 1) ||
+              options.timingLogLevel > 0;
   auto ex = Executor::create(prog, *im->backend, *im->comm, eo);
   if (!ex.ok())
     return absl::Status(ex.status().code(),
                         absl::StrCat(im->programPath, ": ", ex.status().message()));
   im->ex = std::move(*ex);
+  if (options.timingLogLevel > 0)
+    im->timers = std::make_unique<IterationTimers>(im->program, options.timingLogLevel);
   if (absl::Status s = im->checkSameCompile(); !s.ok())
     return s;
   for (int b = 0; b < prog.buffers_size(); ++b)
@@ -891,12 +1298,30 @@ absl::Status Trainer::train() {
   bool exited = false;
   for (; it <= iters; ++it) {
     if (!o.traceDir.empty()) {
-      if (it == o.profileStepStart)
-        im.ex->setTiming(true);
-      if (it == o.profileStepEnd)
-        im.ex->setTiming(false);
+      // With the timers on, timing stays on and the trace's window is a range of marks.
+      if (it == o.profileStepStart) {
+        if (im.timers)
+          im.traceFrom = im.ex->timingMark();
+        else
+          im.ex->setTiming(true);
+      }
+      if (it == o.profileStepEnd) {
+        if (im.timers)
+          im.traceTo = im.ex->timingMark();
+        else
+          im.ex->setTiming(false);
+      }
     }
+    // Where this iteration's timings start (a rerun moves it: only the run kept is timed).
+    Executor::TimingMark iterationMark = im.ex->timingMark();
     double lr = im.schedule->lr(scheduled);
+    // Megatron's weight-decay schedule over the training samples (constant: --weight-decay).
+    const double wd = o.weightDecayIncrStyle == "constant"
+                          ? o.weightDecay
+                          : weightDecayAt(*o.startWeightDecay, *o.endWeightDecay,
+                                          o.trainSamples ? o.trainSamples : o.trainIters * im.gbs,
+                                          o.weightDecayIncrStyle, scheduled);
+    im.weightDecays.push_back(wd);
     double loss = 0, norm = 0, update = 0, tokens = 0;
     std::vector<int32_t> record;
     auto t0 = std::chrono::steady_clock::now();
@@ -904,6 +1329,7 @@ absl::Status Trainer::train() {
     // with the same batch and the same RNG key).
     auto runOnce = [&]() -> absl::Status {
       record.clear();
+      iterationMark = im.ex->timingMark();
       absl::Status s = im.ex->run([&](schema::HostIOKind kind, const std::string &) -> absl::Status {
         if (kind == schema::FILL_INPUTS) {
           if (absl::Status f = im.fillBatch(*im.data.train, consumed, it,
@@ -912,7 +1338,7 @@ absl::Status Trainer::train() {
             return f;
           if (absl::Status f = im.writeScalar(schema::LR, lr); !f.ok())
             return f;
-          if (absl::Status f = im.writeScalar(schema::WEIGHT_DECAY, o.weightDecay); !f.ok())
+          if (absl::Status f = im.writeScalar(schema::WEIGHT_DECAY, wd); !f.ok())
             return f;
           return im.writeScalar(schema::STEP, double(successful + 1));
         }
@@ -953,6 +1379,11 @@ absl::Status Trainer::train() {
           "--no-check-for-nan-in-loss-and-grad to skip such iterations instead")));
     }
     double dt = seconds(t0, std::chrono::steady_clock::now());
+    if (im.timers) {
+      im.timers->addIteration(im.ex->timingsBetween(iterationMark));
+      if (o.traceDir.empty()) // nothing else reads them: keep the memory bounded
+        im.ex->clearTimings();
+    }
     consumed += im.gbs;
     bool ok = update != 0;
     if (ok) {
@@ -984,6 +1415,21 @@ absl::Status Trainer::train() {
     intervalTime += dt;
     ++intervalIters;
     im.consumedSamples = consumed;
+    // Megatron's --log-params-norm / --log-num-zeros-in-grad, of this iteration, when the log
+    // line or TensorBoard shows them (the same iterations on every rank: the zero count is a
+    // collective under the distributed optimizer).
+    const bool logsNow = it % o.logInterval == 0 || it == iters;
+    const bool tbNow = !o.tensorboardDir.empty() && it % o.tensorboardLogInterval == 0;
+    std::optional<double> paramsNorm;
+    std::optional<int64_t> numZeros;
+    if (o.logParamsNorm && (logsNow || tbNow))
+      paramsNorm = im.paramsNorm();
+    if (o.logNumZerosInGrad && (logsNow || tbNow)) {
+      absl::StatusOr<int64_t> z = im.numZerosInGrad();
+      if (!z.ok())
+        return fail(z.status());
+      numZeros = *z;
+    }
     if (im.tb && it % o.tensorboardLogInterval == 0) {
       // Megatron's training_log keys, each with its " vs samples" twin.
       absl::Status w = absl::OkStatus();
@@ -1001,6 +1447,10 @@ absl::Status Trainer::train() {
       if (o.logWorldSizeToTensorboard)
         put("world-size", double(im.comm->worldSize()));
       put("grad-norm", norm);
+      if (numZeros)
+        put("num-zeros", double(*numZeros));
+      if (paramsNorm)
+        put("params-norm", *paramsNorm);
       if (o.logMemoryToTensorboard) {
         const schema::MemoryReport &m = im.program.reports().memory();
         if (w.ok())
@@ -1029,9 +1479,14 @@ absl::Status Trainer::train() {
       double avgLoss = intervalCount ? intervalLoss / double(intervalCount) : 0.0;
       if (avgLoss > 0.0) // Megatron prints a loss only when its average is positive
         line += absl::StrFormat(" lm loss: %.6E |", avgLoss);
-      line += absl::StrFormat(" loss scale: %.1f | grad norm: %.3f | number of skipped iterations: "
-                              "%3d | number of nan iterations: %3d | tokens per second: %.0f |\n",
-                              1.0, norm, intervalSkipped, intervalNans, tokensPerSec);
+      line += absl::StrFormat(" loss scale: %.1f | grad norm: %.3f |", 1.0, norm);
+      if (numZeros)
+        line += absl::StrFormat(" num zeros: %.1f |", double(*numZeros));
+      if (paramsNorm)
+        line += absl::StrFormat(" params norm: %.3f |", *paramsNorm);
+      line += absl::StrFormat(" number of skipped iterations: %3d | number of nan iterations: %3d "
+                              "| tokens per second: %.0f |\n",
+                              intervalSkipped, intervalNans, tokensPerSec);
       log << line;
       if (o.rerun.mode == RerunMode::ReportDeterminismStats)
         log << " " << im.rerun->determinismReport() << "\n";
@@ -1050,6 +1505,27 @@ absl::Status Trainer::train() {
             it, double(m.arena_bytes()) / 1048576.0, double(m.persistent_bytes()) / 1048576.0,
             double(m.flowing_peak_bytes()) / 1048576.0,
             double(im.ex->highWaterMark()) / 1048576.0);
+      }
+      // Megatron's timers.log after the log line (and the first memory report), then
+      // --log-timers-to-tensorboard's "<name>-time" keys (the maximum over the ranks).
+      if (im.timers) {
+        absl::StatusOr<std::vector<std::vector<double>>> perRank =
+            im.gatherTimers(im.timers->intervalMs());
+        if (!perRank.ok())
+          return fail(perRank.status());
+        std::string text = formatTimers(im.timers->names(), *perRank, o.timingLogOption);
+        if (!text.empty())
+          log << text << "\n";
+        if (im.tb && o.logTimersToTensorboard)
+          for (size_t k = 0; k < im.timers->names().size(); ++k) {
+            double hi = 0;
+            for (const std::vector<double> &r : *perRank)
+              hi = std::max(hi, r[k]);
+            if (absl::Status w = im.tb->addScalar(im.timers->names()[k] + "-time", hi, it);
+                !w.ok())
+              return fail(w);
+          }
+        im.timers->reset();
       }
       log.flush();
       intervalLoss = intervalTime = 0;
@@ -1093,6 +1569,7 @@ absl::Status Trainer::train() {
 
 const std::vector<double> &Trainer::losses() const { return impl_->losses; }
 const std::vector<double> &Trainer::gradNorms() const { return impl_->gradNorms; }
+const std::vector<double> &Trainer::weightDecays() const { return impl_->weightDecays; }
 const std::vector<EvalResult> &Trainer::evaluations() const { return impl_->evals; }
 
 } // namespace trainc::rt::control

@@ -22,6 +22,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -87,12 +89,47 @@ struct RunOptions {
        logMemoryToTensorboard = false, logWorldSizeToTensorboard = false,
        logBatchSizeToTensorboard = false, logLearningRateToTensorboard = true,
        logLossScaleToTensorboard = true, logThroughput = false;
+  /// Megatron's --log-params-norm (L2 norm of every parameter, each counted once) and
+  /// --log-num-zeros-in-grad (zero elements of the clipped main gradients) in the log line and
+  /// TensorBoard ("params-norm", "num-zeros").
+  bool logParamsNorm = false, logNumZerosInGrad = false;
+  /// Megatron's timers: --timing-log-level 0 (none), 1 (forward-backward, optimizer, ...), 2
+  /// (also forward-compute, backward-compute, batch-generator, ...) and --timing-log-option
+  /// max | minmax | all over the ranks (docs/design.md "Timers").
+  int64_t timingLogLevel = 0;
+  std::string timingLogOption = "minmax";
+  /// Megatron's weight-decay schedule (OptimizerParamScheduler.get_wd): from startWeightDecay
+  /// to endWeightDecay over the training samples, "constant" | "linear" | "cosine"; with
+  /// "constant" both are --weight-decay (Megatron refuses them then).
+  std::optional<double> startWeightDecay, endWeightDecay;
+  std::string weightDecayIncrStyle = "constant";
 };
 
+/// One run-time flag as trainrun --help shows it; the table parseRunOptions accepts (a flag not
+/// in it is refused as unknown, with the nearest accepted one suggested).
+struct RunFlag {
+  std::string group;   // "data", "logging", ...
+  std::string name;    // "--train-iters"
+  std::string value;   // placeholder: "N", "X", "{a,b}", "DIR"; "" for a switch
+  std::string example; // a valid value, for the test that runs every flag through the parser
+  /// The default: trainrun's own (the plan's compile command records most of them, which then
+  /// win), or a phrase ("plan's", "the compiled one").
+  std::function<std::string(const RunOptions &)> show;
+};
+std::vector<RunFlag> runFlags();
+/// The table as help text: one block per group, "  --name VALUE   default: D" per flag.
+std::string runFlagHelp();
+/// The candidate nearest to `name` by edit distance when it is within max(2, |name| / 5) edits
+/// (a likely typo), else "".
+std::string nearestFlag(const std::string &name, const std::vector<std::string> &candidates);
+
 /// Fills RunOptions from the plan's recorded defaults (metadata "runtime.*", "training.*"), then
-/// applies `args` (e.g. {"--train-iters", "100", "--data-path", "a.txt"}). Errors name the flag
-/// and the value: an unknown flag, a missing or malformed value, or a flag whose feature is not
-/// implemented yet ("not supported yet: --async-save").
+/// applies `args` (e.g. {"--train-iters", "100", "--data-path", "a.txt"}). The accepted flags are
+/// runFlags()'s. Errors name the flag and the value: an unknown flag ("unknown flag --train-iter
+/// (did you mean --train-iters?)"), a compile-time flag ("--global-batch-size is fixed at compile
+/// time (this plan has 16): give it to trainc compile"), a missing or malformed value, an
+/// inconsistent weight-decay schedule, or a flag whose feature is not implemented yet ("not
+/// supported yet: --use-dist-ckpt (see docs/checkpoint.md)").
 absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
                                            const std::vector<std::string> &args);
 
@@ -123,6 +160,8 @@ public:
   /// Per-iteration lm loss (loss_sum / num_tokens), grad norm and update flag, for tests.
   const std::vector<double> &losses() const;
   const std::vector<double> &gradNorms() const;
+  /// The weight decay each iteration ran with (Megatron's get_wd), for tests.
+  const std::vector<double> &weightDecays() const;
   const std::vector<EvalResult> &evaluations() const;
 
   struct Impl;

@@ -500,6 +500,29 @@ std::vector<InstrTiming> Executor::timings() const {
   return all;
 }
 
+Executor::TimingMark Executor::timingMark() const {
+  std::lock_guard<std::mutex> l(impl_->commTimingsMu);
+  return {impl_->computeTimings.size(), impl_->commTimings.size()};
+}
+
+std::vector<InstrTiming> Executor::timingsBetween(TimingMark from,
+                                                  std::optional<TimingMark> to) const {
+  TimingMark end = to ? *to : timingMark();
+  const auto &ct = impl_->computeTimings;
+  std::vector<InstrTiming> out;
+  for (size_t i = std::min(from.compute, ct.size()); i < std::min(end.compute, ct.size()); ++i)
+    out.push_back(ct[i]);
+  {
+    std::lock_guard<std::mutex> l(impl_->commTimingsMu);
+    const auto &mt = impl_->commTimings;
+    for (size_t i = std::min(from.comm, mt.size()); i < std::min(end.comm, mt.size()); ++i)
+      out.push_back(mt[i]);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const InstrTiming &a, const InstrTiming &b) { return a.startNs < b.startNs; });
+  return out;
+}
+
 void Executor::setTiming(bool on) { impl_->timing = on; }
 
 void Executor::clearTimings() {

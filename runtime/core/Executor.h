@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,16 @@ public:
   uint64_t highWaterMark() const { return hwm_; }
   /// Timings of the runs so far (if enabled); cleared by clearTimings.
   std::vector<InstrTiming> timings() const;
+  /// A position in the recorded timings (they are only appended to until clearTimings), and
+  /// the timings recorded from `from` up to `to` (default: now), sorted by start. A run's
+  /// communication timings may land after the next run's mark when its collectives are still in
+  /// flight (carried tokens); they stay in the interval in which they completed.
+  struct TimingMark {
+    size_t compute = 0, comm = 0;
+  };
+  TimingMark timingMark() const;
+  std::vector<InstrTiming> timingsBetween(TimingMark from,
+                                          std::optional<TimingMark> to = std::nullopt) const;
   void clearTimings();
   /// Starts or stops recording timings (ExecutorOptions::timing is the initial state).
   void setTiming(bool on);

@@ -24,6 +24,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
+#include <cmath>
+#include <set>
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
 
@@ -197,7 +200,7 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
   CompiledPlan whole("tiny-llama", tinyFlags(8, 8, {"--lr", "0"}));
   ASSERT_TRUE(whole.ok());
   ASSERT_TRUE(rt::initializeParameters(whole.ex(), 7).ok());
-  whole.step(s, 0.0);
+  const double wholeLoss = whole.step(s, 0.0);
   auto exact = grads(whole);
 
   CompiledPlan split("tiny-llama", tinyFlags(2, 8, {"--lr", "0"}));
@@ -209,6 +212,7 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
 
   // Legacy: the mean over microbatches of each microbatch's own per-token-mean gradient.
   std::map<std::string, std::vector<double>> mean;
+  double meanOfMeans = 0;
   for (int64_t i = 0; i < 4; ++i) {
     CompiledPlan one("tiny-llama", tinyFlags(2, 2, {"--lr", "0"}));
     ASSERT_TRUE(one.ok());
@@ -219,7 +223,7 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
     mb.tokens.assign(s.tokens.begin() + i * 18, s.tokens.begin() + (i + 1) * 18);
     mb.labels.assign(s.labels.begin() + i * 18, s.labels.begin() + (i + 1) * 18);
     mb.mask.assign(s.mask.begin() + i * 18, s.mask.begin() + (i + 1) * 18);
-    one.step(mb, 0.0);
+    meanOfMeans += one.step(mb, 0.0) / 4;
     for (auto &[name, v] : grads(one)) {
       auto &acc = mean[name];
       acc.resize(v.size(), 0.0);
@@ -230,7 +234,12 @@ TEST(GradientAccumulation, RaggedMasksPerTokenAndLegacy) {
   CompiledPlan legacy("tiny-llama", tinyFlags(2, 8, {"--lr", "0", "--no-calculate-per-token-loss"}));
   ASSERT_TRUE(legacy.ok());
   ASSERT_TRUE(rt::initializeParameters(legacy.ex(), 7).ok());
-  legacy.step(s, 0.0);
+  const double legacyLoss = legacy.step(s, 0.0);
+  // The logged loss is Megatron's in both modes: Sigma loss / Sigma tokens over the global batch
+  // (the whole batch as one microbatch), not the mean of the microbatch means (microbatch 1's
+  // single token weighs a quarter there).
+  EXPECT_NEAR(legacyLoss, wholeLoss, 1e-6 * std::fabs(wholeLoss));
+  EXPECT_GT(std::fabs(legacyLoss - meanOfMeans), 1e-3) << "the masks should separate the two";
   bool differs = false;
   for (auto &[name, v] : grads(legacy)) {
     EXPECT_LT(relDiff(v, mean[name]), 1e-6) << name;
@@ -373,3 +382,57 @@ TEST(ShardingRule, VerifierNamesTheInconsistentOperandAndDim) {
             std::string::npos)
       << message;
 }
+
+namespace {
+
+/// The `approximate` attribute of every gelu / gelu_backward kernel of `p` (-1 when absent).
+std::set<int64_t> geluForms(const schema::Program &p) {
+  std::set<int64_t> forms;
+  for (const schema::Function &f : p.functions())
+    for (const schema::Instruction &ins : f.body())
+      if (ins.has_kernel() && (ins.kernel().kernel() == "gelu" ||
+                               ins.kernel().kernel() == "gelu_backward")) {
+        int64_t v = -1;
+        for (const schema::Attr &a : ins.kernel().attrs())
+          if (a.name() == "approximate")
+            v = a.value().i();
+        forms.insert(v);
+      }
+  return forms;
+}
+
+TEST(Gelu, MegatronsFormPerFlagCombination) {
+  // Megatron (mlp.py, fused_bias_gelu.py, arguments.py): with biases and the default fusion the
+  // MLP runs bias_gelu (the tanh form); --no-bias-gelu-fusion or --disable-bias-linear (which
+  // turns the fusion off) leave F.gelu (erf); --openai-gelu is the tanh form whatever the fusion.
+  struct Case {
+    std::vector<std::string> flags;
+    bool tanh;
+  };
+  const Case cases[] = {{{}, true},
+                        {{"--no-bias-gelu-fusion"}, false},
+                        {{"--disable-bias-linear"}, false},
+                        {{"--openai-gelu"}, true},
+                        {{"--openai-gelu", "--no-bias-gelu-fusion"}, true}};
+  Samples s = randomSamples(4, 9, 37, 21);
+  std::vector<double> losses;
+  for (const Case &c : cases) {
+    // A wide init makes the MLP's inputs O(1), where the two forms differ visibly.
+    std::vector<std::string> flags = {"--lr", "0", "--attention-dropout", "0",
+                                      "--hidden-dropout", "0", "--init-method-std", "0.5"};
+    flags.insert(flags.end(), c.flags.begin(), c.flags.end());
+    SCOPED_TRACE(::testing::PrintToString(c.flags));
+    CompiledPlan p("tiny-gpt", tinyFlags(2, 4, flags), "fp64");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(geluForms(p.program), std::set<int64_t>{c.tanh ? 1 : 0});
+    EXPECT_EQ(p.program.metadata().at("model.gelu_tanh"), c.tanh ? "true" : "false");
+    ASSERT_TRUE(rt::initializeParameters(p.ex(), 5).ok());
+    losses.push_back(p.step(s, 0.0));
+  }
+  // The same tanh function with and without the fusion flags; erf differs.
+  EXPECT_EQ(losses[0], losses[3]);
+  EXPECT_EQ(losses[0], losses[4]);
+  EXPECT_GT(std::fabs(losses[0] - losses[1]), 1e-6) << losses[0] << " " << losses[1];
+}
+
+} // namespace

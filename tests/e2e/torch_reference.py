@@ -128,7 +128,9 @@ class Config:
         self.swiglu = as_bool(m["swiglu"])
         self.bias = as_bool(m["add_bias_linear"])
         self.untied = as_bool(m["untie_embeddings_and_output_weights"])
-        self.openai_gelu = as_bool(m.get("openai_gelu", "false"))
+        # The GELU trainc compiled (Megatron's choice: the tanh form with --openai-gelu or the
+        # bias-GELU fusion, else erf).
+        self.openai_gelu = as_bool(m.get("gelu_tanh", m.get("openai_gelu", "false")))
         self.gbs = int(t["global_batch_size"])
         self.mbs = int(t["micro_batch_size"])
         self.beta1 = float(t["adam_beta1"])

@@ -20,6 +20,7 @@
 #include <array>
 
 #include <cstring>
+#include <set>
 #include <sstream>
 
 using namespace trainc::config;
@@ -1077,7 +1078,7 @@ TEST(MegatronFlagsTest, LoggingFlagsAreRecordedAsIgnored) {
               "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective");
   EXPECT_EQ(c.ignoredFlags,
             (std::vector<std::string>{
-                "--wandb-project", "--timing-log-level", "--profile",
+                "--wandb-project", "--profile",
                 "--profile-ranks", "--use-mcore-models", "--transformer-impl", "--use-flash-attn",
                 "--no-gradient-accumulation-fusion", "--profile-step-start",
                 "--accumulate-allreduce-grads-in-fp32", "--ddp-average-in-collective"}));
@@ -1085,6 +1086,11 @@ TEST(MegatronFlagsTest, LoggingFlagsAreRecordedAsIgnored) {
   EXPECT_EQ(c.runtime.tensorboard_dir, "/tmp/tb");
   EXPECT_TRUE(c.runtime.log_timers_to_tensorboard);
   EXPECT_TRUE(c.runtime.log_learning_rate_to_tensorboard);
+  // Megatron's timers are run-time defaults too.
+  EXPECT_EQ(c.runtime.timing_log_level, 2);
+  EXPECT_EQ(c.runtime.timing_log_option, "minmax");
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --timing-log-level 3"),
+            "--timing-log-level expects one of 0, 1, 2, got '3'");
   PlanConfig off = parseOk(std::string(kMinimal) + " --no-log-learning-rate-to-tensorboard "
                                                    "--tensorboard-log-interval 5");
   EXPECT_FALSE(off.runtime.log_learning_rate_to_tensorboard);
@@ -1483,3 +1489,119 @@ TEST(RankTableTest, DataParallelOnlyAndEmbeddingGroupOfLongPipelines) {
   for (const RankGroup &g : pp4.groupsOf(1))
     EXPECT_NE(g.name, "embd");
 }
+
+namespace {
+
+/// A value the placeholder accepts syntactically.
+std::string sampleValue(const std::string &placeholder) {
+  if (placeholder == "N" || placeholder == "V" || placeholder == "V...")
+    return "2";
+  if (placeholder == "INT")
+    return "0";
+  if (placeholder == "X")
+    return "0.5";
+  if (placeholder == "A,B,C")
+    return "98,2,0";
+  if (placeholder.front() == '{')
+    return placeholder.substr(1, placeholder.find_first_of(",}") - 1);
+  return "some.txt"; // STR, PATH...
+}
+
+TEST(MegatronFlagsHelp, EveryTableFlagIsParsedAndListedWithItsDefaultAndKind) {
+  // The help text and the parser's dispatch come from the same table: every entry must be
+  // accepted by parseMegatronFlags (a value error or a finalize() rule is fine, "unknown flag"
+  // or a placeholder the parser refuses as malformed is not), and the help must list exactly
+  // the table's flags, each with its kind.
+  std::set<std::string> names;
+  FlagParseOptions noSupportCheck;
+  noSupportCheck.check_supported = false;
+  for (const FlagInfo &f : megatronFlagTable()) {
+    EXPECT_TRUE(names.insert(f.name).second) << "duplicate " << f.name;
+    std::vector<std::string> args = words(kMinimal);
+    args.push_back(f.name);
+    if (!f.value.empty())
+      args.push_back(sampleValue(f.value));
+    llvm::Expected<PlanConfig> r = parseMegatronFlags(args, noSupportCheck);
+    if (!r) {
+      std::string m = llvm::toString(r.takeError());
+      EXPECT_EQ(m.find("unknown flag"), std::string::npos) << f.name << ": " << m;
+      EXPECT_EQ(m.find(" expects "), std::string::npos) << f.name << ": " << m;
+      EXPECT_EQ(m.find("does not take a value"), std::string::npos) << f.name << ": " << m;
+    }
+  }
+  std::set<std::string> inHelp;
+  std::istringstream help(megatronFlagHelp());
+  for (std::string line; std::getline(help, line);)
+    if (line.rfind("  --", 0) == 0) {
+      inHelp.insert(line.substr(2, line.find(' ', 2) - 2));
+      EXPECT_TRUE(line.find("[compile-time]") != std::string::npos ||
+                  line.find("[run-time]") != std::string::npos ||
+                  line.find("[ignored]") != std::string::npos)
+          << line;
+    }
+  EXPECT_EQ(inHelp, names);
+  // A few defaults as Megatron's arguments.py has them.
+  auto dflt = [&](const std::string &name) {
+    for (const FlagInfo &f : megatronFlagTable())
+      if (f.name == name)
+        return f.defaultValue;
+    return std::string("<missing>");
+  };
+  EXPECT_EQ(dflt("--attention-dropout"), "0.1");
+  EXPECT_EQ(dflt("--adam-beta2"), "0.999");
+  EXPECT_EQ(dflt("--lr-decay-style"), "linear");
+  EXPECT_EQ(dflt("--make-vocab-size-divisible-by"), "128");
+  EXPECT_EQ(dflt("--timing-log-option"), "minmax");
+  EXPECT_EQ(dflt("--swiglu"), "off");
+}
+
+TEST(MegatronFlagsTest, WeightDecayScheduleIsRecordedAndChecked) {
+  PlanConfig c = parseOk(std::string(kMinimal) + " --weight-decay-incr-style cosine "
+                                                 "--start-weight-decay 0.01 --end-weight-decay 0.1");
+  EXPECT_EQ(c.runtime.weight_decay_incr_style, "cosine");
+  EXPECT_EQ(c.runtime.start_weight_decay, 0.01);
+  EXPECT_EQ(c.runtime.end_weight_decay, 0.1);
+  EXPECT_EQ(c.runtime.toKeyValues().at("start_weight_decay"), "0.01");
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --end-weight-decay 0.1"),
+            "--start-weight-decay and --end-weight-decay need --weight-decay-incr-style linear or "
+            "cosine (with constant, --weight-decay applies throughout)");
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --weight-decay-incr-style linear "
+                                               "--start-weight-decay 0.01"),
+            "--weight-decay-incr-style linear needs both --start-weight-decay and "
+            "--end-weight-decay");
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --weight-decay-incr-style exp"),
+            "--weight-decay-incr-style expects one of constant, linear, cosine, got 'exp'");
+}
+
+TEST(MegatronFlagsHelp, NearestFlagForATypo) {
+  EXPECT_EQ(nearestMegatronFlag("--hiden-size"), "--hidden-size");
+  EXPECT_EQ(nearestMegatronFlag("--timing-log-levl"), "--timing-log-level");
+  EXPECT_EQ(nearestMegatronFlag("--zzzzzzzzzzzzzzzzzzzzzzzzz"), "");
+}
+
+} // namespace
+
+namespace {
+
+TEST(GeluSelection, MegatronsRulePerFlagCombination) {
+  // Megatron's MLP: the tanh form with --openai-gelu or with the bias-GELU fusion (default on,
+  // off without biases); F.gelu's erf form otherwise.
+  EXPECT_TRUE(parseOk(kMinimal).model.gelu_tanh);
+  EXPECT_FALSE(parseOk(std::string(kMinimal) + " --no-bias-gelu-fusion").model.gelu_tanh);
+  EXPECT_FALSE(parseOk(std::string(kMinimal) + " --disable-bias-linear").model.gelu_tanh);
+  EXPECT_TRUE(parseOk(std::string(kMinimal) + " --openai-gelu --no-bias-gelu-fusion").model.gelu_tanh);
+  EXPECT_FALSE(parseOk(std::string(kMinimal) + " --swiglu --ffn-hidden-size 32").model.gelu_tanh);
+  // Hugging Face: gelu_new is the tanh form, "gelu" the exact erf form.
+  llvm::Expected<ModelConfig> tanhModel = parseHFConfig(kGPT2Config);
+  ASSERT_TRUE(bool(tanhModel)) << llvm::toString(tanhModel.takeError());
+  ASSERT_FALSE(bool(tanhModel->finalize()));
+  EXPECT_TRUE(tanhModel->gelu_tanh);
+  std::string erfConfig = kGPT2Config;
+  erfConfig.replace(erfConfig.find("gelu_new"), 8, "gelu");
+  llvm::Expected<ModelConfig> erfModel = parseHFConfig(erfConfig);
+  ASSERT_TRUE(bool(erfModel)) << llvm::toString(erfModel.takeError());
+  ASSERT_FALSE(bool(erfModel->finalize()));
+  EXPECT_FALSE(erfModel->gelu_tanh);
+}
+
+} // namespace

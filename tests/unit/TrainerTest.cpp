@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 
 using namespace trainc::rt;
@@ -25,10 +26,12 @@ namespace {
 
 /// A program whose "loss" is the learning rate it was given (loss_sum = lr, num_tokens = 1) and
 /// whose update flag is the constant `update`.
-schema::Program lrEchoProgram(double update) {
+schema::Program lrEchoProgram(double update, bool echoWeightDecay = false) {
   ProgramBuilder b;
   int lr = b.addBuffer("lr", schema::SCALAR, DType::F32, {});
-  b.addBuffer("weight_decay", schema::SCALAR, DType::F32, {});
+  int wd = b.addBuffer("weight_decay", schema::SCALAR, DType::F32, {});
+  if (echoWeightDecay)
+    lr = wd;
   b.addBuffer("step", schema::SCALAR, DType::F32, {});
   int ls = b.addBuffer("loss_sum", schema::OUTPUT, DType::F32, {});
   int nt = b.addBuffer("num_tokens", schema::OUTPUT, DType::F32, {});
@@ -188,6 +191,11 @@ TEST(Trainer, TraceRecordsTheProfileWindowOnly) {
   ASSERT_GT(all, 0);
   EXPECT_EQ(all % 6, 0);       // the same instructions every iteration
   EXPECT_EQ(two, all / 6 * 2); // iterations 3 and 4
+  // With the timers on, timing stays on all along; the trace keeps the window all the same.
+  EXPECT_EQ(countEvents({"--timing-log-level", "2", "--profile-step-start", "3",
+                         "--profile-step-end", "5"}),
+            two);
+  EXPECT_EQ(countEvents({"--timing-log-level", "1"}), all);
 }
 
 TEST(Trainer, TraceErrorsComeBeforeTraining) {
@@ -213,6 +221,123 @@ TEST(Trainer, TraceErrorsComeBeforeTraining) {
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().message(),
             "--profile-step-end 4 must be greater than --profile-step-start 4");
+}
+
+TEST(Trainer, WeightDecayScheduleIsMegatrons) {
+  // The program's loss is the weight-decay scalar the trainer wrote. Megatron's get_wd over
+  // wd_incr_steps = the training samples (8 iterations x 2), counted before each step, closed
+  // form: linear start + r (end - start), cosine start + (cos(pi (1 - r)) + 1) / 2 (end - start)
+  // with r = 2 (i - 1) / 16.
+  schema::Program p = lrEchoProgram(1.0, /*echoWeightDecay=*/true);
+  std::string dir = writePlan("trainer-wd", p);
+  for (const char *style : {"linear", "cosine"}) {
+    auto opts = control::parseRunOptions(
+        p, {"--mock-data", "--train-iters", "8", "--lr", "0.5", "--eval-iters", "0",
+            "--start-weight-decay", "0.02", "--end-weight-decay", "0.1",
+            "--weight-decay-incr-style", style});
+    ASSERT_TRUE(opts.ok()) << opts.status();
+    std::ostringstream log;
+    auto t = control::Trainer::create(dir, *opts, log);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->train().ok()) << log.str();
+    const std::vector<double> &wd = (*t)->losses();
+    ASSERT_EQ(wd.size(), 8u);
+    for (int i = 1; i <= 8; ++i) {
+      double r = 2.0 * (i - 1) / 16.0;
+      double coeff = std::string(style) == "linear" ? r : 0.5 * (std::cos(M_PI * (1 - r)) + 1);
+      EXPECT_NEAR(wd[size_t(i - 1)], 0.02 + coeff * 0.08, 1e-7) << style << " iteration " << i;
+      EXPECT_NEAR((*t)->weightDecays()[size_t(i - 1)], 0.02 + coeff * 0.08, 1e-12);
+    }
+  }
+  // Constant (the default): --weight-decay throughout.
+  auto opts = control::parseRunOptions(
+      p, {"--mock-data", "--train-iters", "3", "--lr", "0.5", "--eval-iters", "0",
+          "--weight-decay", "0.25"});
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  std::ostringstream log;
+  auto t = control::Trainer::create(dir, *opts, log);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*t)->train().ok()) << log.str();
+  for (double v : (*t)->losses())
+    EXPECT_NEAR(v, 0.25, 1e-7);
+}
+
+TEST(RunOptions, WeightDecayScheduleErrors) {
+  schema::Program p = lrEchoProgram(1.0);
+  auto base = std::vector<std::string>{"--lr", "1e-3", "--train-iters", "3"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return control::parseRunOptions(p, a);
+  };
+  auto constant = with({"--start-weight-decay", "0.1"});
+  ASSERT_FALSE(constant.ok());
+  EXPECT_EQ(constant.status().message(),
+            "--start-weight-decay and --end-weight-decay need --weight-decay-incr-style linear or "
+            "cosine (with constant, --weight-decay applies throughout)");
+  auto half = with({"--weight-decay-incr-style", "cosine", "--end-weight-decay", "0.1"});
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.status().message(),
+            "--weight-decay-incr-style cosine needs both --start-weight-decay and "
+            "--end-weight-decay");
+  auto style = with({"--weight-decay-incr-style", "exp"});
+  ASSERT_FALSE(style.ok());
+  EXPECT_EQ(style.status().message(),
+            "--weight-decay-incr-style expects one of constant, linear, cosine, got 'exp'");
+  auto negative = with({"--weight-decay-incr-style", "linear", "--start-weight-decay", "-1",
+                        "--end-weight-decay", "0.1"});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_EQ(negative.status().message(),
+            "--start-weight-decay expects a non-negative number, got '-1'");
+}
+
+TEST(RunOptions, EveryFlagOfTheTableIsParsedAndInTheHelp) {
+  // The table is the parser's gate: each entry, with its example value, must reach a handler
+  // (not "unknown flag", not the missing-handler internal error), and the help text must list
+  // exactly the table's flags.
+  schema::Program p = lrEchoProgram(1.0);
+  std::set<std::string> names;
+  for (const control::RunFlag &f : control::runFlags()) {
+    EXPECT_TRUE(names.insert(f.name).second) << "duplicate " << f.name;
+    std::vector<std::string> args = {"--lr", "1e-3", "--train-iters", "3", f.name};
+    if (!f.value.empty()) {
+      EXPECT_FALSE(f.example.empty()) << f.name;
+      args.push_back(f.example);
+    }
+    if (f.name == "--start-weight-decay" || f.name == "--end-weight-decay" ||
+        f.name == "--weight-decay-incr-style")
+      args.insert(args.end(), {"--weight-decay-incr-style", "linear", "--start-weight-decay",
+                               "0.1", "--end-weight-decay", "0.2"});
+    auto o = control::parseRunOptions(p, args);
+    if (!o.ok()) {
+      std::string m(o.status().message());
+      EXPECT_EQ(m.find("unknown flag"), std::string::npos) << f.name << ": " << m;
+      EXPECT_NE(o.status().code(), absl::StatusCode::kInternal) << f.name << ": " << m;
+      // Only the refusals the parser documents.
+      EXPECT_TRUE(m.rfind("not supported yet", 0) == 0 ||
+                  m == "--train-iters and --train-samples are mutually exclusive")
+          << f.name << ": " << m;
+    }
+  }
+  std::set<std::string> inHelp;
+  std::istringstream help(control::runFlagHelp());
+  for (std::string line; std::getline(help, line);)
+    if (line.rfind("  --", 0) == 0) {
+      std::string name = line.substr(2, line.find(' ', 2) - 2);
+      inHelp.insert(name);
+      EXPECT_NE(line.find("default: "), std::string::npos) << line;
+    }
+  EXPECT_EQ(inHelp, names);
+}
+
+TEST(RunOptions, UnknownFlagSuggestsTheNearest) {
+  schema::Program p = lrEchoProgram(1.0);
+  auto typo = control::parseRunOptions(p, {"--lr", "1e-3", "--train-iter", "3"});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.status().message(), "unknown flag --train-iter (did you mean --train-iters?)");
+  EXPECT_EQ(control::nearestFlag("--log-intervl", {"--log-interval", "--eval-interval"}),
+            "--log-interval");
+  EXPECT_EQ(control::nearestFlag("--completely-different", {"--lr"}), "");
 }
 
 TEST(RunOptions, MissingLearningRateAndIterations) {
