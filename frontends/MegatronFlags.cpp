@@ -481,6 +481,8 @@ std::string megatronFlagHelp() {
 llvm::Expected<PlanConfig> parseMegatronFlags(ArrayRef<std::string> args,
                                               const FlagParseOptions &options) {
   PlanConfig config;
+  if (options.base_plan)
+    config = *options.base_plan;
   if (options.base_model)
     config.model = *options.base_model;
   if (options.base_micro_batch_size)

@@ -17,6 +17,9 @@
 namespace trainc::config {
 
 struct FlagParseOptions {
+  /// A whole configuration to start from (a .mlir input's own sched.plan); flags then override
+  /// single fields. base_model and base_micro_batch_size apply on top of it.
+  const PlanConfig *base_plan = nullptr;
   /// Model values to start from (a preset or a parsed config.json, not finalized); model
   /// flags then override single fields and are no longer required.
   const ModelConfig *base_model = nullptr;

@@ -26,11 +26,15 @@ struct ModelModule {
   ModelConfig base;
   /// The tokens input's first dimension.
   int64_t micro_batch_size = 0;
+  /// The module's own `sched.plan`, when it has one, as the configuration the command line's
+  /// flags start from (parallel sizes, batch, optimizer and loss mode; `model` is `base`).
+  std::optional<PlanConfig> plan;
 };
 
 /// Parses `path` in `ctx` (the trainc dialects loaded; parse errors are printed to stderr with
 /// the offending line). Errors name the file: unreadable, not parseable, no func.func @forward, no argument
-/// tagged model.input = "tokens", or tokens not a rank-2 tensor [micro batch, seq].
+/// tagged model.input = "tokens", tokens not a rank-2 tensor [micro batch, seq], or a
+/// `sched.plan` module attribute that is not a #sched.plan.
 llvm::Expected<ModelModule> readModelModule(mlir::MLIRContext &ctx, llvm::StringRef path);
 
 } // namespace trainc::config

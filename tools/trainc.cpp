@@ -102,6 +102,7 @@ int cmdCompile(std::vector<std::string> args) {
   }
   mlir::trainc::CompileOptions opts;
   std::string preset, hfConfig, mlirFile;
+  bool dtypeGiven = false; // --dtype on the command line (else a .mlir plan's, else fp32)
   std::vector<std::string> flags;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
@@ -123,6 +124,7 @@ int cmdCompile(std::vector<std::string> args) {
     } else if (a == "--dtype") {
       if (!value(opts.dtype) || (opts.dtype != "fp32" && opts.dtype != "fp64"))
         return fail("--dtype expects fp32 or fp64");
+      dtypeGiven = true;
     } else if (a == "--mlir-print-ir-after-all") {
       opts.printIRAfterAll = true;
     } else if (a == "--dump-ir-dir") {
@@ -153,6 +155,7 @@ int cmdCompile(std::vector<std::string> args) {
   OwningOpRef<ModuleOp> module;
   std::optional<cfgns::ModelConfig> base;
   std::optional<int64_t> mbs; // a .mlir model's tokens shape fixes it
+  std::optional<cfgns::PlanConfig> modulePlan; // a .mlir model's own sched.plan
   if (!preset.empty()) {
     base = cfgns::findPreset(preset);
     if (!base)
@@ -170,11 +173,17 @@ int cmdCompile(std::vector<std::string> args) {
     module = std::move(in->module);
     base = in->base;
     mbs = in->micro_batch_size;
+    modulePlan = std::move(in->plan);
+    // The module's plan gives the compute dtype unless --dtype does.
+    if (modulePlan && !dtypeGiven)
+      opts.dtype = modulePlan->training.params_dtype;
   }
   cfgns::FlagParseOptions po;
   if (base)
     po.base_model = &*base;
   po.base_micro_batch_size = mbs;
+  if (modulePlan)
+    po.base_plan = &*modulePlan;
   llvm::Expected<cfgns::PlanConfig> cfg = cfgns::parseMegatronFlags(flags, po);
   if (!cfg)
     return fail(llvm::toString(cfg.takeError()));

@@ -229,33 +229,24 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
                                                        const cfgns::PlanConfig &cfg,
                                                        const CompileOptions &options) {
   MLIRContext &ctx = *module.getContext();
-  // The plan: the passes read it. A .mlir input may carry its own; apart from the model shape
-  // (which describes the module's own model) it must then be the one the command line describes,
-  // since the runtime reads the command line's values.
+  // The plan: the passes read it. A .mlir input may carry its own: the frontend started the
+  // configuration from it (frontends/ModelModule.h), so `cfg` is that plan with the command
+  // line's flags applied; its model-shape fields describe the module's own model and stay.
   sched::PlanAttr fromFlags = makePlanAttr(ctx, cfg, options);
   if (!fromFlags)
     return failure();
   if (auto existing = module->getAttrOfType<sched::PlanAttr>(sched::kPlanAttrName)) {
-    // The model-shape fields describe the module's own model (the command line's model config
-    // does not, for a .mlir input); every other field must agree.
     static const llvm::StringSet<> shape = {"num_layers",      "hidden_size", "num_attention_heads",
                                             "num_query_groups", "ffn_hidden_size", "seq_length",
                                             "padded_vocab_size"};
-    std::string diff;
-    for (auto [a, c] : llvm::zip(existing.getFields(), fromFlags.getFields())) {
-      if (shape.contains(a.first) || a.second == c.second)
-        continue;
-      std::string x, y;
-      llvm::raw_string_ostream xs(x), ys(y);
-      xs << a.second;
-      ys << c.second;
-      diff += (diff.empty() ? "" : "; ") + a.first.str() + " = " + x + " in the module, " + y +
-              " on the command line";
-    }
-    if (!diff.empty())
-      return emitError(module.getLoc())
-             << "the module's " << sched::kPlanAttrName
-             << " disagrees with the command line: " << diff;
+    llvm::StringMap<Attribute> fields;
+    for (auto [a, c] : llvm::zip(existing.getFields(), fromFlags.getFields()))
+      fields[a.first] = shape.contains(a.first) ? a.second : c.second;
+    sched::PlanAttr merged = sched::PlanAttr::fromFields(
+        &ctx, fields, [&] { return emitError(module.getLoc()) << "the module's sched.plan: "; });
+    if (!merged)
+      return failure();
+    module->setAttr(sched::kPlanAttrName, merged);
   } else {
     module->setAttr(sched::kPlanAttrName, fromFlags);
   }

@@ -1,4 +1,4 @@
-// tiny-forward.mlir with a plan that the test's command line contradicts (not a test itself).
+// tiny-forward.mlir with its own plan, which the configuration starts from (not a test itself).
 module attributes {sched.plan = #sched.plan<num_layers = 1, hidden_size = 8, num_attention_heads = 1, num_query_groups = 1, ffn_hidden_size = 8, seq_length = 5, padded_vocab_size = 11, tp = 1, cp = 1, ep = 1, dp = 1, pp = 1, virtual_stages = 1, micro_batch_size = 2, global_batch_size = 6, num_microbatches = 3, params_dtype = "fp32", optimizer = "adam", adam_beta1 = 0.9, adam_beta2 = 0.95, adam_eps = 1.0e-08, clip_grad = 0.5, weight_decay = 0.1, loss_mode = "per_microbatch", bucket_size = 0, distributed_optimizer = false, overlap_param_gather = false, schedule = "no-pipelining", recompute = "none">} {
 func.func @forward(%emb: tensor<11x8xf32> {model.param = @embedding.word_embeddings.weight, model.init = "normal", model.init_std = 0.02 : f64},
                    %g: tensor<8xf32> {model.param = @decoder.final_layernorm.weight, model.init = "ones", model.no_weight_decay},
