@@ -40,6 +40,55 @@ void SchedDialect::initialize() {
 }
 
 
+LogicalResult SchedDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  Attribute v = attr.getValue();
+  auto fail = [&](StringRef expected) {
+    return op->emitOpError() << "attribute '" << name << "' must be " << expected << ", not "
+                             << v;
+  };
+  if (name == kPlanAttrName)
+    return isa<PlanAttr>(v) && isa<ModuleOp>(op) ? success()
+                                                  : fail("a #sched.plan on the module");
+  const bool onFunction = isa<func::FuncOp>(op);
+  if (llvm::is_contained({"sched.stage", "sched.iteration", "sched.eval",
+                          "sched.first_microbatch", "sched.last_microbatch"},
+                         name))
+    return isa<UnitAttr>(v) && onFunction ? success() : fail("a unit attribute on a func.func");
+  if (name == "sched.num_microbatches") {
+    auto i = dyn_cast<IntegerAttr>(v);
+    return i && i.getInt() > 0 && onFunction ? success()
+                                             : fail("a positive integer on a func.func");
+  }
+  if (name == "sched.schedule")
+    return isa<StringAttr>(v) && onFunction ? success() : fail("a string on a func.func");
+  if (name == "sched.unit") {
+    auto s = dyn_cast<StringAttr>(v);
+    return s && onFunction && (s.getValue() == "forward" || s.getValue() == "backward")
+               ? success()
+               : fail("\"forward\" or \"backward\" on a func.func");
+  }
+  return op->emitOpError() << "has unknown attribute '" << name
+                           << "' of the sched dialect (sched.plan, sched.stage, sched.iteration, "
+                              "sched.eval, sched.first_microbatch, sched.last_microbatch, "
+                              "sched.num_microbatches, sched.schedule, sched.unit)";
+}
+
+LogicalResult SchedDialect::verifyRegionArgAttribute(Operation *op, unsigned region, unsigned arg,
+                                                     NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == "sched.stash") {
+    auto i = dyn_cast<IntegerAttr>(attr.getValue());
+    if (i && i.getInt() >= 0)
+      return success();
+    return op->emitOpError() << "argument " << arg << ": 'sched.stash' must be a non-negative "
+                                "integer (the stash index), not "
+                             << attr.getValue();
+  }
+  return op->emitOpError() << "argument " << arg << " has unknown attribute '" << name
+                           << "' of the sched dialect (sched.stash)";
+}
+
 /// The `model.parameter` that `name` (used by `op`) refers to; an error on `op` when it names
 /// nothing or something else.
 static FailureOr<mlir::trainc::model::ParameterOp>

@@ -21,6 +21,13 @@ def Sched_Dialect : Dialect {
   let cppNamespace = "::mlir::trainc::sched";
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
+  // The discardable attributes of the dialect, each checked once here: on functions
+  // sched.stage, sched.iteration, sched.eval, sched.first_microbatch, sched.last_microbatch
+  // (unit), sched.num_microbatches (positive integer), sched.schedule (string), sched.unit
+  // ("forward" | "backward"); on the module sched.plan (#sched.plan); on arguments sched.stash
+  // (non-negative integer). Any other sched.* name is an error.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
 }
 
 class Sched_Op<string mnemonic, list<Trait> traits = []> : Op<Sched_Dialect, mnemonic, traits>;

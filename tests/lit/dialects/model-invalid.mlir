@@ -574,3 +574,11 @@ model.parameter @w {init = "normal"} : tensor<4xf32>
 // Tests that a std goes only with init 'normal'.
 // expected-error@+1 {{'model.parameter' op init_std is only meaningful with init 'normal', not 'ones'}}
 model.parameter @w {init = "ones", init_std = 0.02 : f64} : tensor<4xf32>
+
+// -----
+
+// Tests that a parameter argument names its declaration by symbol.
+// expected-error@+1 {{'func.func' op argument 0 of region 0: 'model.param' must be a symbol reference to a model.parameter (@<name>), not "w"}}
+func.func @f(%w: tensor<4xf32> {model.param = "w"}) {
+  return
+}

@@ -260,3 +260,32 @@ func.func @step(%s: !sched.stash) {
   sched.backward @bwd(%s) microbatch 0 chunk 0
   return
 }
+
+// -----
+
+// Tests that the sched dialect's attributes are checked where they are used.
+// expected-error@+1 {{'func.func' op attribute 'sched.unit' must be "forward" or "backward" on a func.func, not "sideways"}}
+func.func @f() attributes {sched.unit = "sideways"} {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op has unknown attribute 'sched.stages' of the sched dialect}}
+func.func @f() attributes {sched.stages} {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op attribute 'sched.num_microbatches' must be a positive integer on a func.func, not 0 : i64}}
+func.func @f() attributes {sched.num_microbatches = 0 : i64} {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument 0: 'sched.stash' must be a non-negative integer (the stash index), not -1 : i64}}
+func.func @f(%x: tensor<f32> {sched.stash = -1 : i64}) {
+  return
+}
