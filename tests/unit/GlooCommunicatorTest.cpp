@@ -210,7 +210,8 @@ TEST(TcpStoreTest, ClosedConnectionsAreReaped) {
   // One more connection wakes the accept loop, which joins the finished threads.
   auto last = TcpStore::connect("127.0.0.1", job.server->port(), kToken, 5s);
   ASSERT_TRUE(last.ok());
-  for (int i = 0; i < 500 && job.server->connectionThreads() > 1; ++i) { // up to 5 s on a loaded machine
+  // Up to 5 s: the accept loop may be slow to run on a loaded machine.
+  for (int i = 0; i < 500 && job.server->connectionThreads() > 1; ++i) {
     auto probe = TcpStore::connect("127.0.0.1", job.server->port(), kToken, 5s);
     std::this_thread::sleep_for(10ms);
   }
