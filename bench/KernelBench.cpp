@@ -2,9 +2,9 @@
 //
 // Prints ns per element (and GB/s where a kernel is memory-bound) of the non-GEMM kernels that
 // issue 17 names: gelu and gelu_backward (erf and tanh forms), adamw, sum_squares, cross_entropy
-// and its backward, and initializeParameters (ns per parameter). Each kernel runs as a
-// one-instruction program through the executor, as in an iteration; best of several repetitions,
-// measured in one run. The thread count is OpenMP's (OMP_NUM_THREADS).
+// and its backward, and initializeParameters (ns per parameter and s per 100M parameters). Each
+// kernel runs as a one-instruction program through the executor, as in an iteration; min and
+// median of several repetitions after one warm-up, measured in one run. The thread count is OpenMP's (OMP_NUM_THREADS).
 //
 // usage: bench_kernels [filter]   (runs only the lines whose name contains `filter`)
 //
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,15 +30,21 @@ namespace {
 
 const char *gFilter = nullptr;
 
-template <typename F> double bestSeconds(int reps, F &&f) {
+/// Minimum and median (upper median for an even count) of the repetitions' wall times, seconds.
+struct Timing {
+  double min = 0, median = 0;
+};
+
+template <typename F> Timing bestSeconds(int reps, F &&f) {
   f(); // warm-up (page faults, first-touch)
-  double best = 1e30;
+  std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return {t.front(), t[t.size() / 2]};
 }
 
 bool selected(const std::string &name) { return !gFilter || name.find(gFilter) != std::string::npos; }
@@ -61,11 +68,12 @@ void fillBuffer(Executor &ex, int buf, size_t n, float lo, float hi, uint32_t se
   (void)ex.writeBuffer(buf, v.data(), n * 4);
 }
 
-void report(const std::string &name, double seconds, double elements, double bytes) {
-  std::printf("%-34s %9.3f ms  %7.3f ns/element", name.c_str(), seconds * 1e3,
-              seconds / elements * 1e9);
+/// One line: min and median ms, ns per element and GB/s (both from the minimum).
+void report(const std::string &name, Timing t, double elements, double bytes) {
+  std::printf("%-34s min %9.3f ms  median %9.3f ms  %7.3f ns/element", name.c_str(), t.min * 1e3,
+              t.median * 1e3, t.min / elements * 1e9);
   if (bytes > 0)
-    std::printf("  %6.1f GB/s", bytes / seconds * 1e-9);
+    std::printf("  %6.1f GB/s", bytes / t.min * 1e-9);
   std::printf("\n");
 }
 
@@ -88,7 +96,7 @@ void benchGelu(Backend &backend, Communicator &comm, int64_t n, int approx, bool
   auto ex = make(b.finish(), backend, comm);
   fillBuffer(*ex, x, size_t(n), -4, 4, 1);
   fillBuffer(*ex, dy, size_t(n), -1, 1, 2);
-  double t = bestSeconds(10, [&] { (void)ex->run(); });
+  Timing t = bestSeconds(10, [&] { (void)ex->run(); });
   report(name, t, double(n), double(n) * 4 * (backward ? 3 : 2));
 }
 
@@ -118,7 +126,7 @@ void benchAdamw(Backend &backend, Communicator &comm, int64_t n) {
   float vals[5] = {1e-4f, 0.1f, 10.0f, 1.0f, 1.0f};
   for (int k = 0; k < 5; ++k)
     (void)ex->writeBuffer(sc[k], &vals[k], 4);
-  double t = bestSeconds(10, [&] { (void)ex->run(); });
+  Timing t = bestSeconds(10, [&] { (void)ex->run(); });
   report(name, t, double(n), double(n) * 4 * 7);
 }
 
@@ -133,7 +141,7 @@ void benchSumSquares(Backend &backend, Communicator &comm, int64_t n) {
   b.kernel(fn, "sum_squares", {ProgramBuilder::buf(x)}, {ProgramBuilder::buf(o)});
   auto ex = make(b.finish(), backend, comm);
   fillBuffer(*ex, x, size_t(n), -1, 1, 5);
-  double t = bestSeconds(10, [&] { (void)ex->run(); });
+  Timing t = bestSeconds(10, [&] { (void)ex->run(); });
   report(name, t, double(n), double(n) * 4);
 }
 
@@ -172,7 +180,7 @@ void benchCrossEntropy(Backend &backend, Communicator &comm, int64_t N, int64_t 
   (void)ex->writeBuffer(lse, lses.data(), size_t(N) * 4);
   float d = 1.0f / float(N);
   (void)ex->writeBuffer(dl, &d, 4);
-  double t = bestSeconds(5, [&] { (void)ex->run(); });
+  Timing t = bestSeconds(5, [&] { (void)ex->run(); });
   report(name, t, double(N * V), double(N * V) * 4 * (backward ? 2 : 1));
 }
 
@@ -197,8 +205,10 @@ void benchInit(Backend &backend, Communicator &comm, int64_t rows, int64_t cols)
   q->set_init("normal");
   q->set_init_std(0.02);
   auto ex = make(p, backend, comm);
-  double t = bestSeconds(3, [&] { (void)initializeParameters(*ex, 1234); });
+  Timing t = bestSeconds(5, [&] { (void)initializeParameters(*ex, 1234); });
   report(name, t, double(rows * cols), 0);
+  std::printf("%-34s min %9.3f s  median %9.3f s  per 100M parameters\n", "", t.min * 1e8 / double(rows * cols),
+              t.median * 1e8 / double(rows * cols));
 }
 
 } // namespace
@@ -206,6 +216,8 @@ void benchInit(Backend &backend, Communicator &comm, int64_t rows, int64_t cols)
 int main(int argc, char **argv) {
   if (argc > 1)
     gFilter = argv[1];
+  const char *threads = std::getenv("OMP_NUM_THREADS");
+  std::printf("OMP_NUM_THREADS=%s\n", threads ? threads : "(unset)");
   auto backend = createCpuBackend();
   auto comm = createLocalCommunicator();
   // GPT-style MLP activations: 4 x 256 tokens x 4 x 768 (gpt2-small width, micro batch 4, seq 256).

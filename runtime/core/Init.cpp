@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace trainc::rt {
@@ -46,9 +48,109 @@ inline void storeValue(char *dst, DType t, double v) {
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// AVX-512 and AVX2 clones of the integer Philox loop, chosen at load time by what the CPU has
+// (16 or 8 lanes of 32-bit state). Integer arithmetic only: every clone gives the same bits.
+#define TRAINC_INIT_AVX2_CLONE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TRAINC_INIT_AVX2_CLONE
+#endif
+
+/// Pairs per batch: the Philox state of a batch (4 x 32-bit words per pair) stays in L1.
+constexpr int kPairBatch = 128;
+
+/// Philox4x32-10 (runtime/core/Philox.h's philox4x32, the same rounds and constants) on `n` <=
+/// kPairBatch counters at once, structure-of-arrays so the loops vectorise: counter j is
+/// (lo32(firstPair + j), hi32(firstPair + j), lo32(ctrHi), hi32(ctrHi)) under key (k0, k1), and
+/// its outputs replace c0..c3[j].
+TRAINC_INIT_AVX2_CLONE void philoxBatch(uint32_t k0, uint32_t k1, uint64_t firstPair,
+                                        uint64_t ctrHi, int n, uint32_t *__restrict c0,
+                                        uint32_t *__restrict c1, uint32_t *__restrict c2,
+                                        uint32_t *__restrict c3) {
+  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  for (int j = 0; j < n; ++j) {
+    uint64_t ctr = firstPair + uint64_t(j);
+    c0[j] = uint32_t(ctr);
+    c1[j] = uint32_t(ctr >> 32);
+    c2[j] = uint32_t(ctrHi);
+    c3[j] = uint32_t(ctrHi >> 32);
+  }
+  for (int r = 0; r < 10; ++r) {
+    for (int j = 0; j < n; ++j) {
+      uint64_t p0 = uint64_t(M0) * c0[j], p1 = uint64_t(M1) * c2[j];
+      uint32_t n0 = uint32_t(p1 >> 32) ^ c1[j] ^ k0, n2 = uint32_t(p0 >> 32) ^ c3[j] ^ k1;
+      c0[j] = n0;
+      c1[j] = uint32_t(p1);
+      c2[j] = n2;
+      c3[j] = uint32_t(p0);
+    }
+    k0 += W0;
+    k1 += W1;
+  }
+}
+
+template <typename T> inline void storeAs(T *dst, double v) {
+  if constexpr (std::is_same_v<T, bf16>)
+    *dst = bf16(float(v));
+  else
+    *dst = T(v);
+}
+
+/// r * cos(x) and r * sin(x) into out[0], out[1]. glibc's sincos shares sin's and cos's code
+/// (the same reductions and polynomials; checked equal on 2e7 arguments in [0, 2 pi), and the
+/// Init tests compare against philoxNormal2's sin and cos), at the cost of one call.
+inline void polar(double r, double x, double *out) {
+#ifdef __GLIBC__
+  double s, c;
+  sincos(x, &s, &c);
+  out[0] = r * c;
+  out[1] = r * s;
+#else
+  out[0] = r * __builtin_cos(x);
+  out[1] = r * __builtin_sin(x);
+#endif
+}
+
+/// Writes `len` consecutive elements starting at global index `g` of a normal parameter (std
+/// `stdDev`, Philox key `seed`, counter high half `key`) to dst[0..len). Bit for bit the values of
+/// initialValue: Philox runs in batches (philoxBatch), then the same Box-Muller expressions as
+/// philoxNormal2 (library log and sqrt, sin and cos through sincos, in double) give both elements
+/// of each pair into a staging array, from which the run's part is stored as T.
+template <typename T>
+void normalRun(uint64_t seed, uint64_t key, double stdDev, uint64_t g, int64_t len, T *dst) {
+  alignas(64) uint32_t c0[kPairBatch], c1[kPairBatch], c2[kPairBatch], c3[kPairBatch];
+  alignas(64) double z[2 * kPairBatch];
+  uint64_t end = g + uint64_t(len);
+  while (g < end) {
+    uint64_t firstPair = g / 2;
+    uint64_t lastPair = (end - 1) / 2; // inclusive
+    int n = int(std::min<uint64_t>(lastPair - firstPair + 1, kPairBatch));
+    philoxBatch(uint32_t(seed), uint32_t(seed >> 32), firstPair, key, n, c0, c1, c2, c3);
+    for (int j = 0; j < n; ++j) {
+      // 53-bit uniforms in (0, 1], as philoxNormal2 (the integers are < 2^53: converting them as
+      // signed is exact and one instruction).
+      double u1 = (double(int64_t((uint64_t(c0[j]) << 21) ^ (c1[j] >> 11))) + 1.0) *
+                  (1.0 / 9007199254740992.0);
+      double u2 =
+          double(int64_t((uint64_t(c2[j]) << 21) ^ (c3[j] >> 11))) * (1.0 / 9007199254740992.0);
+      double r = __builtin_sqrt(-2.0 * __builtin_log(u1));
+      polar(r, 6.283185307179586 * u2, z + 2 * j);
+    }
+    // Elements [g, stop) of this batch: z[g - 2 firstPair] onwards.
+    uint64_t stop = std::min(end, (firstPair + uint64_t(n)) * 2);
+    const double *src = z + (g - 2 * firstPair);
+    int64_t count = int64_t(stop - g);
+    for (int64_t e = 0; e < count; ++e)
+      storeAs(dst + e, stdDev * src[e]);
+    dst += count;
+    g = stop;
+  }
+}
+
 /// Writes the local elements [begin, end) of parameter p (row-major over its slice) into `base`
 /// (the parameter's first element) as dtype t. Element values are initialValue's, bit for bit:
-/// the rule and the key are taken once, and one Philox call serves both elements of a pair.
+/// the rule and the key are taken once per tensor, and the slice is walked in runs along its last
+/// dimension (consecutive global indices), each generated by normalRun.
 void initRange(const schema::Parameter &p, DType t, uint64_t seed, uint64_t key, int64_t begin,
                int64_t end, char *base) {
   size_t es = dtypeSize(t);
@@ -61,28 +163,33 @@ void initRange(const schema::Parameter &p, DType t, uint64_t seed, uint64_t key,
     return;
   }
   double stdDev = p.init_std();
-  // The multi-index of element `begin` within the slice.
-  std::vector<int64_t> idx(size_t(rank), 0);
-  for (int64_t d = rank - 1, r = begin; d >= 0; --d) {
-    idx[size_t(d)] = r % p.slice_size(int(d));
-    r /= p.slice_size(int(d));
-  }
-  uint64_t cachedPair = ~uint64_t(0);
-  double z[2] = {0, 0};
-  for (int64_t local = begin; local < end; ++local) {
+  // A rank-0 parameter is one element at global index 0.
+  int64_t rowLen = rank > 0 ? p.slice_size(rank - 1) : 1;
+  if (rowLen <= 0 || end <= begin)
+    return;
+  for (int64_t local = begin; local < end;) {
+    int64_t row = local / rowLen, col = local % rowLen;
+    int64_t len = std::min(end - local, rowLen - col);
+    // Global index of (row, col): the row's multi-index over dims [0, rank - 1), then the column.
     uint64_t g = 0;
-    for (int d = 0; d < rank; ++d)
-      g = g * uint64_t(p.global_shape(d)) + uint64_t(p.slice_start(d) + idx[size_t(d)]);
-    if (g / 2 != cachedPair) {
-      cachedPair = g / 2;
-      philoxNormal2(seed, key, cachedPair, z);
+    if (rank > 0) {
+      std::vector<int64_t> idx(size_t(rank), 0);
+      for (int64_t d = rank - 2, r = row; d >= 0; --d) {
+        idx[size_t(d)] = r % p.slice_size(int(d));
+        r /= p.slice_size(int(d));
+      }
+      idx[size_t(rank - 1)] = col;
+      for (int d = 0; d < rank; ++d)
+        g = g * uint64_t(p.global_shape(d)) + uint64_t(p.slice_start(d) + idx[size_t(d)]);
     }
-    storeValue(base + uint64_t(local) * es, t, stdDev * z[g % 2]);
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++idx[size_t(d)] < p.slice_size(d))
-        break;
-      idx[size_t(d)] = 0;
-    }
+    char *dst = base + uint64_t(local) * es;
+    if (t == DType::F64)
+      normalRun(seed, key, stdDev, g, len, reinterpret_cast<double *>(dst));
+    else if (t == DType::F32)
+      normalRun(seed, key, stdDev, g, len, reinterpret_cast<float *>(dst));
+    else
+      normalRun(seed, key, stdDev, g, len, reinterpret_cast<bf16 *>(dst));
+    local += len;
   }
 }
 

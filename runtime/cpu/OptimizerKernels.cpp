@@ -18,6 +18,14 @@
 #include <type_traits>
 #include <vector>
 
+// As in FastMath.h: an AVX2 clone chosen at load time; AVX2 alone does not enable FMA
+// contraction, so both clones give the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRAINC_ADAMW_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define TRAINC_ADAMW_AVX2_CLONE
+#endif
+
 namespace trainc::rt::cpu {
 namespace {
 
@@ -41,6 +49,49 @@ namespace {
 // update == 0 is the predicated (skipped) step: nothing changes, and the outputs equal the inputs
 // (copied when they are not in place).
 //===----------------------------------------------------------------------===//
+
+/// Scalars of one adamw step, each already rounded to T (the per-element math runs in T).
+template <typename T> struct AdamwCoeffs {
+  T b1, b2, oneMinusB1, oneMinusB2, biasCorr1, biasCorr2, eps, lr, gradScale, decayFactor;
+};
+
+/// The per-element update on [0, n): reads p, g, m, v of element i before writing po, mo, vo of
+/// element i, so in place (po == p, mo == m, vo == v) is safe. `omp simd` states that the lanes
+/// are independent (GCC would otherwise check for overlap at run time and fall back to the scalar
+/// loop when the outputs alias the inputs, the normal case). Each lane computes the scalar
+/// formula with the same operations in the same order (no FMA contraction: neither clone enables
+/// FMA), so vector and scalar code give the same bits.
+template <typename T>
+inline void adamwRangeImpl(const AdamwCoeffs<T> &k, int64_t n, const T *p, const T *g, const T *m,
+                           const T *v, T *po, T *mo, T *vo) {
+  const T b1 = k.b1, b2 = k.b2, oneMinusB1 = k.oneMinusB1, oneMinusB2 = k.oneMinusB2,
+          biasCorr1 = k.biasCorr1, biasCorr2 = k.biasCorr2, eps = k.eps, lr = k.lr,
+          gradScale = k.gradScale, decayFactor = k.decayFactor;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i] * gradScale;
+    T mi = b1 * m[i] + oneMinusB1 * gi;
+    T vi = b2 * v[i] + oneMinusB2 * gi * gi;
+    T mhat = mi / biasCorr1, vhat = vi / biasCorr2;
+    T pi = p[i] * decayFactor;
+    pi -= lr * mhat / (std::sqrt(vhat) + eps);
+    po[i] = pi;
+    mo[i] = mi;
+    vo[i] = vi;
+  }
+}
+
+/// f32: an AVX2 clone (8 lanes) chosen at load time when the CPU has AVX2, SSE2 otherwise.
+TRAINC_ADAMW_AVX2_CLONE void adamwRange(const AdamwCoeffs<float> &k, int64_t n, const float *p,
+                                  const float *g, const float *m, const float *v, float *po,
+                                  float *mo, float *vo) {
+  adamwRangeImpl(k, n, p, g, m, v, po, mo, vo);
+}
+
+void adamwRange(const AdamwCoeffs<double> &k, int64_t n, const double *p, const double *g,
+                const double *m, const double *v, double *po, double *mo, double *vo) {
+  adamwRangeImpl(k, n, p, g, m, v, po, mo, vo);
+}
 
 template <typename T> void adamw(const KernelCtx &c) {
   const Attrs &a = *c.attrs;
@@ -71,19 +122,17 @@ template <typename T> void adamw(const KernelCtx &c) {
   // Reads all inputs of element i before writing outputs of element i: in place is safe.
   // Elements are independent: a range is split statically over the OpenMP threads (each element
   // computed the same way whatever the split, so results do not depend on the thread count).
+  // Blocks of kAdamwBlock elements are split statically over the threads.
+  constexpr int64_t kAdamwBlock = 16384;
   auto run = [&](int64_t begin, int64_t end, bool decay) {
     T decayFactor = decay ? T(1) - lr * wd : T(1);
+    AdamwCoeffs<T> k{b1, b2, oneMinusB1, oneMinusB2, biasCorr1, biasCorr2, eps, lr, gradScale,
+                     decayFactor};
+    int64_t blocks = (end - begin + kAdamwBlock - 1) / kAdamwBlock;
 #pragma omp parallel for schedule(static) if (end - begin > 32768)
-    for (int64_t i = begin; i < end; ++i) {
-      T gi = g[i] * gradScale;
-      T mi = b1 * m[i] + oneMinusB1 * gi;
-      T vi = b2 * v[i] + oneMinusB2 * gi * gi;
-      T mhat = mi / biasCorr1, vhat = vi / biasCorr2;
-      T pi = p[i] * decayFactor;
-      pi -= lr * mhat / (std::sqrt(vhat) + eps);
-      po[i] = pi;
-      mo[i] = mi;
-      vo[i] = vi;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      int64_t b = begin + blk * kAdamwBlock, e = std::min(end, b + kAdamwBlock);
+      adamwRange(k, e - b, p + b, g + b, m + b, v + b, po + b, mo + b, vo + b);
     }
   };
   if (segments.empty())

@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 using namespace trainc::rt;
@@ -542,6 +543,109 @@ TEST(Init, ThreadedEqualsInitialValueOn1And2Threads) {
       float ref = float(initialValue(*q, 99, g));
       ASSERT_EQ(got[0][size_t(r * 257 + c)], ref) << r << " " << c;
     }
+}
+
+// The batched Philox path (runs along the last dimension, 128 pairs per batch) against
+// initialValue (one philoxNormal2 call per element, the scalar reference) in every stored dtype:
+// an f64 rank-3 slice with odd starts in every dimension, a bf16 rank-1 slice starting at an odd
+// global index with a length that is not a multiple of the batch, and an f32 [1, n] row longer
+// than a chunk; on 1 and 2 threads.
+TEST(Init, BatchedPathEqualsInitialValueInEveryDtypeOn1And2Threads) {
+  struct Spec {
+    const char *name;
+    DType t;
+    std::vector<int64_t> global, start, size;
+  };
+  std::vector<Spec> specs = {
+      {"a.f64", DType::F64, {7, 33, 65}, {1, 3, 5}, {5, 29, 57}},
+      {"b.bf16", DType::BF16, {100003}, {7}, {99991}},
+      {"c.f32", DType::F32, {1, 40001}, {0, 1}, {1, 40000}},
+  };
+  ProgramBuilder b;
+  std::vector<int> bufs;
+  for (const Spec &sp : specs) {
+    int64_t n = 1;
+    for (int64_t d : sp.size)
+      n *= d;
+    bufs.push_back(b.addBuffer(std::string(sp.name) + ".buf", schema::PARAMETER, sp.t, {n}));
+  }
+  b.addFunction("main");
+  schema::Program p = b.finish();
+  std::vector<schema::Parameter *> params;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    schema::Parameter *q = p.add_parameters();
+    q->set_name(specs[i].name);
+    for (size_t d = 0; d < specs[i].global.size(); ++d) {
+      q->add_global_shape(specs[i].global[d]);
+      q->add_slice_start(specs[i].start[d]);
+      q->add_slice_size(specs[i].size[d]);
+    }
+    q->set_buffer(uint32_t(bufs[i]));
+    q->set_init("normal");
+    q->set_init_std(0.5);
+    params.push_back(q);
+  }
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  // got[threads - 1][parameter] = the values read back, widened to double.
+  std::vector<std::vector<double>> got[2];
+  for (int k = 0; k < 2; ++k) {
+    auto ex = Executor::create(p, *backend, *comm);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(k + 1);
+    ASSERT_TRUE(initializeParameters(**ex, 0x123456789abcdefull).ok());
+    omp_set_num_threads(saved);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : specs[i].size)
+        n *= d;
+      std::vector<double> vals(static_cast<size_t>(n));
+      std::vector<char> raw(size_t(n) * dtypeSize(specs[i].t));
+      ASSERT_TRUE((*ex)->readBuffer(bufs[i], raw.data(), raw.size()).ok());
+      for (int64_t e = 0; e < n; ++e) {
+        if (specs[i].t == DType::F64) {
+          std::memcpy(&vals[size_t(e)], raw.data() + e * 8, 8);
+        } else if (specs[i].t == DType::F32) {
+          float f;
+          std::memcpy(&f, raw.data() + e * 4, 4);
+          vals[size_t(e)] = f;
+        } else {
+          bf16 h;
+          std::memcpy(&h, raw.data() + e * 2, 2);
+          vals[size_t(e)] = float(h);
+        }
+      }
+      got[k].push_back(std::move(vals));
+    }
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_EQ(got[0][i], got[1][i]) << specs[i].name;
+    const Spec &sp = specs[i];
+    int rank = int(sp.size.size());
+    std::vector<int64_t> idx(size_t(rank), 0);
+    double sum2 = 0;
+    for (size_t e = 0; e < got[0][i].size(); ++e) {
+      uint64_t g = 0;
+      for (int d = 0; d < rank; ++d)
+        g = g * uint64_t(sp.global[size_t(d)]) + uint64_t(sp.start[size_t(d)] + idx[size_t(d)]);
+      double ref = initialValue(*params[i], 0x123456789abcdefull, g);
+      double want = sp.t == DType::F64   ? ref
+                    : sp.t == DType::F32 ? double(float(ref))
+                                         : double(float(bf16(float(ref))));
+      ASSERT_EQ(got[0][i][e], want) << sp.name << " element " << e;
+      sum2 += want * want;
+      for (int d = rank - 1; d >= 0; --d) {
+        if (++idx[size_t(d)] < sp.size[size_t(d)])
+          break;
+        idx[size_t(d)] = 0;
+      }
+    }
+    // The draws are N(0, 0.25): the mean square is near 0.25 (a loose bound; not a fixed value).
+    double ms = sum2 / double(got[0][i].size());
+    EXPECT_GT(ms, 0.2) << sp.name;
+    EXPECT_LT(ms, 0.3) << sp.name;
+  }
 }
 
 TEST(Init, SlicesGetTheirPartOfTheGlobalTensorAndF16IsRefused) {
