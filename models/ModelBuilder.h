@@ -35,8 +35,9 @@ struct BuildOptions {
 };
 
 /// Appends the forward function for `cfg` (finalized) to `module`. Errors (emitted on the module):
-/// configurations the builder cannot express, such as attention dropout (the fused attention kernel
-/// has none).
+/// configurations the builder cannot express (an odd rotary dimension). `--attention-dropout` p > 0
+/// gives each layer's model.attention dropout p with the layer's key (op id: the layer's third
+/// dropout site; docs/design.md "Dropout keys").
 LogicalResult buildModel(ModuleOp module, const ::trainc::config::ModelConfig &cfg,
                          const BuildOptions &options);
 
