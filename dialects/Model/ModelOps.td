@@ -357,6 +357,8 @@ def Model_RopeGradOp : Model_Op<"rope_grad"> {
 def Model_AttentionGradOp : Model_Op<"attention_grad"> {
   let summary = "dq, dk, dv of attention, recomputing probabilities from the log-sum-exp";
   let description = [{
+    With `dropout` > 0 the optional `rng` key, `dropout` and `op_id` are the forward's: the mask
+    is regenerated, not stored.
     ```mlir
     %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %lse, %do {causal = true} : (...) -> (...)
     ```

@@ -4,8 +4,14 @@
 //   attention:          q[B, S, NH, D], k[B, S, NG, D], v[B, S, NG, D] -> o[B, S, NH, D],
 //                       lse[B, NH, S]
 //   attention_backward: q, k, v, o, lse, do -> dq, dk, dv (overwritten)
+//   attention_dropout:  q, k, v, rng -> o, lse; attention_dropout_backward: q, k, v, o, lse, do,
+//                       rng -> dq, dk, dv (rng: i64 [3] or [4] dropout key, as dropout's)
 // Query head h reads key/value head h / (NH / NG). Attributes: causal (query i attends keys
-// j <= i) and scale (0 means 1 / sqrt(D)).
+// j <= i) and scale (0 means 1 / sqrt(D)); the dropout kernels add p and op_id. Dropout is
+// applied to the normalised probabilities before P.V (Megatron's core attention): probability
+// (b, h, i, j) is kept, scaled by 1/(1-p), when the dropout kernel's Philox uniform at global
+// index ((first + b) * NH + h) * S^2 + i * S + j is >= p (docs/kernels.md); the backward
+// regenerates the mask. p = 0 gives attention's results.
 //
 // Flash-attention structure, single-threaded and deterministic: a block of kBr query rows is
 // processed against blocks of kBc keys. The forward keeps a running max and sum per row (online
