@@ -75,19 +75,54 @@ struct AttnShape {
   AttnDropout drop;
 };
 
-/// ks[j] = 1/(1-p) where probability g0 + j is kept, else 0, for j < n.
-template <typename A> void dropoutRow(const AttnDropout &d, uint64_t g0, int n, A *ks) {
-  const A inv = A(1.0 / (1.0 - d.p));
-  float u[4];
-  uint64_t block = ~uint64_t(0);
-  for (int j = 0; j < n; ++j) {
-    uint64_t g = g0 + uint64_t(j);
-    if (g / 4 != block) {
-      block = g / 4;
-      philoxUniform4(d.seed, d.opId, d.iteration, block, u);
-    }
-    ks[j] = double(u[g % 4]) >= d.p ? inv : A(0);
+/// u[j] = the dropout kernel's uniform (Philox.h philoxUniform4) of global index g0 + j, j < n <=
+/// kBc: the blocks' counters in separate arrays, so the ten rounds vectorise across blocks.
+TRAINC_AVX2_CLONE void dropoutUniforms(const AttnDropout &d, uint64_t g0, int n, float *u) {
+  constexpr int kMaxBlocks = kBc / 4 + 2;
+  const uint64_t b0 = g0 / 4;
+  const int nb = int((g0 + uint64_t(n) - 1) / 4 - b0) + 1;
+  uint32_t c0[kMaxBlocks], c1[kMaxBlocks], c2[kMaxBlocks], c3[kMaxBlocks];
+  for (int k = 0; k < nb; ++k) {
+    uint64_t blk = b0 + uint64_t(k);
+    c0[k] = uint32_t(blk);
+    c1[k] = uint32_t(blk >> 32);
+    c2[k] = d.opId;
+    c3[k] = d.iteration;
   }
+  uint32_t key0 = uint32_t(d.seed), key1 = uint32_t(d.seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    for (int k = 0; k < nb; ++k) {
+      uint64_t p0 = uint64_t(0xD2511F53u) * c0[k], p1 = uint64_t(0xCD9E8D57u) * c2[k];
+      uint32_t n0 = uint32_t(p1 >> 32) ^ c1[k] ^ key0, n2 = uint32_t(p0 >> 32) ^ c3[k] ^ key1;
+      c0[k] = n0;
+      c1[k] = uint32_t(p1);
+      c2[k] = n2;
+      c3[k] = uint32_t(p0);
+    }
+    key0 += 0x9E3779B9u;
+    key1 += 0xBB67AE85u;
+  }
+  uint32_t out[4 * kMaxBlocks];
+  for (int k = 0; k < nb; ++k) {
+    out[4 * k] = c0[k];
+    out[4 * k + 1] = c1[k];
+    out[4 * k + 2] = c2[k];
+    out[4 * k + 3] = c3[k];
+  }
+  const int off = int(g0 - 4 * b0);
+  for (int j = 0; j < n; ++j)
+    u[j] = float(out[off + j] >> 8) * (1.0f / 16777216.0f);
+}
+
+/// ks[j] = 1/(1-p) where probability g0 + j is kept, else 0, for j < n <= kBc.
+template <typename A> void dropoutRow(const AttnDropout &d, uint64_t g0, int n, A *ks) {
+  if (n <= 0)
+    return;
+  const A inv = A(1.0 / (1.0 - d.p));
+  float u[kBc];
+  dropoutUniforms(d, g0, n, u);
+  for (int j = 0; j < n; ++j)
+    ks[j] = double(u[j]) >= d.p ? inv : A(0);
 }
 
 /// Global index of probability (b, h, i, j0) of the microbatch.
