@@ -3,7 +3,8 @@
 // Times the CPU backend's `attention` and `attention_backward` kernels, called directly (no
 // executor), at B = 1, S = 1024, NH = NG = 8, D = 64, f32, causal: one warm-up, then the best of
 // 5 repetitions. FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for
-// the backward (forward + backward = 3.5 times).
+// the backward (forward + backward = 3.5 times). Then the same with attention dropout p = 0.1
+// (attention_dropout kernels: one Philox call per 4 probabilities, forward and backward).
 //
 //===----------------------------------------------------------------------===//
 
@@ -94,6 +95,22 @@ int main() {
   if (!ok)
     return 1;
 
+  // Attention dropout p = 0.1: attrs causal, scale, p, op_id; key (seed, iteration, first sample).
+  int64_t key[3] = {1234, 1, 0};
+  TensorView rv = makeView(DType::I64, {3}, key);
+  Attrs dattrs;
+  dattrs.scalars = {1, 0, 0.1, 3};
+  dattrs.lists = {{}, {}, {}, {}};
+  double tDropFwd = bestSeconds(
+      reps, [&] { ok &= call(*backend, "attention_dropout", {qv, kv, vv, rv}, {ov, lv}, dattrs); });
+  double tDropBoth = bestSeconds(reps, [&] {
+    ok &= call(*backend, "attention_dropout", {qv, kv, vv, rv}, {ov, lv}, dattrs);
+    ok &= call(*backend, "attention_dropout_backward", {qv, kv, vv, ov, lv, dov, rv},
+               {dqv, dkv, dvv}, dattrs);
+  });
+  if (!ok)
+    return 1;
+
   double fwdFlops = 0.5 * 4.0 * double(B) * double(NH) * double(S) * double(S) * double(D);
   double bothFlops = 3.5 * fwdFlops;
   std::printf("attention fwd  S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s)\n", (long long)S,
@@ -103,5 +120,7 @@ int main() {
   std::printf("attention bwd (fwd+bwd - fwd) S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s)\n",
               (long long)S, (long long)NH, (long long)D, (tBoth - tFwd) * 1e3,
               2.5 * fwdFlops / (tBoth - tFwd) * 1e-9);
+  std::printf("attention_dropout p=0.1 fwd: %.2f ms (%.2fx attention), fwd+bwd: %.2f ms (%.2fx)\n",
+              tDropFwd * 1e3, tDropFwd / tFwd, tDropBoth * 1e3, tDropBoth / tBoth);
   return 0;
 }

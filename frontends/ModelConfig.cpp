@@ -712,7 +712,7 @@ const std::vector<std::pair<std::string, ModelConfig>> &presets() {
     return std::vector<std::pair<std::string, ModelConfig>>{
         // Unit-test sizes: odd vocab and sequence lengths catch layout mistakes.
         {"tiny-gpt", [] {
-           // No dropout: the fused attention kernel has none, and tests compare exact values.
+           // No dropout: tests compare exact values (dropout tests turn it on explicitly).
            ModelConfig m = gptStyle(2, 16, 4, 37, 9);
            m.attention_dropout = 0;
            m.hidden_dropout = 0;

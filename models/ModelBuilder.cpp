@@ -66,14 +66,14 @@ LogicalResult ModelIRBuilder::build() {
   const bool rms = cfg.normalization == "RMSNorm";
   const bool bias = cfg.add_bias_linear;
   const double std = cfg.init_method_std, outStd = std / std::sqrt(2.0 * double(L));
-  if (cfg.attention_dropout > 0)
-    return module.emitError() << "not supported yet: --attention-dropout " << cfg.attention_dropout
-                              << " (the fused attention kernel has no dropout; pass "
-                                 "--attention-dropout 0.0)";
   if (cfg.rotary_percent != 1.0 && rope && int64_t(D * cfg.rotary_percent) % 2)
     return module.emitError() << "--rotary-percent " << cfg.rotary_percent
                               << " gives an odd rotary dimension for head dim " << D;
-  const bool dropout = cfg.hidden_dropout > 0;
+  // The rng input exists when either dropout is on; attention dropout is a site of its own in
+  // each layer (its op id follows the layer's hidden-dropout ids, counted only when it is on, so
+  // the hidden-dropout masks of a model without attention dropout are unchanged).
+  const bool hiddenDropout = cfg.hidden_dropout > 0, attnDropout = cfg.attention_dropout > 0;
+  const bool dropout = hiddenDropout || attnDropout;
 
   // Parameters in Megatron's state-dict order.
   unsigned wte = param("embedding.word_embeddings.weight", {V, H}, "normal", std);
@@ -162,7 +162,7 @@ LogicalResult ModelIRBuilder::build() {
   int64_t opId = 0;
   // The op builders take the parameter values: @forward's arguments or @decoder_layer's.
   auto dropWith = [&](Value x, Value key, int64_t id, Location l) -> Value {
-    if (!dropout)
+    if (!hiddenDropout)
       return x;
     return b.create<model::DropoutOp>(l, x.getType(), x, key, b.getF64FloatAttr(cfg.hidden_dropout),
                                       b.getI64IntegerAttr(id));
@@ -266,8 +266,13 @@ LogicalResult ModelIRBuilder::build() {
       k = b.create<model::RopeOp>(la, k.getType(), k, lpos, b.getF64FloatAttr(cfg.rotary_base),
                                   b.getI64IntegerAttr(rd == D ? 0 : rd));
     }
-    auto attn = b.create<model::AttentionOp>(la, TypeRange{q.getType(), t({B, NH, S}, stats)}, q,
-                                             k, v, b.getBoolAttr(true), b.getF64FloatAttr(0.0));
+    // Attention dropout's op id is taken after the layer's two hidden-dropout sites (below).
+    const int64_t attnOpId = attnDropout ? firstLayerOpId + opId + 3 : 0;
+    auto attn = b.create<model::AttentionOp>(
+        la, TypeRange{q.getType(), t({B, NH, S}, stats)}, q, k, v,
+        attnDropout ? key : Value(), b.getBoolAttr(true), b.getF64FloatAttr(0.0),
+        b.getF64FloatAttr(attnDropout ? cfg.attention_dropout : 0.0),
+        b.getI64IntegerAttr(attnOpId));
     Value o = reshape(attn.getResult(), {B, S, NH * D}, la);
     Value a = ldrop(llinear(o, y.wo, ob(y.bo), H, la), la);
     lx = b.create<model::AddOp>(la, lx.getType(), lx, a);
@@ -280,6 +285,8 @@ LogicalResult ModelIRBuilder::build() {
     Value f = ldrop(llinear(gate, y.w2, ob(y.b2), H, lm), lm);
     lx = b.create<model::AddOp>(lm, lx.getType(), lx, f);
     b.create<func::ReturnOp>(lm, lx);
+    if (attnDropout)
+      ++opId; // the attention site: firstLayerOpId + 3 (after the two hidden-dropout sites)
   }
   const int64_t sitesPerLayer = opId;
   opId = firstLayerOpId + sitesPerLayer * L;

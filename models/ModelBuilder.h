@@ -8,14 +8,16 @@
 // "normal" | "ones" | "zeros", init_std, no_weight_decay on biases and norm weights).
 // Arguments: every parameter (model.param = @its name), then the
 // inputs of one microbatch (model.input = "tokens", "position_ids", "labels", "loss_mask" and,
-// with dropout, "rng"). Results: (loss_sum, num_tokens) of cross entropy over the padded
+// with hidden or attention dropout, "rng"). Results: (loss_sum, num_tokens) of cross entropy over the padded
 // vocabulary with padding columns masked out.
 //
 // The decoder layer is built once, as `func.func private @decoder_layer(x, the layer's
 // parameters in state-dict order, [position_ids], [dropout key: tensor<4xi64>]) -> x`, and
 // @forward calls it once per layer (`model.layer_index`) with layer i's parameters and the key
 // `model.rng_offset(rng, sites per layer x i)`, so each dropout site keeps the op id of a flat
-// model: embedding 1, layer i's attention and MLP outputs 2 + 2i and 3 + 2i.
+// model: embedding 1, layer i's attention and MLP outputs 2 + 2i and 3 + 2i. With attention
+// dropout a layer has three sites: attention output 2 + 3i, MLP output 3 + 3i and the attention
+// probabilities (inside model.attention) 4 + 3i.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TRAINC_MODELS_MODELBUILDER_H
@@ -35,8 +37,9 @@ struct BuildOptions {
 };
 
 /// Appends the forward function for `cfg` (finalized) to `module`. Errors (emitted on the module):
-/// configurations the builder cannot express, such as attention dropout (the fused attention kernel
-/// has none).
+/// configurations the builder cannot express (an odd rotary dimension). `--attention-dropout` p > 0
+/// gives each layer's model.attention dropout p with the layer's key (op id: the layer's third
+/// dropout site; docs/design.md "Dropout keys").
 LogicalResult buildModel(ModuleOp module, const ::trainc::config::ModelConfig &cfg,
                          const BuildOptions &options);
 

@@ -196,11 +196,6 @@ int cmdCompile(std::vector<std::string> args) {
   if (!cfg->ignoredFlags.empty())
     llvm::errs() << "trainc: note: ignored flags (logging/profiling only): "
                  << llvm::join(cfg->ignoredFlags, " ") << "\n";
-  if (!module && cfg->model.attention_dropout != 0)
-    return fail("not supported yet: --attention-dropout " +
-                std::to_string(cfg->model.attention_dropout).erase(
-                    std::to_string(cfg->model.attention_dropout).find_last_not_of('0') + 1) +
-                " (the fused attention kernel has no dropout; pass --attention-dropout 0.0)");
   if (!module) {
     module = mlir::trainc::buildModelModule(ctx, *cfg, opts);
     if (!module)

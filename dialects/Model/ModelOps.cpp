@@ -454,7 +454,22 @@ LogicalResult verifyAttention(Operation *op, Value q, Value k, Value v) {
 }
 } // namespace
 
+static LogicalResult verifyRngKey(Operation *op, Value rng);
+
+namespace {
+/// Attention dropout: 0 <= p < 1, and p > 0 needs the rng key.
+LogicalResult verifyAttentionDropout(Operation *op, double p, Value rng) {
+  if (!(p >= 0 && p < 1))
+    return op->emitOpError() << "dropout = " << p << ", expected 0 <= dropout < 1";
+  if (p > 0 && !rng)
+    return op->emitOpError() << "dropout = " << p << " needs the rng operand (a dropout key)";
+  return rng ? verifyRngKey(op, rng) : success();
+}
+} // namespace
+
 LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttentionDropout(*this, getDropout().convertToDouble(), getRng())))
+    return failure();
   if (failed(verifyAttention(*this, getQuery(), getKey(), getValue())) ||
       failed(expectShape(*this, getResult(), shapeOf(getQuery()), "result")))
     return failure();
@@ -464,20 +479,33 @@ LogicalResult AttentionOp::verify() {
 double AttentionOp::getFlops() { return attentionFlops(getQuery(), getCausal()); }
 double AttentionOp::getBytesMoved() { return bytesOf(*this); }
 void AttentionOp::emitKernels(KernelEmitter &e) {
+  if (getDropout().convertToDouble() > 0) {
+    e.kernel("attention_dropout", {e.operand(0), e.operand(1), e.operand(2), e.operand(3)},
+             {e.result(0), e.result(1)},
+             {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
+              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId())});
+    return;
+  }
   e.kernel("attention", {e.operand(0), e.operand(1), e.operand(2)}, {e.result(0), e.result(1)},
            {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble())});
 }
 SmallVector<Value> AttentionOp::buildVJP(OpBuilder &b, ValueRange g) {
+  SmallVector<Value> none(getNumOperands(), Value());
   if (!g[0])
-    return {Value(), Value(), Value()};
+    return none;
   auto grad = b.create<AttentionGradOp>(
       getLoc(), TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
-      getQuery(), getKey(), getValue(), getResult(), getLse(), g[0], getCausalAttr(),
-      getScaleAttr());
-  return {grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
+      getQuery(), getKey(), getValue(), getResult(), getLse(), g[0], getRng(), getCausalAttr(),
+      getScaleAttr(), getDropoutAttr(), getOpIdAttr());
+  SmallVector<Value> grads = {grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
+  if (getRng())
+    grads.push_back(Value());
+  return grads;
 }
 
 LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttentionDropout(*this, getDropout().convertToDouble(), getRng())))
+    return failure();
   if (failed(verifyAttention(*this, getQuery(), getKey(), getValue())) ||
       failed(expectShape(*this, getGrad(), shapeOf(getQuery()), "grad")) ||
       failed(expectShape(*this, getOut(), shapeOf(getQuery()), "out")))
@@ -494,6 +522,15 @@ LogicalResult AttentionGradOp::verify() {
 double AttentionGradOp::getFlops() { return 2.5 * attentionFlops(getQuery(), getCausal()); }
 double AttentionGradOp::getBytesMoved() { return bytesOf(*this); }
 void AttentionGradOp::emitKernels(KernelEmitter &e) {
+  if (getDropout().convertToDouble() > 0) {
+    e.kernel("attention_dropout_backward",
+             {e.operand(0), e.operand(1), e.operand(2), e.operand(3), e.operand(4), e.operand(5),
+              e.operand(6)},
+             {e.result(0), e.result(1), e.result(2)},
+             {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
+              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId())});
+    return;
+  }
   e.kernel("attention_backward",
            {e.operand(0), e.operand(1), e.operand(2), e.operand(3), e.operand(4), e.operand(5)},
            {e.result(0), e.result(1), e.result(2)},
@@ -1106,6 +1143,8 @@ ShardingRule AttentionOp::getShardingRule() {
   r.operand({b, s, h, d});
   r.operand({b, t, g, d});
   r.operand({b, t, g, d});
+  if (getRng())
+    r.operand({}); // the dropout key is replicated
   r.result({b, s, h, d});
   r.result({b, h, s});
   return r.build();

@@ -157,15 +157,20 @@ def Model_AttentionOp : Model_FwdOp<"attention"> {
   let summary = "Fused core attention (causal, GQA) returning out and log-sum-exp";
   let description = [{
     q [b, s, heads, d], k and v [b, s, groups, d] with groups dividing heads; out [b, s, heads, d],
-    lse [b, heads, s].
+    lse [b, heads, s]. With `dropout` = p > 0 the optional `rng` key (as model.dropout's) drops
+    each probability with probability p (keyed by op_id and its global (b, head, query, key)
+    coordinates) and scales the kept ones by 1/(1-p); lse stays that of the undropped softmax.
     ```mlir
     %o, %lse = model.attention %q, %k, %v {causal = true}
         : (tensor<1x9x4x4xf32>, tensor<1x9x2x4xf32>, tensor<1x9x2x4xf32>) -> (tensor<1x9x4x4xf32>, tensor<1x4x9xf32>)
     ```
   }];
   let arguments = (ins FloatTensor:$query, FloatTensor:$key, FloatTensor:$value,
+                   Optional<RngTensor>:$rng,
                    DefaultValuedAttr<BoolAttr, "true">:$causal,
-                   DefaultValuedAttr<F64Attr, "0.0">:$scale);
+                   DefaultValuedAttr<F64Attr, "0.0">:$scale,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$op_id);
   let results = (outs FloatTensor:$result, FloatTensor:$lse);
 }
 
@@ -352,14 +357,18 @@ def Model_RopeGradOp : Model_Op<"rope_grad"> {
 def Model_AttentionGradOp : Model_Op<"attention_grad"> {
   let summary = "dq, dk, dv of attention, recomputing probabilities from the log-sum-exp";
   let description = [{
+    With `dropout` > 0 the optional `rng` key, `dropout` and `op_id` are the forward's: the mask
+    is regenerated, not stored.
     ```mlir
     %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %lse, %do {causal = true} : (...) -> (...)
     ```
   }];
   let arguments = (ins FloatTensor:$query, FloatTensor:$key, FloatTensor:$value, FloatTensor:$out,
-                   FloatTensor:$lse, FloatTensor:$grad,
+                   FloatTensor:$lse, FloatTensor:$grad, Optional<RngTensor>:$rng,
                    DefaultValuedAttr<BoolAttr, "true">:$causal,
-                   DefaultValuedAttr<F64Attr, "0.0">:$scale);
+                   DefaultValuedAttr<F64Attr, "0.0">:$scale,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$op_id);
   let results = (outs FloatTensor:$query_grad, FloatTensor:$key_grad, FloatTensor:$value_grad);
 }
 

@@ -439,6 +439,26 @@ std::string verifyAttentionBackward(const KernelCtx &c) {
   return k.result();
 }
 
+/// attention_dropout(_backward): the attention checks, then the rng key at input `rngIn`
+/// (i64 [3] or [4], as dropout's) and p in [0, 1) (attrs causal, scale, p, op_id).
+std::string verifyAttentionDropoutKey(const KernelCtx &c, int rngIn) {
+  Check k(c);
+  k.dtype(I, rngIn, DType::I64);
+  if (c.in[rngIn].numel != 4)
+    k.numelEq(I, rngIn, 3, "seed, iteration and microbatch (and an op_id offset: 4)");
+  k.attrCond(c.attrs->f(2) >= 0 && c.attrs->f(2) < 1,
+             "p = " + std::to_string(c.attrs->f(2)) + ", expected 0 <= p < 1");
+  return k.result();
+}
+std::string verifyAttentionDropout(const KernelCtx &c) {
+  std::string e = verifyAttention(c);
+  return e.empty() ? verifyAttentionDropoutKey(c, 3) : e;
+}
+std::string verifyAttentionDropoutBackward(const KernelCtx &c) {
+  std::string e = verifyAttentionBackward(c);
+  return e.empty() ? verifyAttentionDropoutKey(c, 6) : e;
+}
+
 std::string verifyGeluBackward(const KernelCtx &c) {
   Check k(c);
   k.floatT(I, 1);
@@ -720,6 +740,14 @@ std::vector<KernelSignature> buildTable() {
        "fused core attention (GQA) returning out and log-sum-exp"},
       {"attention_backward", 6, 3, {A{"causal", Int, 1}, A{"scale", Flt, 0}},
        verifyAttentionBackward, "dq, dk, dv, recomputing probabilities from the log-sum-exp"},
+      {"attention_dropout", 4, 2,
+       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0}},
+       verifyAttentionDropout,
+       "attention with dropout on the probabilities, mask from Philox(seed, op_id, iteration, "
+       "global (b, h, i, j))"},
+      {"attention_dropout_backward", 7, 3,
+       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0}},
+       verifyAttentionDropoutBackward, "dq, dk, dv of attention_dropout, regenerating the mask"},
       {"gelu", 1, 1, {A{"approximate", Int, 0}}, verifyUnarySame,
        "gelu (erf form; tanh form when approximate = 1)"},
       {"gelu_backward", 2, 1, {A{"approximate", Int, 0}}, verifyGeluBackward, "dx of gelu"},

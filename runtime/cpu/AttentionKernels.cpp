@@ -4,8 +4,14 @@
 //   attention:          q[B, S, NH, D], k[B, S, NG, D], v[B, S, NG, D] -> o[B, S, NH, D],
 //                       lse[B, NH, S]
 //   attention_backward: q, k, v, o, lse, do -> dq, dk, dv (overwritten)
+//   attention_dropout:  q, k, v, rng -> o, lse; attention_dropout_backward: q, k, v, o, lse, do,
+//                       rng -> dq, dk, dv (rng: i64 [3] or [4] dropout key, as dropout's)
 // Query head h reads key/value head h / (NH / NG). Attributes: causal (query i attends keys
-// j <= i) and scale (0 means 1 / sqrt(D)).
+// j <= i) and scale (0 means 1 / sqrt(D)); the dropout kernels add p and op_id. Dropout is
+// applied to the normalised probabilities before P.V (Megatron's core attention): probability
+// (b, h, i, j) is kept, scaled by 1/(1-p), when the dropout kernel's Philox uniform at global
+// index ((first + b) * NH + h) * S^2 + i * S + j is >= p (docs/kernels.md); the backward
+// regenerates the mask. p = 0 gives attention's results.
 //
 // Flash-attention structure, single-threaded and deterministic: a block of kBr query rows is
 // processed against blocks of kBc keys. The forward keeps a running max and sum per row (online
@@ -25,6 +31,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/core/Philox.h"
 #include "runtime/cpu/CpuKernels.h"
 #include "runtime/cpu/Dispatch.h"
 
@@ -51,11 +58,79 @@ namespace {
 constexpr int kBr = 64;  // query rows per block
 constexpr int kBc = 128; // keys per block
 
+/// Attention dropout (attention_dropout kernels): the key and the keep scale. Probability
+/// (b, h, i, j) of the microbatch is kept when u(g) >= p, g = ((( first + b) * NH + h) * S + i) * S
+/// + j its index over the global batch, u the dropout kernel's Philox uniform (docs/kernels.md).
+struct AttnDropout {
+  bool on = false;
+  double p = 0;
+  uint64_t seed = 0, first = 0;
+  uint32_t opId = 0, iteration = 0;
+};
+
 struct AttnShape {
   int64_t B, S, NH, NG, D;
   bool causal;
   double scale;
+  AttnDropout drop;
 };
+
+/// u[j] = the dropout kernel's uniform (Philox.h philoxUniform4) of global index g0 + j, j < n <=
+/// kBc: the blocks' counters in separate arrays, so the ten rounds vectorise across blocks.
+TRAINC_AVX2_CLONE void dropoutUniforms(const AttnDropout &d, uint64_t g0, int n, float *u) {
+  constexpr int kMaxBlocks = kBc / 4 + 2;
+  const uint64_t b0 = g0 / 4;
+  const int nb = int((g0 + uint64_t(n) - 1) / 4 - b0) + 1;
+  uint32_t c0[kMaxBlocks], c1[kMaxBlocks], c2[kMaxBlocks], c3[kMaxBlocks];
+  for (int k = 0; k < nb; ++k) {
+    uint64_t blk = b0 + uint64_t(k);
+    c0[k] = uint32_t(blk);
+    c1[k] = uint32_t(blk >> 32);
+    c2[k] = d.opId;
+    c3[k] = d.iteration;
+  }
+  uint32_t key0 = uint32_t(d.seed), key1 = uint32_t(d.seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    for (int k = 0; k < nb; ++k) {
+      uint64_t p0 = uint64_t(0xD2511F53u) * c0[k], p1 = uint64_t(0xCD9E8D57u) * c2[k];
+      uint32_t n0 = uint32_t(p1 >> 32) ^ c1[k] ^ key0, n2 = uint32_t(p0 >> 32) ^ c3[k] ^ key1;
+      c0[k] = n0;
+      c1[k] = uint32_t(p1);
+      c2[k] = n2;
+      c3[k] = uint32_t(p0);
+    }
+    key0 += 0x9E3779B9u;
+    key1 += 0xBB67AE85u;
+  }
+  uint32_t out[4 * kMaxBlocks];
+  for (int k = 0; k < nb; ++k) {
+    out[4 * k] = c0[k];
+    out[4 * k + 1] = c1[k];
+    out[4 * k + 2] = c2[k];
+    out[4 * k + 3] = c3[k];
+  }
+  const int off = int(g0 - 4 * b0);
+  for (int j = 0; j < n; ++j)
+    u[j] = float(out[off + j] >> 8) * (1.0f / 16777216.0f);
+}
+
+/// ks[j] = 1/(1-p) where probability g0 + j is kept, else 0, for j < n <= kBc.
+template <typename A> void dropoutRow(const AttnDropout &d, uint64_t g0, int n, A *ks) {
+  if (n <= 0)
+    return;
+  const A inv = A(1.0 / (1.0 - d.p));
+  float u[kBc];
+  dropoutUniforms(d, g0, n, u);
+  for (int j = 0; j < n; ++j)
+    ks[j] = double(u[j]) >= d.p ? inv : A(0);
+}
+
+/// Global index of probability (b, h, i, j0) of the microbatch.
+inline uint64_t dropIndex(const AttnShape &s, int64_t b, int64_t h, int64_t i, int64_t j0) {
+  return ((uint64_t(s.drop.first) + uint64_t(b)) * uint64_t(s.NH) + uint64_t(h)) * uint64_t(s.S) *
+             uint64_t(s.S) +
+         uint64_t(i) * uint64_t(s.S) + uint64_t(j0);
+}
 
 AttnShape attnShape(const KernelCtx &c) {
   const TensorView &q = c.in[0], &k = c.in[1];
@@ -69,6 +144,21 @@ AttnShape attnShape(const KernelCtx &c) {
   s.scale = c.attrs->f(1);
   if (s.scale == 0)
     s.scale = s.D > 0 ? 1.0 / std::sqrt(double(s.D)) : 1.0;
+  return s;
+}
+
+/// attention_dropout / attention_dropout_backward: attrs (causal, scale, p, op_id), the rng key
+/// (seed, iteration, first sample[, op id offset]) is input `rngInput`.
+AttnShape attnDropoutShape(const KernelCtx &c, int rngInput) {
+  AttnShape s = attnShape(c);
+  const TensorView &key = c.in[rngInput];
+  const int64_t *rng = key.as<int64_t>();
+  s.drop.p = c.attrs->f(2);
+  s.drop.on = s.drop.p > 0;
+  s.drop.seed = uint64_t(rng[0]);
+  s.drop.iteration = uint32_t(rng[1]);
+  s.drop.first = uint64_t(rng[2]);
+  s.drop.opId = uint32_t(c.attrs->i(3) + (key.numel == 4 ? rng[3] : 0));
   return s;
 }
 
@@ -305,7 +395,7 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
   SingleThreadedGemm singleThreaded;
   std::vector<A> kn(size_t(S * D)), vn(size_t(S * D));
   std::vector<A> qs(size_t(kBr) * D), oacc(size_t(kBr) * D), sc(size_t(kBr) * kBc);
-  std::vector<A> rowM(kBr), rowL(kBr);
+  std::vector<A> rowM(kBr), rowL(kBr), keep(kBc);
   GemmScratch<A> scratch;
 
 #pragma omp for schedule(dynamic)
@@ -348,6 +438,12 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
                     orow[d] *= alpha;
                 }
                 rowM[r] = mNew;
+                // Dropout after the normaliser's sum: P V uses the kept probabilities / (1-p).
+                if (s.drop.on) {
+                  dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0), valid, keep.data());
+                  for (int j = 0; j < valid; ++j)
+                    p[j] *= keep[j];
+                }
               }
               for (int j = std::max(valid, 0); j < bc; ++j)
                 p[j] = A(0);
@@ -369,8 +465,7 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
   }
 }
 
-void attentionKernel(const KernelCtx &c) {
-  AttnShape s = attnShape(c);
+void runAttention(const KernelCtx &c, const AttnShape &s) {
   if (s.B == 0 || s.S == 0 || s.NH == 0)
     return;
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
@@ -405,7 +500,7 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
   std::vector<A> qs(size_t(kBr) * D), dos(size_t(kBr) * D), dqAcc(size_t(kBr) * D);
   std::vector<A> orow(static_cast<size_t>(D));
   // Tiles: probabilities and dP / dS.
-  std::vector<A> pt(size_t(kBr) * kBc), ds(size_t(kBr) * kBc);
+  std::vector<A> pt(size_t(kBr) * kBc), ds(size_t(kBr) * kBc), keep(kBc);
   GemmScratch<A> scratch;
 
 #pragma omp for schedule(dynamic)
@@ -447,12 +542,25 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
             // dP = do . v^T; dS = P * (dP - D_i).
             gemm(false, true, mr, bc, D, dos.data(), D, vn.data() + j0 * D, D, ds.data(), kBc,
                  false, scratch);
+            // With dropout (keep scale m): dP = m * (do . v^T), dS = P * (dP - D_i) where
+            // D_i = do_i . o_i is still sum_j P_ij dP_ij, and dv takes the dropped P m.
             for (int r = 0; r < mr; ++r) {
-              const A *p = pt.data() + int64_t(r) * kBc;
+              A *p = pt.data() + int64_t(r) * kBc;
               A *d = ds.data() + int64_t(r) * kBc;
               A di = rowD[i0 + r];
-              for (int j = 0; j < bc; ++j)
-                d[j] = p[j] * (d[j] - di);
+              if (s.drop.on) {
+                int valid = validKeys(s.causal, i0 + r, j0, bc);
+                dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0), valid, keep.data());
+                for (int j = valid; j < bc; ++j)
+                  keep[j] = A(0);
+                for (int j = 0; j < bc; ++j) {
+                  d[j] = p[j] * (keep[j] * d[j] - di);
+                  p[j] *= keep[j];
+                }
+              } else {
+                for (int j = 0; j < bc; ++j)
+                  d[j] = p[j] * (d[j] - di);
+              }
             }
             // dq += dS . k (scaled at the end); dk += dS^T . (scale q); dv += P^T . do.
             gemm(false, false, mr, D, bc, ds.data(), kBc, kn.data() + j0 * D, D, dqAcc.data(), D,
@@ -482,8 +590,7 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
   }
 }
 
-void attentionBackwardKernel(const KernelCtx &c) {
-  AttnShape s = attnShape(c);
+void runAttentionBackward(const KernelCtx &c, const AttnShape &s) {
   // With no query heads dk and dv are still written (as zeros) by the loop below.
   if (s.B == 0 || s.S == 0)
     return;
@@ -495,11 +602,21 @@ void attentionBackwardKernel(const KernelCtx &c) {
   });
 }
 
+void attentionKernel(const KernelCtx &c) { runAttention(c, attnShape(c)); }
+void attentionBackwardKernel(const KernelCtx &c) { runAttentionBackward(c, attnShape(c)); }
+// Inputs q, k, v, rng and q, k, v, o, lse, do, rng.
+void attentionDropoutKernel(const KernelCtx &c) { runAttention(c, attnDropoutShape(c, 3)); }
+void attentionDropoutBackwardKernel(const KernelCtx &c) {
+  runAttentionBackward(c, attnDropoutShape(c, 6));
+}
+
 } // namespace
 
 void registerAttentionKernels(KernelTable &t) {
   t["attention"] = attentionKernel;
   t["attention_backward"] = attentionBackwardKernel;
+  t["attention_dropout"] = attentionDropoutKernel;
+  t["attention_dropout_backward"] = attentionDropoutBackwardKernel;
 }
 
 } // namespace trainc::rt::cpu

@@ -317,6 +317,11 @@ std::vector<std::string> cudaKernelNames() {
   return r;
 }
 
+KernelFn findCudaKernel(std::string_view name) {
+  auto it = cuda::cudaKernelTable().find(name);
+  return it == cuda::cudaKernelTable().end() ? nullptr : it->second;
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> createCudaBackend(int device) {
   std::string err;
   const cuda::CudaApi *api = cuda::loadCudaApi(&err);

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace trainc::rt {
@@ -33,6 +34,11 @@ std::string probeCudaLibraries();
 /// The kernel names the CUDA backend implements (empty in a build without CUDA); usable without a
 /// device, e.g. to check that every kernel of Kernel.h's table has a CUDA implementation.
 std::vector<std::string> cudaKernelNames();
+
+/// The CUDA backend's kernel `name`, or null (always null in a build without CUDA). Calling it
+/// needs the backend's KernelData (ctx.kernelData) except for kernels that refuse their input
+/// before touching the device, such as attention_dropout, which throws std::runtime_error.
+KernelFn findCudaKernel(std::string_view name);
 
 /// Creates the CUDA backend on device `device` (cudaSetDevice): the arena in device memory
 /// (cudaMalloc, zero-filled), a compute, a communication and a p2p stream (non-blocking), events

@@ -339,6 +339,15 @@ void attentionKernel(const KernelCtx &c) {
          a.scale);
 }
 
+/// attention_dropout(_backward): not implemented by the CUDA kernels (the CPU backend has them);
+/// the program is refused at its first launch rather than run without the mask.
+void attentionDropoutRefused(const KernelCtx &c) {
+  throw std::runtime_error("CUDA attention: attention dropout (p = " +
+                           std::to_string(c.attrs->f(2)) +
+                           ") is not implemented on the CUDA backend; compile with "
+                           "--attention-dropout 0.0 or run with --backend cpu");
+}
+
 // q, k, v, o, lse, do -> dq, dk, dv
 void attentionBackwardKernel(const KernelCtx &c) {
   const KernelData &kd = KD(c);
@@ -666,6 +675,8 @@ const KernelTable &cudaKernelTable() {
       {"rope_backward", ropeBackwardKernel},
       {"attention", attentionKernel},
       {"attention_backward", attentionBackwardKernel},
+      {"attention_dropout", attentionDropoutRefused},
+      {"attention_dropout_backward", attentionDropoutRefused},
       {"gelu", geluKernel},
       {"gelu_backward", geluBackwardKernel},
       {"swiglu", swigluKernel},

@@ -18,6 +18,8 @@ bool cudaBackendAvailable(std::string *why) {
 
 std::vector<std::string> cudaKernelNames() { return {}; }
 
+KernelFn findCudaKernel(std::string_view) { return nullptr; }
+
 std::string probeCudaLibraries() { return kNoCuda; }
 
 absl::StatusOr<std::unique_ptr<Backend>> createCudaBackend(int) {

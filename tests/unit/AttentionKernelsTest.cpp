@@ -6,6 +6,15 @@
 // has no cotangent input in attention_backward, so <w, o> is the objective); f32 and bf16 against
 // f64; bitwise determinism; the verifier's message for NH not divisible by NG.
 //
+// attention_dropout: the forward against the naive reference with the mask computed here from the
+// documented formula (docs/kernels.md: Philox4x32-10 at global index ((first + b) * NH + h) * S^2 +
+// i * S + j, op id + key offset, kept when u >= p, scaled by 1/(1-p)), so the tiled kernel's mask
+// and its use are checked independently of its own code (1e-12); the backward against finite
+// differences with the mask fixed by the key (1e-6, as above); the kept fraction within 5 sigma of
+// the binomial mean and kept values exactly 1/(n(1-p)) on uniform probabilities; a batch of two
+// equals the two samples run as microbatches with first sample 0 and 1 (the DP-layout property);
+// p = 0 equals attention bitwise; the verifier's messages for p and the key.
+//
 // Tolerances (norm-wise relative error, relError in KernelTestUtil.h; "measured" is the largest
 // value seen over all cases here):
 //  - f64 forward vs reference: 1e-12 (both f64, differing in summation order only; measured 7e-16).
@@ -25,6 +34,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "KernelTestUtil.h"
+
+#include "runtime/core/Philox.h"
 
 #include <cmath>
 #include <limits>
@@ -322,6 +333,233 @@ TEST(Attention, VerifierRejectsHeadsNotDivisibleByGroups) {
   // A well-formed GQA call passes.
   HostTensor k2(DType::F32, {1, 5, 2, 8}), v2(DType::F32, {1, 5, 2, 8});
   EXPECT_EQ(verifyKernel("attention", {&q, &k2, &v2}, {&o, &lse}), "");
+}
+
+
+//===----------------------------------------------------------------------===//
+// attention_dropout
+//===----------------------------------------------------------------------===//
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+struct DropKey {
+  int64_t seed = 1234, iteration = 3, first = 0, offset = -1; // offset < 0: a [3] key
+  double p = 0.2;
+  int64_t opId = 5;
+};
+
+HostTensor keyTensor(const DropKey &d) {
+  HostTensor rng(DType::I64, {d.offset < 0 ? 3 : 4});
+  rng.set(0, double(d.seed));
+  rng.set(1, double(d.iteration));
+  rng.set(2, double(d.first));
+  if (d.offset >= 0)
+    rng.set(3, double(d.offset));
+  return rng;
+}
+
+std::vector<AttrArg> dropAttrs(bool causal, double scale, const DropKey &d) {
+  return {AttrArg("causal", int(causal)), AttrArg("scale", scale), AttrArg("p", d.p),
+          AttrArg("op_id", d.opId)};
+}
+
+/// The documented mask: 1/(1-p) if probability (b, h, i, j) of the microbatch is kept, else 0.
+double keepScale(const AttnDims &p, const DropKey &d, int64_t b, int64_t h, int64_t i, int64_t j) {
+  uint64_t g = ((uint64_t(d.first + b) * uint64_t(p.NH) + uint64_t(h)) * uint64_t(p.S) +
+                uint64_t(i)) * uint64_t(p.S) + uint64_t(j);
+  float u[4];
+  uint32_t op = uint32_t(d.opId + std::max<int64_t>(d.offset, 0));
+  trainc::rt::philoxUniform4(uint64_t(d.seed), op, uint32_t(d.iteration), g / 4, u);
+  return double(u[g % 4]) >= d.p ? 1.0 / (1.0 - d.p) : 0.0;
+}
+
+/// Naive f64 reference with dropout: o = sum_j softmax_j * keep(b, h, i, j) * v_j; lse undropped.
+void attentionDropoutRef(const AttnDims &p, bool causal, double scale, const DropKey &d,
+                         const HostTensor &q, const HostTensor &k, const HostTensor &v,
+                         HostTensor &o, HostTensor &lse) {
+  attentionRef(p, causal, scale, q, k, v, o, lse);
+  if (scale == 0)
+    scale = 1 / std::sqrt(double(p.D));
+  auto qi = [&](int64_t b, int64_t s, int64_t h, int64_t dd) {
+    return ((b * p.S + s) * p.NH + h) * p.D + dd;
+  };
+  auto ki = [&](int64_t b, int64_t s, int64_t g, int64_t dd) {
+    return ((b * p.S + s) * p.NG + g) * p.D + dd;
+  };
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.NH; ++h) {
+      int64_t g = h / (p.NH / p.NG);
+      for (int64_t i = 0; i < p.S; ++i) {
+        double l = lse.get((b * p.NH + h) * p.S + i);
+        int64_t n = causal ? i + 1 : p.S;
+        for (int64_t dd = 0; dd < p.D; ++dd) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t e = 0; e < p.D; ++e)
+              s += q.get(qi(b, i, h, e)) * k.get(ki(b, j, g, e));
+            acc += std::exp(scale * s - l) * keepScale(p, d, b, h, i, j) * v.get(ki(b, j, g, dd));
+          }
+          o.set(qi(b, i, h, dd), acc);
+        }
+      }
+    }
+}
+
+std::vector<HostTensor> runDropForward(const AttnDims &p, bool causal, double scale,
+                                       const DropKey &d, HostTensor &q, HostTensor &k,
+                                       HostTensor &v) {
+  DType t = q.dtype;
+  HostTensor o(t, {p.B, p.S, p.NH, p.D}), lse(statsDType(t), {p.B, p.NH, p.S});
+  HostTensor rng = keyTensor(d);
+  runKernel("attention_dropout", {&q, &k, &v, &rng}, {&o, &lse}, dropAttrs(causal, scale, d));
+  return {o, lse};
+}
+
+struct DropCase {
+  AttnDims dims;
+  bool causal;
+  DropKey key;
+};
+
+class AttentionDropoutTest : public ::testing::TestWithParam<DropCase> {};
+
+TEST_P(AttentionDropoutTest, ForwardMatchesReferenceWithTheDocumentedMask) {
+  DropCase c = GetParam();
+  AttnInputs in = randomInputs(c.dims, DType::F64, 41, 2.0);
+  std::vector<HostTensor> f = runDropForward(c.dims, c.causal, 0, c.key, in.q, in.k, in.v);
+  HostTensor oRef, lseRef;
+  attentionDropoutRef(c.dims, c.causal, 0, c.key, in.q, in.k, in.v, oRef, lseRef);
+  EXPECT_LT(relError(f[0], oRef), 1e-12);
+  EXPECT_LT(relError(f[1], lseRef), 1e-12);
+  // The mask matters: without dropout the output differs.
+  std::vector<HostTensor> plain = runForward(c.dims, c.causal, 0, in.q, in.k, in.v);
+  EXPECT_GT(relError(f[0], plain[0]), 1e-3);
+}
+
+TEST_P(AttentionDropoutTest, BackwardMatchesFiniteDifferencesWithAFixedMask) {
+  DropCase c = GetParam();
+  AttnInputs in = randomInputs(c.dims, DType::F64, 51, 2.0);
+  HostTensor w = randomTensor(DType::F64, in.q.shape, 54);
+  std::vector<HostTensor> f = runDropForward(c.dims, c.causal, 0, c.key, in.q, in.k, in.v);
+  HostTensor dq(in.q.dtype, in.q.shape), dk(in.k.dtype, in.k.shape), dv(in.v.dtype, in.v.shape);
+  for (HostTensor *t : {&dq, &dk, &dv})
+    for (int64_t i = 0; i < t->numel(); ++i)
+      t->set(i, std::numeric_limits<double>::quiet_NaN());
+  HostTensor rng = keyTensor(c.key);
+  runKernel("attention_dropout_backward", {&in.q, &in.k, &in.v, &f[0], &f[1], &w, &rng},
+            {&dq, &dk, &dv}, dropAttrs(c.causal, 0, c.key));
+  std::vector<HostTensor> g = {dq, dk, dv};
+  ForwardFn fwd = [&](std::vector<HostTensor> &x) {
+    return std::vector<HostTensor>{
+        runDropForward(c.dims, c.causal, 0, c.key, x[0], x[1], x[2])[0]};
+  };
+  for (int which = 0; which < 3; ++which) {
+    HostTensor fd = finiteDifference(fwd, {in.q, in.k, in.v}, {w}, which);
+    EXPECT_LT(relError(g[which], fd), kFdTol) << "gradient " << which;
+  }
+}
+
+DropKey withKey(double p, int64_t first, int64_t offset) {
+  DropKey d;
+  d.p = p;
+  d.first = first;
+  d.offset = offset;
+  return d;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionDropoutTest,
+    ::testing::Values(
+        DropCase{{2, 7, 4, 2, 6}, true, withKey(0.2, 0, -1)},
+        DropCase{{2, 7, 4, 2, 6}, false, withKey(0.5, 3, -1)},
+        DropCase{{1, 9, 3, 3, 4}, true, withKey(0.1, 5, 7)},
+        // Several query (64) and key (128) blocks.
+        DropCase{{1, 130, 1, 1, 3}, true, withKey(0.3, 1, 2)},
+        DropCase{{1, 130, 1, 1, 3}, false, withKey(0.3, 1, 2)}),
+    [](const ::testing::TestParamInfo<DropCase> &info) {
+      return "Case" + std::to_string(info.index);
+    });
+
+TEST(AttentionDropout, KeptFractionAndScale) {
+  // q = 0 makes every probability 1/S (full mask); v one-hot (D = S, v[j, d] = [j == d]) makes
+  // o[b, i, h, j] = P_ij * keep_ij / (1 - p): 0 or exactly 1/(S (1-p)).
+  const AttnDims p{2, 128, 4, 1, 128};
+  DropKey d = withKey(0.1, 0, -1);
+  HostTensor q(DType::F64, {p.B, p.S, p.NH, p.D}), k = randomTensor(DType::F64, {p.B, p.S, 1, p.D}, 61);
+  HostTensor v(DType::F64, {p.B, p.S, 1, p.D});
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t j = 0; j < p.S; ++j)
+      v.set((b * p.S + j) * p.D + j, 1.0);
+  std::vector<HostTensor> f = runDropForward(p, false, 0, d, q, k, v);
+  const double kept = 1.0 / (double(p.S) * (1 - d.p));
+  int64_t dropped = 0, bad = 0;
+  for (int64_t i = 0; i < f[0].numel(); ++i) {
+    double x = f[0].get(i);
+    if (x == 0)
+      ++dropped;
+    else if (std::abs(x - kept) > 1e-15 * kept)
+      ++bad;
+  }
+  const double n = double(f[0].numel()), mean = n * d.p, sigma = std::sqrt(n * d.p * (1 - d.p));
+  EXPECT_EQ(bad, 0);
+  EXPECT_LT(std::abs(double(dropped) - mean), 5 * sigma) << dropped << " of " << n;
+}
+
+TEST(AttentionDropout, MaskIsKeyedByTheGlobalSample) {
+  // Samples 0 and 1 as one microbatch (first 0) equal them as two microbatches (first 0, 1).
+  const AttnDims p2{2, 9, 2, 1, 4}, p1{1, 9, 2, 1, 4};
+  AttnInputs in = randomInputs(p2, DType::F64, 71, 2.0);
+  std::vector<HostTensor> both = runDropForward(p2, true, 0, withKey(0.4, 0, -1), in.q, in.k, in.v);
+  for (int64_t s = 0; s < 2; ++s) {
+    auto slice = [&](const HostTensor &t) {
+      HostTensor r(t.dtype, {1, t.shape[1], t.shape[2], t.shape[3]});
+      for (int64_t i = 0; i < r.numel(); ++i)
+        r.set(i, t.get(s * r.numel() + i));
+      return r;
+    };
+    HostTensor q = slice(in.q), k = slice(in.k), v = slice(in.v);
+    std::vector<HostTensor> one = runDropForward(p1, true, 0, withKey(0.4, s, -1), q, k, v);
+    HostTensor want = slice(both[0]);
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_EQ(one[0].get(i), want.get(i)) << "sample " << s << " element " << i;
+  }
+  // Another op id (or key offset) draws another mask.
+  DropKey other = withKey(0.4, 0, 1);
+  std::vector<HostTensor> o2 = runDropForward(p2, true, 0, other, in.q, in.k, in.v);
+  EXPECT_GT(relError(o2[0], both[0]), 1e-3);
+}
+
+TEST(AttentionDropout, ZeroProbabilityEqualsAttention) {
+  const AttnDims p{2, 7, 4, 2, 12};
+  AttnInputs in = randomInputs(p, DType::F32, 81, 2.0);
+  std::vector<HostTensor> a = runForward(p, true, 0, in.q, in.k, in.v);
+  std::vector<HostTensor> b = runDropForward(p, true, 0, withKey(0.0, 0, -1), in.q, in.k, in.v);
+  for (int r = 0; r < 2; ++r)
+    for (int64_t i = 0; i < a[r].numel(); ++i)
+      ASSERT_EQ(a[r].get(i), b[r].get(i));
+}
+
+TEST(AttentionDropout, VerifierRejectsBadProbabilityAndKey) {
+  HostTensor q(DType::F32, {1, 5, 2, 8}), k(DType::F32, {1, 5, 1, 8}), v(DType::F32, {1, 5, 1, 8});
+  HostTensor o(DType::F32, {1, 5, 2, 8}), lse(DType::F32, {1, 2, 5});
+  HostTensor rng(DType::I64, {3}), rng5(DType::I64, {5}), rngF(DType::F32, {3});
+  EXPECT_EQ(verifyKernel("attention_dropout", {&q, &k, &v, &rng}, {&o, &lse},
+                         dropAttrs(true, 0, withKey(0.1, 0, -1))),
+            "");
+  EXPECT_HAS(verifyKernel("attention_dropout", {&q, &k, &v, &rng}, {&o, &lse},
+                               dropAttrs(true, 0, withKey(1.0, 0, -1))),
+                  "p = 1.000000, expected 0 <= p < 1");
+  EXPECT_HAS(verifyKernel("attention_dropout", {&q, &k, &v, &rng5}, {&o, &lse},
+                               dropAttrs(true, 0, withKey(0.1, 0, -1))),
+                  "input 3");
+  EXPECT_HAS(verifyKernel("attention_dropout", {&q, &k, &v, &rngF}, {&o, &lse},
+                               dropAttrs(true, 0, withKey(0.1, 0, -1))),
+                  "input 3");
+  HostTensor dq(q.dtype, q.shape), dk(k.dtype, k.shape), dv(v.dtype, v.shape), dd(q.dtype, q.shape);
+  EXPECT_HAS(verifyKernel("attention_dropout_backward", {&q, &k, &v, &o, &lse, &dd, &rng5},
+                               {&dq, &dk, &dv}, dropAttrs(true, 0, withKey(0.1, 0, -1))),
+                  "input 6");
 }
 
 } // namespace

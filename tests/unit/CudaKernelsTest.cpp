@@ -78,6 +78,37 @@ TEST(CudaBackend, ImplementsEveryKernelSignature) {
   EXPECT_EQ(names.size(), allKernelSignatures().size());
 }
 
+// Runs without a device: the CUDA attention kernels have no dropout, and the attention_dropout
+// kernels refuse with a message naming p and what to do instead of running without the mask.
+TEST(CudaBackend, RefusesAttentionDropout) {
+#ifndef TRAINC_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  for (const char *name : {"attention_dropout", "attention_dropout_backward"}) {
+    KernelFn fn = findCudaKernel(name);
+    ASSERT_NE(fn, nullptr) << name;
+    const KernelSignature *sig = findKernelSignature(name);
+    ASSERT_NE(sig, nullptr) << name;
+    google::protobuf::RepeatedPtrField<schema::Attr> pa;
+    schema::Attr *a = pa.Add();
+    a->set_name("p");
+    AttrArg("p", 0.25).store(*a->mutable_value());
+    Attrs attrs;
+    ASSERT_EQ(decodeAttrs(*sig, pa, attrs), "");
+    KernelCtx ctx{nullptr, 0, nullptr, 0, &attrs, nullptr};
+    try {
+      fn(ctx);
+      ADD_FAILURE() << name << " did not refuse";
+    } catch (const std::runtime_error &e) {
+      EXPECT_EQ(std::string(e.what()),
+                "CUDA attention: attention dropout (p = 0.250000) is not implemented on the CUDA "
+                "backend; compile with --attention-dropout 0.0 or run with --backend cpu")
+          << name;
+    }
+  }
+#endif
+}
+
 // Runs without a device where the CUDA 13 libraries are installed: every entry point of the
 // backend's dlsym table exists in libcudart.so.13, libcublasLt.so.13 and libnccl.so.2.
 TEST(CudaBackend, SymbolTableResolvesInTheInstalledLibraries) {

@@ -582,3 +582,30 @@ model.parameter @w {init = "ones", init_std = 0.02 : f64} : tensor<4xf32>
 func.func @f(%w: tensor<4xf32> {model.param = "w"}) {
   return
 }
+
+// -----
+
+// Tests that attention dropout needs the dropout key.
+func.func @attention_dropout_no_key(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x4xf32>, %v: tensor<2x5x1x4xf32>) {
+  // expected-error@+1 {{'model.attention' op dropout = 1.000000e-01 needs the rng operand (a dropout key)}}
+  %o, %lse = model.attention %q, %k, %v {dropout = 0.1 : f64} : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>) -> (tensor<2x5x2x4xf32>, tensor<2x2x5xf32>)
+  return
+}
+
+// -----
+
+// Tests that attention dropout is a probability below 1.
+func.func @attention_dropout_p(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x4xf32>, %v: tensor<2x5x1x4xf32>, %rng: tensor<3xi64>) {
+  // expected-error@+1 {{'model.attention' op dropout = 1.000000e+00, expected 0 <= dropout < 1}}
+  %o, %lse = model.attention %q, %k, %v, %rng {dropout = 1.0 : f64} : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<3xi64>) -> (tensor<2x5x2x4xf32>, tensor<2x2x5xf32>)
+  return
+}
+
+// -----
+
+// Tests that attention_grad's dropout key is a [3] or [4] key.
+func.func @attention_grad_dropout_key(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x4xf32>, %v: tensor<2x5x1x4xf32>, %o: tensor<2x5x2x4xf32>, %lse: tensor<2x2x5xf32>, %do: tensor<2x5x2x4xf32>, %rng: tensor<5xi64>) {
+  // expected-error@+1 {{'model.attention_grad' op rng (seed, iteration, microbatch) has shape [5], expected [3]}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %lse, %do, %rng {dropout = 0.1 : f64} : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x2x4xf32>, tensor<2x2x5xf32>, tensor<2x5x2x4xf32>, tensor<5xi64>) -> (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>)
+  return
+}

@@ -111,6 +111,28 @@ func.func @forward(
 
 // -----
 
+// Tests that attention with dropout passes its key, p and op id to attention_grad (the backward
+// regenerates the mask) and that the key gets no gradient.
+// CHECK-LABEL: func.func @forward_backward(
+// CHECK-SAME: %[[RNG:[^:]+]]: tensor<3xi64> {model.input = "rng"}
+// CHECK: %[[O:.+]], %[[LSE:.+]] = model.attention %[[Q:[^,]+]], %[[Q]], %[[Q]], %[[RNG]] {dropout = 1.000000e-01 : f64, op_id = 7 : i64}
+// CHECK: model.attention_grad %[[Q]], %[[Q]], %[[Q]], %[[O]], %[[LSE]], %{{.+}}, %[[RNG]] {dropout = 1.000000e-01 : f64, op_id = 7 : i64}
+func.func @forward(
+    %wqkv: tensor<16x8xf32> {model.param = @qkv},
+    %x: tensor<2x5x8xf32> {model.input = "x"},
+    %rng: tensor<3xi64> {model.input = "rng"},
+    %labels: tensor<10xi32> {model.input = "labels"},
+    %mask: tensor<10xf32> {model.input = "loss_mask"}) -> (tensor<f32>, tensor<f32>) {
+  %qkv = model.linear %x, %wqkv : (tensor<2x5x8xf32>, tensor<16x8xf32>) -> tensor<2x5x16xf32>
+  %q = model.reshape %qkv : (tensor<2x5x16xf32>) -> tensor<2x5x4x4xf32>
+  %o, %lse0 = model.attention %q, %q, %q, %rng {dropout = 0.1 : f64, op_id = 7 : i64} : (tensor<2x5x4x4xf32>, tensor<2x5x4x4xf32>, tensor<2x5x4x4xf32>, tensor<3xi64>) -> (tensor<2x5x4x4xf32>, tensor<2x4x5xf32>)
+  %l = model.reshape %o : (tensor<2x5x4x4xf32>) -> tensor<10x16xf32>
+  %loss, %n, %lse = model.cross_entropy %l, %labels, %mask : (tensor<10x16xf32>, tensor<10xi32>, tensor<10xf32>) -> (tensor<f32>, tensor<f32>, tensor<10xf32>)
+  return %loss, %n : tensor<f32>, tensor<f32>
+}
+
+// -----
+
 // Tests the VJP rules of a GPT-style MLP block: layer_norm, linear with bias (bias_grad), gelu,
 // swiglu, dropout (the same mask: p and op_id carried over) and the residual add, whose input
 // gradient is the sum of the residual path and the block path.
