@@ -3,6 +3,8 @@
 #include "passes/Pipeline/Passes.h"
 #include "passes/PlanOption.h"
 
+#include "dialects/Model/ModelDialect.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
@@ -17,6 +19,64 @@ using namespace mlir;
 using namespace mlir::trainc;
 
 namespace {
+
+/// Whether `fn` or a function it calls (transitively) applies dropout.
+bool hasDropout(ModuleOp module, func::FuncOp fn, llvm::SmallPtrSetImpl<Operation *> &seen) {
+  if (!seen.insert(fn).second)
+    return false;
+  bool found = false;
+  fn.walk([&](Operation *op) {
+    if (isa<model::DropoutOp>(op))
+      found = true;
+    else if (auto a = dyn_cast<model::AttentionOp>(op); a && a.getDropout().convertToDouble() > 0)
+      found = true;
+    else if (auto call = dyn_cast<func::CallOp>(op))
+      if (auto callee = module.lookupSymbol<func::FuncOp>(call.getCalleeAttr()))
+        found |= !callee.isDeclaration() && hasDropout(module, callee, seen);
+  });
+  return found;
+}
+
+/// Megatron evaluates with the model in eval mode, without dropout: folds every dropout of `fn`
+/// to the identity (model.dropout -> its input; model.attention's dropout -> 0) and points each
+/// call at an eval copy `<callee>.eval` of its callee, made once and treated the same way. The
+/// dropout keys left unused are erased.
+void withoutDropout(ModuleOp module, func::FuncOp fn, llvm::StringMap<func::FuncOp> &copies) {
+  SmallVector<Operation *> dropouts;
+  SmallVector<func::CallOp> calls;
+  fn.walk([&](Operation *op) {
+    if (auto d = dyn_cast<model::DropoutOp>(op)) {
+      d.getResult().replaceAllUsesWith(d.getInput());
+      dropouts.push_back(op);
+    } else if (auto a = dyn_cast<model::AttentionOp>(op)) {
+      a.setDropoutAttr(FloatAttr::get(Float64Type::get(op->getContext()), 0.0));
+    } else if (auto call = dyn_cast<func::CallOp>(op)) {
+      calls.push_back(call);
+    }
+  });
+  for (Operation *op : dropouts)
+    op->erase();
+  for (func::CallOp call : calls) {
+    auto callee = module.lookupSymbol<func::FuncOp>(call.getCalleeAttr());
+    if (!callee || callee.isDeclaration())
+      continue;
+    func::FuncOp &copy = copies[callee.getSymName()];
+    if (!copy) {
+      OpBuilder b(callee);
+      b.setInsertionPointAfter(callee);
+      copy = cast<func::FuncOp>(b.clone(*callee));
+      copy.setSymName((callee.getSymName() + ".eval").str());
+      withoutDropout(module, copy, copies);
+    }
+    call.setCalleeAttr(FlatSymbolRefAttr::get(copy));
+  }
+  // Model ops whose results nobody reads any more (the keys of the folded dropouts).
+  SmallVector<Operation *> body;
+  fn.walk([&](Operation *op) { body.push_back(op); });
+  for (Operation *op : llvm::reverse(body))
+    if (isa<model::ModelDialect>(op->getDialect()) && op->getNumResults() > 0 && op->use_empty())
+      op->erase();
+}
 
 struct ScheduleNoPipeliningPass
     : mlir::trainc::impl::ScheduleNoPipeliningPassBase<ScheduleNoPipeliningPass> {
@@ -80,6 +140,12 @@ struct ScheduleNoPipeliningPass
     b.setInsertionPointAfter(fwd);
     auto fo = cast<func::FuncOp>(b.clone(*fwd));
     fo.setSymName("forward_only");
+    // Megatron's evaluate() runs the model in eval mode: no dropout.
+    llvm::SmallPtrSet<Operation *, 8> seen;
+    if (hasDropout(module, fo, seen)) {
+      llvm::StringMap<func::FuncOp> copies;
+      withoutDropout(module, fo, copies);
+    }
     auto ret = cast<func::ReturnOp>(fo.getBody().front().getTerminator());
     if (ret.getNumOperands() != 2)
       return fwd.emitOpError() << "must return (loss_sum, num_tokens)";
