@@ -355,20 +355,10 @@ LogicalResult Exporter::run() {
       buf->mutable_host_input()->set_role(r);
       buf->mutable_host_input()->set_microbatch(microbatch);
     }
-    if (b.getKind() == rt::BufferKind::scalar || b.getKind() == rt::BufferKind::output) {
-      // The host interface's scalars, by role (the lowering's names for them are its own).
-      static const std::pair<StringRef, schema::ScalarRole> roles[] = {
-          {"lr", schema::LR},
-          {"weight_decay", schema::WEIGHT_DECAY},
-          {"step", schema::STEP},
-          {"loss_sum", schema::LOSS_SUM},
-          {"num_tokens", schema::NUM_TOKENS},
-          {"grad_norm", schema::GRAD_NORM},
-          {"update_successful", schema::UPDATE_SUCCESSFUL}};
-      for (auto [n, role] : roles)
-        if (b.getSymName() == n)
-          buf->set_scalar_role(role);
-    }
+    // The host interface's scalars, by role (the lowering names them as scalarRoleOfName reads).
+    if (schema::ScalarRole role = ::trainc::rt::scalarRoleOfName(b.getSymName().str());
+        role != schema::SCALAR_ROLE_UNSPECIFIED && buf->kind() == ::trainc::rt::scalarRoleKind(role))
+      buf->set_scalar_role(role);
     if (auto name = b->getAttrOfType<StringAttr>("param_name")) {
       schema::Parameter *q = p.add_parameters();
       q->set_name(name.str());

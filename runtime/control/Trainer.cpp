@@ -750,7 +750,11 @@ struct Trainer::Impl {
   int64_t rngSeed = 0;
 
   /// The buffer of each host scalar role (Buffer.scalar_role), -1 when the program has none.
-  std::array<int, 8> roleBuffer = {-1, -1, -1, -1, -1, -1, -1, -1};
+  std::array<int, schema::ScalarRole_ARRAYSIZE> roleBuffer = [] {
+    std::array<int, schema::ScalarRole_ARRAYSIZE> a;
+    a.fill(-1);
+    return a;
+  }();
   int buffer(schema::ScalarRole role) const { return roleBuffer[size_t(role)]; }
   /// --dump-dir file names: rank 0 keeps the single-rank names, rank r adds ".rank<r>".
   std::string dumpSuffix() const {

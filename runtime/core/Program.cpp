@@ -22,6 +22,27 @@
 
 namespace trainc::rt {
 
+schema::ScalarRole scalarRoleOfName(std::string_view name) {
+  static const std::pair<std::string_view, schema::ScalarRole> roles[] = {
+      {"lr", schema::LR},
+      {"weight_decay", schema::WEIGHT_DECAY},
+      {"step", schema::STEP},
+      {"loss_sum", schema::LOSS_SUM},
+      {"num_tokens", schema::NUM_TOKENS},
+      {"grad_norm", schema::GRAD_NORM},
+      {"update_successful", schema::UPDATE_SUCCESSFUL}};
+  for (auto [n, role] : roles)
+    if (name == n)
+      return role;
+  return schema::SCALAR_ROLE_UNSPECIFIED;
+}
+
+schema::BufferKind scalarRoleKind(schema::ScalarRole role) {
+  return role == schema::LR || role == schema::WEIGHT_DECAY || role == schema::STEP
+             ? schema::SCALAR
+             : schema::OUTPUT;
+}
+
 //===----------------------------------------------------------------------===//
 // File format
 //===----------------------------------------------------------------------===//
@@ -441,9 +462,7 @@ absl::Status Validator::checkPlan() {
       if (!schema::ScalarRole_IsValid(role))
         return top(absl::StrCat(what, ": scalar_role ", int(role),
                                 " is not a valid scalar role (expected LR .. UPDATE_SUCCESSFUL)"));
-      const bool written = role == schema::LR || role == schema::WEIGHT_DECAY ||
-                           role == schema::STEP;
-      const schema::BufferKind want = written ? schema::SCALAR : schema::OUTPUT;
+      const schema::BufferKind want = scalarRoleKind(role);
       if (b.kind() != want)
         return top(absl::StrCat(what, ": scalar_role ", schema::ScalarRole_Name(role),
                                 " is set on a buffer of kind ", schema::BufferKind_Name(b.kind()),

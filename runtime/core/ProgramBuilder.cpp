@@ -220,20 +220,12 @@ schema::Program ProgramBuilder::finish() {
     program.set_arena_bytes(nextOffset);
   if (!entrySet)
     program.set_entry(0);
-  static const std::pair<const char *, schema::ScalarRole> roles[] = {
-      {"lr", schema::LR},
-      {"weight_decay", schema::WEIGHT_DECAY},
-      {"step", schema::STEP},
-      {"loss_sum", schema::LOSS_SUM},
-      {"num_tokens", schema::NUM_TOKENS},
-      {"grad_norm", schema::GRAD_NORM},
-      {"update_successful", schema::UPDATE_SUCCESSFUL}};
-  for (schema::Buffer &b : *program.mutable_buffers())
-    if ((b.kind() == schema::SCALAR || b.kind() == schema::OUTPUT) &&
+  for (schema::Buffer &b : *program.mutable_buffers()) {
+    schema::ScalarRole role = scalarRoleOfName(b.name());
+    if (role != schema::SCALAR_ROLE_UNSPECIFIED && b.kind() == scalarRoleKind(role) &&
         b.scalar_role() == schema::SCALAR_ROLE_UNSPECIFIED)
-      for (auto [name, role] : roles)
-        if (b.name() == name && (b.kind() == schema::SCALAR) == (role <= schema::STEP))
-          b.set_scalar_role(role);
+      b.set_scalar_role(role);
+  }
   return program;
 }
 
