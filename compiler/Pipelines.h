@@ -36,6 +36,8 @@ struct PlanOptions {
   /// Order of the forward/backward units (trainc-schedule-units): "no-pipelining" (Megatron's)
   /// or "all-forward-first" (tests).
   std::optional<std::string> unitSchedule;
+  /// Activation recompute (trainc-recompute): "none", "full:uniform:N" or "full:block:N".
+  std::optional<std::string> recompute;
 };
 
 void buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o);

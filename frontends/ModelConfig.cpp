@@ -531,9 +531,11 @@ Error finalizeTraining(PlanConfig &c) {
                        Twine(layersPerStage) + " layers per pipeline stage");
   } else {
     if (!t.recompute_method.empty())
-      return makeError("--recompute-method requires --recompute-granularity full");
+      return makeError("--recompute-method " + t.recompute_method +
+                       " requires --recompute-granularity full, got " + t.recompute_granularity);
     if (t.recompute_num_layers != 0)
-      return makeError("--recompute-num-layers requires --recompute-granularity full");
+      return makeError("--recompute-num-layers " + Twine(t.recompute_num_layers) +
+                       " requires --recompute-granularity full, got " + t.recompute_granularity);
   }
   return Error::success();
 }
@@ -642,6 +644,8 @@ Error checkSupported(const PlanConfig &config) {
   };
   const ParallelConfig &p = config.parallel;
   const TrainingConfig &t = config.training;
+  if (t.recompute_granularity == "selective")
+    reject("--recompute-granularity selective");
   if (p.tensor_model_parallel_size != 1)
     reject("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size));
   if (p.pipeline_model_parallel_size != 1)
@@ -658,8 +662,6 @@ Error checkSupported(const PlanConfig &config) {
     reject("--" + t.params_dtype);
   if (t.optimizer != "adam")
     reject("--optimizer " + t.optimizer);
-  if (t.recompute_granularity != "none")
-    reject("--recompute-granularity " + t.recompute_granularity);
   if (config.model.use_rope_scaling)
     reject("--use-rope-scaling");
   return all;

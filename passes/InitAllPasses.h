@@ -8,11 +8,13 @@
 #include "passes/Memory/Passes.h"
 #include "passes/Optimizer/Passes.h"
 #include "passes/Pipeline/Passes.h"
+#include "passes/Recompute/Passes.h"
 #include "passes/Sharding/Passes.h"
 
 namespace mlir::trainc {
 inline void registerAllPasses() {
   registerAutodiffPasses();
+  registerRecomputePasses();
   registerGradPasses();
   registerPipelinePasses();
   registerOptimizerPasses();

@@ -335,7 +335,7 @@ int cmdInspect(std::vector<std::string> args) {
   }
   if (want("--flops")) {
     llvm::outs() << "flops per iteration: " << llvm::formatv("{0:e4}", r.flops().flops_per_iteration())
-                 << " (the IR's matmuls and attention on this rank; fwd + bwd)\n";
+                 << " (the IR's matmuls and attention on this rank; fwd + bwd + recompute)\n";
     if (r.flops().megatron_flops_per_iteration() > 0)
       llvm::outs() << "megatron flops per iteration: "
                    << llvm::formatv("{0:e4}", r.flops().megatron_flops_per_iteration())
@@ -353,6 +353,12 @@ int cmdInspect(std::vector<std::string> args) {
       llvm::outs() << "6ND per iteration: "
                    << llvm::formatv("{0:e4}", 6 * n * tokens / double(p->mesh().world_size()))
                    << " (N = " << llvm::formatv("{0}", int64_t(n)) << " parameters)\n";
+    // Hardware FLOPs include what activation recompute replays; model FLOPs (MFU) do not.
+    const double model = r.flops().model_flops_per_iteration();
+    const double added = r.flops().flops_per_iteration() - model;
+    llvm::outs() << "model flops per iteration: " << llvm::formatv("{0:e4}", model)
+                 << ", recompute adds " << llvm::formatv("{0:e4}", added) << " hardware flops ("
+                 << llvm::formatv("{0:f1}", model > 0 ? 100 * added / model : 0.0) << "%)\n";
   }
   if (want("--schedule")) {
     llvm::outs() << "schedule: " << r.schedule().schedule() << ", "

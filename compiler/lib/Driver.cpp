@@ -74,8 +74,14 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
   auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
   const int64_t one = 1;
   const StringRef lossMode = t.calculate_per_token_loss ? "per_token" : "per_microbatch";
-  const StringRef recompute =
-      t.recompute_granularity.empty() ? StringRef("none") : StringRef(t.recompute_granularity);
+  sched::RecomputeSpec spec;
+  if (!t.recompute_granularity.empty())
+    spec.granularity = t.recompute_granularity;
+  if (spec.granularity == "full") {
+    spec.method = t.recompute_method;
+    spec.numLayers = t.recompute_num_layers;
+  }
+  const std::string recompute = spec.str();
   return sched::PlanAttr::getChecked(
       [&] { return emitError(UnknownLoc::get(&ctx)) << "internal error: the config's plan: "; },
       &ctx, m.num_layers, m.hidden_size, m.num_attention_heads,
@@ -89,7 +95,7 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
       b.getBoolAttr(par.use_distributed_optimizer),
       // With one rank there is nothing to gather (Megatron's flag is then a no-op too).
       b.getBoolAttr(par.overlap_param_gather && par.data_parallel_size > 1),
-      StringRef(options.unitSchedule), recompute);
+      StringRef(options.unitSchedule), StringRef(recompute));
 }
 
 namespace {

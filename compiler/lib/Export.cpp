@@ -459,7 +459,13 @@ LogicalResult Exporter::run() {
   }
   if (auto f = module->getAttrOfType<FloatAttr>("trainc.flops_per_iteration")) {
     r->mutable_flops()->set_flops_per_iteration(f.getValueAsDouble());
-    r->mutable_flops()->set_model_flops_per_iteration(f.getValueAsDouble());
+    // Model FLOPs leave out what activation recompute replays (trainc-recompute's count per
+    // microbatch, times the microbatches): recompute adds hardware FLOPs only.
+    double replayed = 0;
+    if (auto rf = module->getAttrOfType<FloatAttr>("trainc.recompute_flops_per_microbatch"))
+      if (auto m = module->getAttrOfType<IntegerAttr>("trainc.num_microbatches"))
+        replayed = rf.getValueAsDouble() * double(m.getInt());
+    r->mutable_flops()->set_model_flops_per_iteration(f.getValueAsDouble() - replayed);
   }
   if (auto f = module->getAttrOfType<FloatAttr>("trainc.bytes_per_iteration"))
     r->mutable_flops()->set_bytes_per_iteration(f.getValueAsDouble());

@@ -54,6 +54,8 @@ std::unique_ptr<Pass> withOptions(std::unique_ptr<Pass> pass, const std::string 
 } // namespace
 
 void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
+  // Activation recompute first: it rewrites the differentiated function's layer calls.
+  pm.addPass(withOptions(createRecomputePass(), opt("recompute", o.recompute)));
   pm.addPass(withOptions(createGradAccumulatePass(), opt("normalization", o.normalization) +
                                                          opt("num-microbatches",
                                                              o.numMicrobatches)));
@@ -105,6 +107,8 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
                                                  "iteration's forward")};
   Option<std::string> schedule{*this, "schedule", llvm::cl::init("no-pipelining"),
                                llvm::cl::desc("Unit order: no-pipelining or all-forward-first")};
+  Option<std::string> recompute{*this, "recompute", llvm::cl::init("none"),
+                                llvm::cl::desc("none, full:uniform:N or full:block:N")};
   PlanOptions plan() const {
     PlanOptions p;
     auto set = [](auto &field, const auto &option) {
@@ -119,6 +123,7 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
     set(p.distributedOptimizer, distributedOptimizer);
     set(p.overlapParamGather, overlapParamGather);
     set(p.unitSchedule, schedule);
+    set(p.recompute, recompute);
     return p;
   }
 };
@@ -135,7 +140,8 @@ void mlir::trainc::registerPipelines() {
                                     "verify(model), autodiff, verify(autodiff)");
   registerPhase<buildSchedulePhase>(
       "trainc-phase-schedule",
-      "grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, verify(sched)");
+      "recompute, grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, "
+      "verify(sched)");
   registerPhase<buildLowerPhase>("trainc-phase-lower", "lower-to-rt, verify(rt)");
   registerPhase<buildMemoryPhase>("trainc-phase-memory", "memory-plan, verify(memory)");
   registerPhase<buildCompilePipeline>("trainc-compile", "every phase, model IR to planned rt IR");

@@ -8,6 +8,8 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include <string>
+
 #include "dialects/Sched/SchedDialect.h.inc"
 #include "dialects/Sched/SchedEnums.h.inc"
 
@@ -31,6 +33,22 @@ PlanAttr getPlan(Operation *op);
 /// recording makes the plan inconsistent.
 FailureOr<Attribute> resolvePlanField(Operation *op, llvm::StringRef name,
                                       Attribute explicitValue, Attribute fallback);
+
+/// The plan's `recompute` field, Megatron's --recompute-granularity / --recompute-method /
+/// --recompute-num-layers in one string: "none", "selective" (core attention of every layer),
+/// "full:uniform:N" (groups of N consecutive layers, only each group's input stashed) or
+/// "full:block:N" (the first N layers of the stage, each recomputed alone).
+struct RecomputeSpec {
+  std::string granularity = "none"; // none | selective | full
+  std::string method;               // uniform | block with full, else empty
+  int64_t numLayers = 0;            // with full: >= 1
+  /// The field's text for this spec ("full:uniform:2").
+  std::string str() const;
+};
+/// Parses the recompute field; an error (through `emitError`) names the value and the accepted
+/// forms. `numLayersPerStage` > 0 also bounds N (1 <= N <= layers per stage).
+FailureOr<RecomputeSpec> parseRecompute(llvm::StringRef text, int64_t numLayersPerStage,
+                                        llvm::function_ref<InFlightDiagnostic()> emitError);
 } // namespace mlir::trainc::sched
 
 #define GET_OP_CLASSES

@@ -407,8 +407,10 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   if (schedule != "no-pipelining" && schedule != "all-forward-first")
     return emitError() << "#sched.plan: schedule = \"" << schedule
                        << "\", expected no-pipelining or all-forward-first";
-  if (recompute != "none")
-    return emitError() << "#sched.plan: recompute = \"" << recompute << "\", expected none";
+  if (failed(parseRecompute(recompute, numLayers / pp, [&] {
+        return emitError() << "#sched.plan: ";
+      })))
+    return failure();
   double b1 = beta1.getValueAsDouble(), b2 = beta2.getValueAsDouble();
   if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
     return emitError() << "#sched.plan: adam_beta1 = " << b1 << ", adam_beta2 = " << b2
@@ -588,4 +590,40 @@ LogicalResult GradBufferOp::verify() {
   if (end > numel)
     return emitOpError() << "params end at " << end << ", beyond numel = " << numel;
   return success();
+}
+
+std::string mlir::trainc::sched::RecomputeSpec::str() const {
+  if (granularity != "full")
+    return granularity;
+  return granularity + ":" + method + ":" + std::to_string(numLayers);
+}
+
+FailureOr<mlir::trainc::sched::RecomputeSpec>
+mlir::trainc::sched::parseRecompute(StringRef text, int64_t numLayersPerStage,
+                                     function_ref<InFlightDiagnostic()> emitError) {
+  RecomputeSpec spec;
+  if (text == "none" || text == "selective") {
+    spec.granularity = text.str();
+    return spec;
+  }
+  SmallVector<StringRef> parts;
+  text.split(parts, ':');
+  auto bad = [&]() -> FailureOr<RecomputeSpec> {
+    return emitError() << "recompute = \"" << text
+                       << "\", expected none, selective, full:uniform:N or full:block:N";
+  };
+  if (parts.size() != 3 || parts[0] != "full")
+    return bad();
+  if (parts[1] != "uniform" && parts[1] != "block")
+    return emitError() << "recompute = \"" << text << "\": method '" << parts[1]
+                       << "' is not one of uniform, block";
+  if (parts[2].getAsInteger(10, spec.numLayers))
+    return bad();
+  if (spec.numLayers < 1 || (numLayersPerStage > 0 && spec.numLayers > numLayersPerStage))
+    return emitError() << "recompute = \"" << text << "\": num_layers " << spec.numLayers
+                       << " is out of range [1, " << numLayersPerStage
+                       << "] (the layers per pipeline stage)";
+  spec.granularity = "full";
+  spec.method = parts[1].str();
+  return spec;
 }

@@ -61,7 +61,7 @@ def Sched_PlanAttr : AttrDef<Sched_Dialect, "Plan"> {
     "int64_t":$bucket_size, "::mlir::BoolAttr":$distributed_optimizer,
     "::mlir::BoolAttr":$overlap_param_gather,
     StringRefParameter<"no-pipelining (all-forward-first for tests)">:$schedule,
-    StringRefParameter<"none">:$recompute
+    StringRefParameter<"none, selective, full:uniform:N or full:block:N">:$recompute
   );
   // Fields as `name = value` in any order; the parser names a missing, unknown, repeated or
   // mistyped field.

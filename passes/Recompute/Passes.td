@@ -1,0 +1,49 @@
+//===- Passes.td - Activation recompute passes ----------------------------===//
+#ifndef TRAINC_PASSES_RECOMPUTE
+#define TRAINC_PASSES_RECOMPUTE
+include "mlir/Pass/PassBase.td"
+
+def RecomputePass : Pass<"trainc-recompute", "::mlir::ModuleOp"> {
+  let summary = "Activation recompute: re-run a layer's forward in the backward (Megatron's "
+                "full recompute)";
+  let description = [{
+    Runs after trainc-autodiff on every differentiated function (one that calls the `@f.fwd`
+    halves of layers, `model.layer_index`). For each recompute group of layers (the plan's
+    `recompute` field or the option: `full:uniform:N` groups N consecutive layers,
+    `full:block:N` recomputes each of the first N layers alone; `none` changes nothing):
+
+    - the forward calls the plain layer `@f` (results only, no residuals), tagged
+      `model.recompute = "checkpoint"` and `model.recompute_group = g`;
+    - right before the group's first backward use (the `@f.bwd` call of its last layer) the
+      group's layers are re-run as calls of `@f.fwd` from the group's input, tagged
+      `model.recompute = "replay"`, and every backward use of the group's values reads the
+      replayed ones.
+
+    So the backward (and the stash trainc-schedule-units computes) reads only the group's
+    inputs. The dropout keys are the same SSA values (`model.rng_offset` per layer), so a replay
+    draws the same masks. The FLOPs a replay adds per iteration are recorded on the module as
+    `trainc.recompute_flops_per_iteration` (hardware FLOPs, not model FLOPs).
+
+    Before:
+    ```mlir
+    %l0:3 = call @layer.fwd(%x, ...) {model.layer_index = 0 : i64}
+    ...
+    %b0:3 = call @layer.bwd(%x, ..., %l0#1, %l0#2, %dy) {model.layer_index = 0 : i64}
+    ```
+    After (`full:uniform:1`):
+    ```mlir
+    %l0 = call @layer(%x, ...) {model.layer_index = 0 : i64, model.recompute = "checkpoint", model.recompute_group = 0 : i64}
+    ...
+    %r0:3 = call @layer.fwd(%x, ...) {model.layer_index = 0 : i64, model.recompute = "replay", model.recompute_group = 0 : i64}
+    %b0:3 = call @layer.bwd(%x, ..., %r0#1, %r0#2, %dy) {model.layer_index = 0 : i64}
+    ```
+  }];
+  let options = [
+    Option<"recompute", "recompute", "std::string", "\"none\"",
+           "none, full:uniform:N or full:block:N (the plan's recompute field)">,
+  ];
+  let dependentDialects = ["::mlir::trainc::model::ModelDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+#endif
