@@ -619,6 +619,9 @@ mlir::trainc::sched::parseRecompute(StringRef text, int64_t numLayersPerStage,
                        << "' is not one of uniform, block";
   if (parts[2].getAsInteger(10, spec.numLayers))
     return bad();
+  if (spec.numLayers < 1 && numLayersPerStage <= 0)
+    return emitError() << "recompute = \"" << text << "\": num_layers " << spec.numLayers
+                       << ", expected at least 1";
   if (spec.numLayers < 1 || (numLayersPerStage > 0 && spec.numLayers > numLayersPerStage))
     return emitError() << "recompute = \"" << text << "\": num_layers " << spec.numLayers
                        << " is out of range [1, " << numLayersPerStage

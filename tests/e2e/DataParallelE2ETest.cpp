@@ -245,6 +245,27 @@ TEST(DataParallelUnitSchedule, AllForwardFirstIsBitwiseEqualWithZeroAndOverlap) 
     EXPECT_EQ(w, b.paramsAtEnd[name]) << name;
 }
 
+// Full activation recompute (uniform, one layer per group) under dp 2 with the distributed
+// optimizer: close to the single-rank plan without recompute (as every dp plan is), and bitwise
+// equal to the same dp 2 plan without recompute (the replay recomputes the same values).
+TEST(DataParallelRecompute, FullRecomputeMatchesTheSingleRankPlan) {
+  const int64_t gbs = 8, mbs = 1, iters = 4;
+  std::vector<Samples> batches = makeBatches(iters, gbs, 107);
+  History ref = train(flags(1, mbs, gbs), 1, mbs, batches, iters);
+  const std::vector<std::string> zero = {"--use-distributed-optimizer", "--ddp-bucket-size", "301"};
+  std::vector<std::string> recompute = zero;
+  for (const char *f : {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                        "--recompute-num-layers", "1"})
+    recompute.push_back(f);
+  History plain = train(flags(2, mbs, gbs, zero), 2, mbs, batches, iters);
+  History h = train(flags(2, mbs, gbs, recompute), 2, mbs, batches, iters);
+  expectClose(h, ref, "dp 2 zero-1 full recompute");
+  EXPECT_EQ(h.losses, plain.losses);
+  EXPECT_EQ(h.norms, plain.norms);
+  for (auto &[name, w] : plain.paramsAtEnd)
+    EXPECT_EQ(h.paramsAtEnd[name], w) << name;
+}
+
 // Without the distributed optimizer the ranks of a data-parallel plan run the same program: their
 // files differ only in the rank-specific data (mesh rank and coordinates, the members of each
 // group), not in instructions, buffers, parameters or reports.
