@@ -644,8 +644,6 @@ Error checkSupported(const PlanConfig &config) {
   };
   const ParallelConfig &p = config.parallel;
   const TrainingConfig &t = config.training;
-  if (t.recompute_granularity == "selective")
-    reject("--recompute-granularity selective");
   if (p.tensor_model_parallel_size != 1)
     reject("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size));
   if (p.pipeline_model_parallel_size != 1)

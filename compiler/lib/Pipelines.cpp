@@ -22,6 +22,7 @@ std::unique_ptr<Pass> verify(const char *phase) {
 
 void mlir::trainc::buildAutodiffPhase(OpPassManager &pm, const PlanOptions &) {
   pm.addPass(verify("model"));
+  pm.addPass(createRecomputeSelectivePass()); // reads the plan's recompute field
   pm.addPass(createAutodiffPass());
   pm.addPass(verify("autodiff"));
 }
@@ -137,7 +138,7 @@ void registerPhase(const char *name, const char *desc) {
 
 void mlir::trainc::registerPipelines() {
   registerPhase<buildAutodiffPhase>("trainc-phase-autodiff",
-                                    "verify(model), autodiff, verify(autodiff)");
+                                    "verify(model), recompute-selective, autodiff, verify(autodiff)");
   registerPhase<buildSchedulePhase>(
       "trainc-phase-schedule",
       "recompute, grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, "

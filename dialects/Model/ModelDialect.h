@@ -112,6 +112,17 @@ LogicalResult declareParameters(ModuleOp module);
 /// forward is split from its backward (autodiff of called functions, the schedule's units).
 bool isCheaperToRecompute(Operation *op);
 
+/// The attribute of activation recompute: "selective" on an op autodiff re-runs in a layer's
+/// backward instead of saving its results (trainc-recompute-selective); "checkpoint" / "replay"
+/// on the layer calls of full recompute (trainc-recompute).
+inline constexpr llvm::StringLiteral kRecomputeAttrName = "model.recompute";
+/// Whether autodiff re-materialises `op`'s results in the backward instead of saving them
+/// (model.recompute = "selective").
+inline bool isSelectiveRecompute(Operation *op) {
+  auto a = op->getAttrOfType<StringAttr>(kRecomputeAttrName);
+  return a && a.getValue() == "selective";
+}
+
 /// Element count of a statically shaped type.
 int64_t numElements(Type t);
 /// Bytes of a statically shaped tensor or memref type.

@@ -38,6 +38,33 @@ bool isFloatTensor(Type t) {
   return rt && isa<FloatType>(rt.getElementType());
 }
 
+/// Moves each op of `block` marked for selective recompute, and the views of its results,
+/// right before its first user, so that what it re-materialises is live only from its first
+/// backward use on.
+void sinkSelectiveRecompute(Block &block) {
+  SmallVector<Operation *> marked;
+  llvm::DenseSet<Operation *> seen;
+  for (Operation &op : block) {
+    bool fromMarked = model::isCheaperToRecompute(&op) &&
+                      llvm::any_of(op.getOperands(), [&](Value v) {
+                        return seen.contains(v.getDefiningOp());
+                      });
+    if (model::isSelectiveRecompute(&op) || fromMarked) {
+      marked.push_back(&op);
+      seen.insert(&op);
+    }
+  }
+  for (Operation *op : llvm::reverse(marked)) {
+    Operation *first = nullptr;
+    for (Operation *user : op->getUsers())
+      if (Operation *u = block.findAncestorOpInBlock(*user);
+          u && (!first || u->isBeforeInBlock(first)))
+        first = u;
+    if (first && op->getNextNode() != first)
+      op->moveBefore(first);
+  }
+}
+
 /// The split derivative of one called function.
 struct Derivative {
   func::FuncOp fwd, bwd;
@@ -237,7 +264,8 @@ FailureOr<const Derivative *> Differentiator::derive(func::FuncOp f) {
       Operation *def = v.getDefiningOp();
       if (!inForward.contains(def))
         continue;
-      if (model::isCheaperToRecompute(def)) {
+      // Views, constants and ops marked for selective recompute are re-run in @f.bwd.
+      if (model::isCheaperToRecompute(def) || model::isSelectiveRecompute(def)) {
         if (remat.insert(def))
           llvm::append_range(work, def->getOperands());
         continue;
@@ -326,6 +354,7 @@ FailureOr<const Derivative *> Differentiator::derive(func::FuncOp f) {
       for (Value g : dargs)
         out.push_back(map.lookup(g));
       bb.create<func::ReturnOp>(ret.getLoc(), out);
+      sinkSelectiveRecompute(*entry);
     }
     joint.erase();
     inProgress.erase(name);

@@ -46,4 +46,26 @@ def RecomputePass : Pass<"trainc-recompute", "::mlir::ModuleOp"> {
                            "::mlir::func::FuncDialect"];
 }
 
+def RecomputeSelectivePass : Pass<"trainc-recompute-selective", "::mlir::ModuleOp"> {
+  let summary = "Selective recompute: mark core attention for re-materialisation in the backward";
+  let description = [{
+    Runs before trainc-autodiff. With recompute = "selective" (the plan's field or the option;
+    Megatron's --recompute-activations) every `model.attention` of a layer function (one with
+    `model.layer`) gets `model.recompute = "selective"`; autodiff then treats it as a view: its
+    results (the attention output and lse) are not residuals of `@f.fwd`, and `@f.bwd` re-runs
+    the op from its inputs (q, k, v and the dropout key, which the backward needs anyway) right
+    before its first use there. The FLOPs the replays add per microbatch (the tagged ops, once per
+    call of their function from the forward function) are recorded as
+    `trainc.recompute_flops_per_microbatch`. Any other value changes nothing.
+  }];
+  let options = [
+    Option<"recompute", "recompute", "std::string", "\"none\"",
+           "selective tags core attention (the plan's recompute field)">,
+    Option<"function", "function", "std::string", "\"forward\"",
+           "The forward function whose layer calls count the replayed FLOPs">,
+  ];
+  let dependentDialects = ["::mlir::trainc::model::ModelDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 #endif

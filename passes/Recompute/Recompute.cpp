@@ -109,7 +109,7 @@ LogicalResult Rewriter::rewrite(MutableArrayRef<LayerCall> group, int64_t g, dou
   MLIRContext *ctx = module.getContext();
   OpBuilder b(ctx);
   auto tag = [&](Operation *op, StringRef role) {
-    op->setAttr("model.recompute", b.getStringAttr(role));
+    op->setAttr(model::kRecomputeAttrName, b.getStringAttr(role));
     op->setAttr("model.recompute_group", b.getI64IntegerAttr(g));
   };
   // The first backward use: the earliest reader of a residual of the group.
@@ -211,6 +211,8 @@ struct RecomputePass : mlir::trainc::impl::RecomputePassBase<RecomputePass> {
       }
     }
     // Per execution of the differentiated function, i.e. per microbatch.
+    if (auto a = module->getAttrOfType<FloatAttr>("trainc.recompute_flops_per_microbatch"))
+      flops += a.getValueAsDouble(); // selective recompute's, counted before autodiff
     module->setAttr("trainc.recompute_flops_per_microbatch",
                     Builder(module.getContext()).getF64FloatAttr(flops));
   }

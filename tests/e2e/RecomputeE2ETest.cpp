@@ -1,8 +1,9 @@
 //===- RecomputeE2ETest.cpp - Activation recompute on the runtime ---------===//
 //
-// - Full recompute (uniform groups of 1 and 2 layers, block of the first layer) trains tiny-gpt
-//   with hidden dropout 0.1 (fp32) to bitwise the same losses, gradients and weights as no
-//   recompute over several iterations: the replayed layer forward draws the same dropout masks.
+// - Full recompute (uniform groups of 1 and 2 layers, block of the first layer) and selective
+//   recompute (core attention, with attention dropout) train tiny-gpt with hidden dropout 0.1
+//   (fp32) and tiny-llama to bitwise the same losses, gradients and weights as no recompute over
+//   several iterations: the replayed layer forward / attention draws the same dropout masks.
 // - The plan with recompute stashes less per microbatch, adds hardware FLOPs only (model FLOPs
 //   equal the plan's without recompute), and the runtime touches exactly the planned arena.
 //
@@ -40,16 +41,21 @@ std::map<std::string, std::vector<double>> params(CompiledPlan &p) {
 }
 
 struct Method {
+  const char *name;
   const char *preset;
   std::vector<std::string> flags;
+  bool smallerArena = true; // false: one group over every layer replays them all at once
+  std::vector<std::string> shared = {}; // flags of both plans
 };
 
-class FullRecompute : public ::testing::TestWithParam<Method> {};
+class Recompute : public ::testing::TestWithParam<Method> {};
 
-TEST_P(FullRecompute, IsBitwiseEqualToNoRecomputeAndTouchesThePlannedArena) {
+TEST_P(Recompute, IsBitwiseEqualToNoRecomputeAndTouchesThePlannedArena) {
   const Method m = GetParam();
-  CompiledPlan none(m.preset, recomputeFlags({}));
-  CompiledPlan full(m.preset, recomputeFlags(m.flags));
+  std::vector<std::string> withRecompute = m.shared;
+  withRecompute.insert(withRecompute.end(), m.flags.begin(), m.flags.end());
+  CompiledPlan none(m.preset, recomputeFlags(m.shared));
+  CompiledPlan full(m.preset, recomputeFlags(withRecompute));
   ASSERT_TRUE(none.ok() && full.ok());
   none.rngSeed = full.rngSeed = 1234;
   for (CompiledPlan *p : {&none, &full})
@@ -71,7 +77,7 @@ TEST_P(FullRecompute, IsBitwiseEqualToNoRecomputeAndTouchesThePlannedArena) {
   // One group over every layer (uniform 2 on two layers) replays all residuals at once at the
   // start of the backward, so its peak is no-recompute's; smaller groups lower it.
   EXPECT_LE(full.program.arena_bytes(), none.program.arena_bytes());
-  if (m.flags[5] == "1")
+  if (m.smallerArena)
     EXPECT_LT(full.program.arena_bytes(), none.program.arena_bytes());
   // Recompute adds hardware FLOPs (the replayed forward) but no model FLOPs.
   EXPECT_GT(rf.flops().flops_per_iteration(), rn.flops().flops_per_iteration());
@@ -84,28 +90,30 @@ TEST_P(FullRecompute, IsBitwiseEqualToNoRecomputeAndTouchesThePlannedArena) {
 }
 
 std::string methodName(const ::testing::TestParamInfo<Method> &i) {
-  std::string n = std::string(i.param.preset) + "_" + i.param.flags[3] + i.param.flags[5];
-  for (char &c : n)
-    if (c == '-')
-      c = '_';
-  return n;
+  return i.param.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Methods, FullRecompute,
+    Methods, Recompute,
     ::testing::Values(
-        Method{"tiny-gpt",
+        Method{"gpt_uniform1", "tiny-gpt",
                {"--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1"}},
-        Method{"tiny-gpt",
+        Method{"gpt_uniform2", "tiny-gpt",
                {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                "--recompute-num-layers", "2"}},
-        Method{"tiny-gpt",
+                "--recompute-num-layers", "2"},
+               false},
+        Method{"gpt_block1", "tiny-gpt",
                {"--recompute-granularity", "full", "--recompute-method", "block",
                 "--recompute-num-layers", "1"}},
-        Method{"tiny-llama",
+        Method{"llama_uniform1", "tiny-llama",
                {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                "--recompute-num-layers", "1"}}),
+                "--recompute-num-layers", "1"}},
+        // Selective (core attention), with attention dropout on: the replayed kernel draws the
+        // forward's mask.
+        Method{"gpt_selective_attention_dropout", "tiny-gpt",
+               {"--recompute-activations"}, true, {"--attention-dropout", "0.1"}},
+        Method{"llama_selective", "tiny-llama", {"--recompute-granularity", "selective"}}),
     methodName);
 
 } // namespace

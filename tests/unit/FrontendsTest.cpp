@@ -832,7 +832,6 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
       {"--bf16", "not supported yet: --bf16"},
       {"--fp16", "not supported yet: --fp16"},
       {"--optimizer sgd", "not supported yet: --optimizer sgd"},
-      {"--recompute-activations", "not supported yet: --recompute-granularity selective"},
       {"--position-embedding-type rope --use-rope-scaling",
        "not supported yet: --use-rope-scaling"},
   };
