@@ -11,6 +11,7 @@
 
 #include "CompiledPlan.h"
 
+#include <cstdio>
 #include <map>
 
 using namespace trainc;
@@ -115,5 +116,70 @@ INSTANTIATE_TEST_SUITE_P(
                {"--recompute-activations"}, true, {"--attention-dropout", "0.1"}},
         Method{"llama_selective", "tiny-llama", {"--recompute-granularity", "selective"}}),
     methodName);
+
+/// The reports of the llama3-8b preset compiled at micro batch 1, seq 4096 (no run: fp32 is 171
+/// GB), with the given recompute flags.
+schema::Reports llama8b(std::vector<std::string> extra, config::PlanConfig *plan) {
+  std::vector<std::string> f = {"--micro-batch-size", "1", "--global-batch-size", "1",
+                                "--seq-length", "4096", "--eval-iters", "0"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  std::vector<schema::Program> all = CompiledPlan::compileAllRanks("llama3-8b", f, plan);
+  EXPECT_EQ(all.size(), 1u);
+  return all.empty() ? schema::Reports() : all.front().reports();
+}
+
+// Closed forms of the stash (fp32 bytes, T = tokens of a microbatch): a layer's residuals are
+// R = 4T (5h + 2 kv + 3F + heads + 2) (both norm outputs and rstds, roped q and k, v, the
+// attention output and lse, the residual sum, fc1's and swiglu's outputs). Full recompute keeps
+// one input per layer and the head's residuals (last layer output, final norm output and rstd,
+// logits, cross-entropy lse): 4T ((L + 2) h + V + 2); no recompute adds L x R. Selective drops the
+// attention output and lse of every layer: L x 4T (h + heads). The replay adds one layer forward
+// per layer (full) or one causal attention forward (selective) to the hardware FLOPs only.
+TEST(RecomputeLlama3_8B, StashPeakAndFlopsMatchClosedForms) {
+  config::PlanConfig plan;
+  schema::Reports none = llama8b({}, &plan);
+  schema::Reports full = llama8b({"--recompute-granularity", "full", "--recompute-method",
+                                  "uniform", "--recompute-num-layers", "1"},
+                                 &plan);
+  schema::Reports sel = llama8b({"--recompute-activations"}, &plan);
+  const config::ModelConfig &m = plan.model;
+  const double T = 4096, h = double(m.hidden_size), L = double(m.num_layers),
+               a = double(m.num_attention_heads), F = double(m.ffn_hidden_size),
+               kv = double(m.num_query_groups * m.kv_channels), V = double(m.padded_vocab_size);
+  ASSERT_EQ(m.num_query_groups * m.kv_channels, 1024);
+  const double R = 4 * T * (5 * h + 2 * kv + 3 * F + a + 2);
+  EXPECT_EQ(double(full.memory().stash_bytes_per_microbatch()), 4 * T * ((L + 2) * h + V + 2));
+  EXPECT_EQ(double(none.memory().stash_bytes_per_microbatch()),
+            double(full.memory().stash_bytes_per_microbatch()) + L * R);
+  EXPECT_EQ(double(none.memory().stash_bytes_per_microbatch()) -
+                double(sel.memory().stash_bytes_per_microbatch()),
+            L * 4 * T * (h + a));
+  // The peak: full recompute's is one replayed layer's working set above the stash at most where
+  // a layer's backward runs; for this model the output layer's (fp32 logits of 128256 columns)
+  // is larger, and there no recompute holds every layer's residuals on top: exactly L x R more.
+  EXPECT_EQ(double(none.memory().flowing_peak_bytes() - full.memory().flowing_peak_bytes()),
+            L * R);
+  EXPECT_GE(double(full.memory().flowing_peak_bytes()),
+            double(full.memory().stash_bytes_per_microbatch()) + R);
+  EXPECT_LT(sel.memory().flowing_peak_bytes(), none.memory().flowing_peak_bytes());
+  const double layerForward = 2 * T * h * (2 * h + 2 * kv + 3 * F) + 2 * T * T * h;
+  auto added = [](const schema::Reports &r) {
+    return r.flops().flops_per_iteration() - r.flops().model_flops_per_iteration();
+  };
+  EXPECT_EQ(none.flops().model_flops_per_iteration(), none.flops().flops_per_iteration());
+  EXPECT_EQ(full.flops().model_flops_per_iteration(), none.flops().flops_per_iteration());
+  EXPECT_EQ(sel.flops().model_flops_per_iteration(), none.flops().flops_per_iteration());
+  EXPECT_NEAR(added(full), L * layerForward, 1e-9 * L * layerForward);
+  EXPECT_NEAR(added(sel), L * 2 * T * T * h, 1e-9 * L * 2 * T * T * h);
+  std::printf("llama3-8b mbs 1 seq 4096 fp32: flowing peak / stash / added FLOPs\n"
+              "  none      %llu / %llu / 0\n  selective %llu / %llu / %.4e\n"
+              "  full      %llu / %llu / %.4e\n",
+              (unsigned long long)none.memory().flowing_peak_bytes(),
+              (unsigned long long)none.memory().stash_bytes_per_microbatch(),
+              (unsigned long long)sel.memory().flowing_peak_bytes(),
+              (unsigned long long)sel.memory().stash_bytes_per_microbatch(), added(sel),
+              (unsigned long long)full.memory().flowing_peak_bytes(),
+              (unsigned long long)full.memory().stash_bytes_per_microbatch(), added(full));
+}
 
 } // namespace
