@@ -30,6 +30,8 @@ struct CompileOptions {
   std::string unitSchedule = "no-pipelining";
   /// If set, receives every rank's program, in rank order (the functions return rank 0's).
   std::vector<::trainc::schema::Program> *allRanks = nullptr;
+  /// Extra Program.metadata entries (e.g. the recompute report's "recompute.*").
+  std::map<std::string, std::string> metadata;
 };
 
 /// The plan attribute (`#sched.plan`) of a finalized config: model shape, parallel sizes,
@@ -55,7 +57,30 @@ FailureOr<::trainc::schema::Program> compileModule(ModuleOp module,
                                                    const ::trainc::config::PlanConfig &cfg,
                                                    const CompileOptions &options);
 
-/// Compiles a finalized config end to end (buildModelModule + compileModule).
+/// The planned arena (bytes of one rank) and hardware FLOPs of one iteration of a compile.
+struct PlanCost {
+  uint64_t arenaBytes = 0;
+  double flops = 0;      // hardware: forward, backward and recompute
+  double modelFlops = 0; // without recompute
+};
+
+/// Compiles a clone of `model` (the model IR, untouched) under `cfg` without writing anything
+/// and returns its cost. Diagnostics go to the context's handler.
+FailureOr<PlanCost> planCost(ModuleOp model, const ::trainc::config::PlanConfig &cfg,
+                             const CompileOptions &options);
+
+/// --recompute-memory-budget: sets cfg.training's recompute fields to the candidate of least
+/// added (hardware) FLOPs whose planned arena is <= cfg.training.recompute_memory_budget bytes,
+/// ties to the smaller arena. Candidates, each compiled (planCost): no recompute, selective
+/// (core attention of every layer), and full recompute of the first k layers of the stage
+/// (Megatron's block method, k = 1 .. layers per stage; the block method's added FLOPs grow with
+/// k, so the first k that fits is the cheapest full one). Returns the chosen plan's cost; an
+/// impossible budget is an error naming the smallest feasible arena and its settings.
+FailureOr<PlanCost> chooseRecompute(ModuleOp model, ::trainc::config::PlanConfig &cfg,
+                                    const CompileOptions &options);
+
+/// Compiles a finalized config end to end (buildModelModule + compileModule; with
+/// --recompute-memory-budget after chooseRecompute).
 FailureOr<::trainc::schema::Program> compilePlan(MLIRContext &ctx,
                                                  const ::trainc::config::PlanConfig &cfg,
                                                  const CompileOptions &options);

@@ -284,6 +284,8 @@ const std::vector<FlagSpec> &flagTable() {
       choice("--recompute-method", {"uniform", "block"},
              training(&TrainingConfig::recompute_method)),
       positive("--recompute-num-layers", training(&TrainingConfig::recompute_num_layers)),
+      // trainc's: the compiler picks the recompute set whose planned arena fits.
+      positive("--recompute-memory-budget", training(&TrainingConfig::recompute_memory_budget)),
 
       section("run-time defaults (recorded in the plan; trainrun flags override them)",
               FlagKind::RunTimeDefault),
@@ -445,6 +447,7 @@ std::vector<FlagInfo> megatronFlagTable() {
       {"--train-iters", "none (this or --train-samples, here or in trainrun)"},
       {"--train-samples", "none"},
       {"--recompute-num-layers", "none"},
+      {"--recompute-memory-budget", "none (bytes of a rank's arena; the compiler chooses)"},
       {"--virtual-pipeline-model-parallel-size", "none"},
       {"--num-layers-per-virtual-pipeline-stage", "none"},
   };

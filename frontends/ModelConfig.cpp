@@ -337,6 +337,7 @@ KeyValues TrainingConfig::toKeyValues() const {
       {"recompute_granularity", recompute_granularity},
       {"recompute_method", recompute_method},
       {"recompute_num_layers", str(recompute_num_layers)},
+      {"recompute_memory_budget", str(recompute_memory_budget)},
   };
 }
 
@@ -530,6 +531,10 @@ Error finalizeTraining(PlanConfig &c) {
       return makeError("--recompute-num-layers " + Twine(t.recompute_num_layers) + " exceeds the " +
                        Twine(layersPerStage) + " layers per pipeline stage");
   } else {
+    if (t.recompute_memory_budget > 0 && t.recompute_granularity != "none")
+      return makeError("--recompute-memory-budget " + Twine(t.recompute_memory_budget) +
+                       " chooses the recompute settings itself; it does not combine with "
+                       "--recompute-granularity " + t.recompute_granularity);
     if (!t.recompute_method.empty())
       return makeError("--recompute-method " + t.recompute_method +
                        " requires --recompute-granularity full, got " + t.recompute_granularity);

@@ -145,6 +145,9 @@ struct TrainingConfig {
   std::string recompute_method;
   /// With "full": layers per recompute chunk (uniform) or recomputed layers per stage (block).
   int64_t recompute_num_layers = 0;
+  /// trainc's --recompute-memory-budget: bytes of a rank's planned arena; > 0 lets the compiler
+  /// choose the recompute settings (compiler/Driver.h chooseRecompute). 0 = not set.
+  int64_t recompute_memory_budget = 0;
 
   KeyValues toKeyValues() const;
 };

@@ -95,6 +95,40 @@ void printCompileHelp() {
                   "value as trainrun's default (trainrun --help); [ignored]: accepted, no effect\n";
 }
 
+/// Activation recompute at compile time: with --recompute-memory-budget the compiler's choice
+/// (written into `cfg`), and with any recompute the plan without it, for `trainc inspect`'s
+/// "with and without" lines (Program.metadata "recompute.*"). Fails after a diagnostic.
+mlir::LogicalResult recomputeReport(mlir::ModuleOp module, cfgns::PlanConfig &cfg,
+                                    mlir::trainc::CompileOptions &opts) {
+  cfgns::TrainingConfig &t = cfg.training;
+  if (t.recompute_memory_budget > 0) {
+    mlir::FailureOr<mlir::trainc::PlanCost> chosen =
+        mlir::trainc::chooseRecompute(module, cfg, opts);
+    if (mlir::failed(chosen))
+      return mlir::failure();
+    std::string what = t.recompute_granularity == "full"
+                           ? "full, " + t.recompute_method + ", " +
+                                 std::to_string(t.recompute_num_layers) + " layers"
+                           : t.recompute_granularity;
+    llvm::outs() << "trainc: --recompute-memory-budget " << t.recompute_memory_budget
+                 << ": recompute " << what << " (arena " << chosen->arenaBytes
+                 << " bytes, adds " << llvm::formatv("{0:e4}", chosen->flops - chosen->modelFlops)
+                 << " hardware flops)\n";
+    opts.metadata["recompute.memory_budget"] = std::to_string(t.recompute_memory_budget);
+  }
+  if (t.recompute_granularity == "none")
+    return mlir::success();
+  cfgns::PlanConfig plain = cfg;
+  plain.training.recompute_granularity = "none";
+  plain.training.recompute_method.clear();
+  plain.training.recompute_num_layers = 0;
+  mlir::FailureOr<mlir::trainc::PlanCost> base = mlir::trainc::planCost(module, plain, opts);
+  if (mlir::failed(base))
+    return mlir::failure();
+  opts.metadata["recompute.arena_bytes_without"] = std::to_string(base->arenaBytes);
+  return mlir::success();
+}
+
 int cmdCompile(std::vector<std::string> args) {
   if (llvm::is_contained(args, "--help") || llvm::is_contained(args, "-h")) {
     printCompileHelp();
@@ -201,6 +235,8 @@ int cmdCompile(std::vector<std::string> args) {
     if (!module)
       return 1;
   }
+  if (mlir::failed(recomputeReport(*module, *cfg, opts)))
+    return 1;
   FailureOr<::trainc::schema::Program> program = mlir::trainc::compileModule(*module, *cfg, opts);
   if (failed(program))
     return 1;
@@ -332,6 +368,24 @@ int cmdInspect(std::vector<std::string> args) {
       llvm::outs() << "  stash: " << r.memory().stash_bytes_per_microbatch()
                    << " per microbatch x " << r.memory().stash_slots()
                    << " in flight (activations saved from forward for backward)\n";
+    // Activation recompute: the plan's settings and the arena the same plan has without them.
+    auto meta = [&](const std::string &k) {
+      auto it = p->metadata().find(k);
+      return it == p->metadata().end() ? std::string() : it->second;
+    };
+    const std::string granularity = meta("training.recompute_granularity");
+    if (!granularity.empty() && granularity != "none") {
+      llvm::outs() << "  recompute: " << granularity;
+      if (granularity == "full")
+        llvm::outs() << ", " << meta("training.recompute_method") << ", "
+                     << meta("training.recompute_num_layers") << " layers";
+      if (!meta("recompute.memory_budget").empty())
+        llvm::outs() << " (chosen for --recompute-memory-budget "
+                     << meta("recompute.memory_budget") << ")";
+      if (!meta("recompute.arena_bytes_without").empty())
+        llvm::outs() << "; arena without recompute " << meta("recompute.arena_bytes_without");
+      llvm::outs() << "\n";
+    }
   }
   if (want("--flops")) {
     llvm::outs() << "flops per iteration: " << llvm::formatv("{0:e4}", r.flops().flops_per_iteration())

@@ -361,6 +361,8 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     for (const auto &[k, v] : cfg.parallel.toKeyValues())
       meta["parallel." + k] = v;
     meta["plan.fingerprint"] = planFingerprint(cfg, options);
+    for (const auto &[k, v] : options.metadata)
+      meta[k] = v;
   }
   // What the training loop reads (typed, the same for every rank; the DP size and rank are the
   // mesh's). The export tagged the input buffers (Buffer.host_input); the validator checks them
@@ -448,5 +450,11 @@ FailureOr<schema::Program> mlir::trainc::compilePlan(MLIRContext &ctx,
   OwningOpRef<ModuleOp> module = buildModelModule(ctx, cfg, options);
   if (!module)
     return failure();
+  if (cfg.training.recompute_memory_budget > 0) {
+    cfgns::PlanConfig chosen = cfg;
+    if (failed(chooseRecompute(*module, chosen, options)))
+      return failure();
+    return compileModule(*module, chosen, options);
+  }
   return compileModule(*module, cfg, options);
 }

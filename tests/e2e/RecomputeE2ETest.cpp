@@ -6,10 +6,14 @@
 //   several iterations: the replayed layer forward / attention draws the same dropout masks.
 // - The plan with recompute stashes less per microbatch, adds hardware FLOPs only (model FLOPs
 //   equal the plan's without recompute), and the runtime touches exactly the planned arena.
+// - llama3-8b's stash, peak and added FLOPs against closed forms; --recompute-memory-budget's
+//   choice fits, adds fewer FLOPs than full recompute, and an impossible budget is named.
 //
 //===----------------------------------------------------------------------===//
 
 #include "CompiledPlan.h"
+
+#include "mlir/IR/Diagnostics.h"
 
 #include <cstdio>
 #include <map>
@@ -180,6 +184,67 @@ TEST(RecomputeLlama3_8B, StashPeakAndFlopsMatchClosedForms) {
               (unsigned long long)sel.memory().stash_bytes_per_microbatch(), added(sel),
               (unsigned long long)full.memory().flowing_peak_bytes(),
               (unsigned long long)full.memory().stash_bytes_per_microbatch(), added(full));
+}
+
+// --recompute-memory-budget on tiny-gpt (hidden dropout 0.1): a budget between the selective and
+// the no-recompute arenas gets a plan whose arena fits and that adds fewer FLOPs than full
+// recompute, and trains bitwise like no recompute; a budget below full recompute's arena is
+// refused naming it.
+TEST(RecomputeBudget, ChoiceFitsAddsLessThanFullAndIsBitwiseEqual) {
+  CompiledPlan none("tiny-gpt", recomputeFlags({}));
+  CompiledPlan sel("tiny-gpt", recomputeFlags({"--recompute-activations"}));
+  CompiledPlan full("tiny-gpt", recomputeFlags({"--recompute-granularity", "full",
+                                                "--recompute-method", "uniform",
+                                                "--recompute-num-layers", "1"}));
+  ASSERT_TRUE(none.ok() && sel.ok() && full.ok());
+  const uint64_t budget = (sel.program.arena_bytes() + none.program.arena_bytes()) / 2;
+  ASSERT_LT(sel.program.arena_bytes(), none.program.arena_bytes());
+  CompiledPlan chosen("tiny-gpt",
+                      recomputeFlags({"--recompute-memory-budget", std::to_string(budget)}));
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_LE(chosen.program.arena_bytes(), budget);
+  auto added = [](CompiledPlan &p) {
+    return p.program.reports().flops().flops_per_iteration() -
+           p.program.reports().flops().model_flops_per_iteration();
+  };
+  EXPECT_GT(added(chosen), 0);
+  EXPECT_LT(added(chosen), added(full));
+  none.rngSeed = chosen.rngSeed = 1234;
+  for (CompiledPlan *p : {&none, &chosen})
+    ASSERT_TRUE(rt::initializeParameters(p->ex(), 7).ok());
+  for (int it = 1; it <= 2; ++it) {
+    Samples s = randomSamples(4, none.plan.model.seq_length, none.plan.model.vocab_size,
+                              uint32_t(40 + it));
+    EXPECT_EQ(none.step(s, 1e-3, it), chosen.step(s, 1e-3, it)) << "loss, iteration " << it;
+  }
+  auto gn = grads(none), gc = grads(chosen);
+  for (auto &[name, g] : gn)
+    EXPECT_EQ(g, gc[name]) << "grad " << name;
+  auto aligned = [](uint64_t x) { return (x + 63) / 64 * 64; };
+  EXPECT_EQ(aligned(chosen.ex().highWaterMark()), chosen.program.arena_bytes());
+
+  // Too small: the error names the smallest feasible budget, full recompute's arena.
+  std::string errors;
+  mlir::MLIRContext ctx;
+  mlir::ScopedDiagnosticHandler h(&ctx, [&](mlir::Diagnostic &d) {
+    errors += d.str();
+    return mlir::success();
+  });
+  std::optional<config::ModelConfig> base = config::findPreset("tiny-gpt");
+  config::FlagParseOptions po;
+  po.base_model = &*base;
+  llvm::Expected<config::PlanConfig> cfg = config::parseMegatronFlags(
+      recomputeFlags({"--recompute-memory-budget", std::to_string(full.program.arena_bytes() - 1)}),
+      po);
+  ASSERT_TRUE(bool(cfg)) << llvm::toString(cfg.takeError());
+  mlir::trainc::CompileOptions o;
+  EXPECT_TRUE(mlir::failed(mlir::trainc::compilePlan(ctx, *cfg, o)));
+  EXPECT_NE(errors.find("--recompute-memory-budget " +
+                        std::to_string(full.program.arena_bytes() - 1) +
+                        " bytes is below every plan's arena; the smallest feasible budget is " +
+                        std::to_string(full.program.arena_bytes()) + " bytes"),
+            std::string::npos)
+      << errors;
 }
 
 } // namespace
