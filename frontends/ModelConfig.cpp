@@ -520,6 +520,10 @@ Error finalizeTraining(PlanConfig &c) {
     return e;
   if (Error e = checkNonNegative("--recompute-num-layers", t.recompute_num_layers))
     return e;
+  if (t.recompute_memory_budget > 0 && t.recompute_granularity != "none")
+    return makeError("--recompute-memory-budget " + Twine(t.recompute_memory_budget) +
+                     " chooses the recompute settings itself; it does not combine with "
+                     "--recompute-granularity " + t.recompute_granularity);
   if (t.recompute_granularity == "full") {
     if (t.recompute_method.empty())
       return makeError("--recompute-granularity full requires --recompute-method uniform or "
@@ -531,10 +535,6 @@ Error finalizeTraining(PlanConfig &c) {
       return makeError("--recompute-num-layers " + Twine(t.recompute_num_layers) + " exceeds the " +
                        Twine(layersPerStage) + " layers per pipeline stage");
   } else {
-    if (t.recompute_memory_budget > 0 && t.recompute_granularity != "none")
-      return makeError("--recompute-memory-budget " + Twine(t.recompute_memory_budget) +
-                       " chooses the recompute settings itself; it does not combine with "
-                       "--recompute-granularity " + t.recompute_granularity);
     if (!t.recompute_method.empty())
       return makeError("--recompute-method " + t.recompute_method +
                        " requires --recompute-granularity full, got " + t.recompute_granularity);

@@ -755,6 +755,13 @@ TEST(PlanConfigErrorTest, Recompute) {
   c.training.recompute_num_layers = 1;
   EXPECT_CONTAINS(finalizeError(c), "--recompute-num-layers 1 requires --recompute-granularity "
                                     "full, got selective");
+  c = validPlan();
+  c.training.recompute_memory_budget = 1000;
+  EXPECT_EQ(finalizeError(c), "");
+  c.training.recompute_granularity = "selective";
+  EXPECT_CONTAINS(finalizeError(c), "--recompute-memory-budget 1000 chooses the recompute settings "
+                                    "itself; it does not combine with --recompute-granularity "
+                                    "selective");
 }
 
 TEST(PlanConfigErrorTest, RuntimeValues) {
