@@ -20,9 +20,16 @@ std::unique_ptr<Pass> verify(const char *phase) {
 }
 } // namespace
 
-void mlir::trainc::buildAutodiffPhase(OpPassManager &pm, const PlanOptions &) {
+namespace {
+// Defined below, with the schedule phase's option plumbing.
+std::string opt(const char *name, const std::optional<std::string> &v);
+std::unique_ptr<Pass> withOptions(std::unique_ptr<Pass> pass, const std::string &text);
+} // namespace
+
+void mlir::trainc::buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o) {
   pm.addPass(verify("model"));
-  pm.addPass(createRecomputeSelectivePass()); // reads the plan's recompute field
+  // Selective recompute marks attention before autodiff splits the layers.
+  pm.addPass(withOptions(createRecomputeSelectivePass(), opt("recompute", o.recompute)));
   pm.addPass(createAutodiffPass());
   pm.addPass(verify("autodiff"));
 }

@@ -259,4 +259,28 @@ TEST(RecomputeBudget, ChoiceFitsAddsLessThanFullAndIsBitwiseEqual) {
       << errors;
 }
 
+// Full recompute under the test-only all-forward-first order (both microbatches' stashes live
+// at once): bitwise the same step, and the arena larger by exactly one more stash set, the
+// recomputed plan's smaller one.
+TEST(RecomputeSchedules, AllForwardFirstIsBitwiseEqualAndHoldsOneMoreStash) {
+  const std::vector<std::string> full = {"--recompute-granularity", "full", "--recompute-method",
+                                         "uniform", "--recompute-num-layers", "1"};
+  CompiledPlan a("tiny-gpt", recomputeFlags(full), "fp32", "no-pipelining");
+  CompiledPlan b("tiny-gpt", recomputeFlags(full), "fp32", "all-forward-first");
+  ASSERT_TRUE(a.ok() && b.ok());
+  a.rngSeed = b.rngSeed = 1234;
+  for (CompiledPlan *p : {&a, &b})
+    ASSERT_TRUE(rt::initializeParameters(p->ex(), 7).ok());
+  Samples s = randomSamples(4, a.plan.model.seq_length, a.plan.model.vocab_size, 51);
+  EXPECT_EQ(a.step(s, 1e-3, 1), b.step(s, 1e-3, 1));
+  auto ga = grads(a), gb = grads(b);
+  for (auto &[name, g] : ga)
+    EXPECT_EQ(g, gb[name]) << "grad " << name;
+  const schema::MemoryReport &ma = a.program.reports().memory();
+  EXPECT_EQ(b.program.reports().memory().stash_slots(), 2u);
+  EXPECT_EQ(b.program.arena_bytes() - a.program.arena_bytes(), ma.stash_bytes_per_microbatch());
+  auto aligned = [](uint64_t x) { return (x + 63) / 64 * 64; };
+  EXPECT_EQ(aligned(b.ex().highWaterMark()), b.program.arena_bytes());
+}
+
 } // namespace
