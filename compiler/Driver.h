@@ -72,7 +72,7 @@ FailureOr<PlanCost> planCost(ModuleOp model, const ::trainc::config::PlanConfig 
 /// --recompute-memory-budget: sets cfg.training's recompute fields to the candidate of least
 /// added (hardware) FLOPs whose planned arena is <= cfg.training.recompute_memory_budget bytes,
 /// ties to the smaller arena. Candidates, each compiled (planCost): no recompute, selective
-/// (core attention of every layer), and full recompute of the first k layers of the stage
+/// recompute of every layer's core_attn, mlp, or both (Megatron's --recompute-modules), and full recompute of the first k layers of the stage
 /// (Megatron's block method, k = 1 .. layers per stage; the block method's added FLOPs grow with
 /// k, so the first k that fits is the cheapest full one). Returns the chosen plan's cost; an
 /// impossible budget is an error naming the smallest feasible arena and its settings.

@@ -284,6 +284,12 @@ const std::vector<FlagSpec> &flagTable() {
       choice("--recompute-method", {"uniform", "block"},
              training(&TrainingConfig::recompute_method)),
       positive("--recompute-num-layers", training(&TrainingConfig::recompute_num_layers)),
+      {"--recompute-modules", Arity::OneOrMore,
+       [](PlanConfig &c, StringRef, ArrayRef<StringRef> v) -> Error {
+         c.training.recompute_modules.assign(v.begin(), v.end());
+         return Error::success();
+       },
+       "MODULE...", [](PlanConfig &) { return std::string("core_attn"); }},
       // trainc's: the compiler picks the recompute set whose planned arena fits.
       positive("--recompute-memory-budget", training(&TrainingConfig::recompute_memory_budget)),
 

@@ -337,6 +337,7 @@ KeyValues TrainingConfig::toKeyValues() const {
       {"recompute_granularity", recompute_granularity},
       {"recompute_method", recompute_method},
       {"recompute_num_layers", str(recompute_num_layers)},
+      {"recompute_modules", llvm::join(recompute_modules, ",")},
       {"recompute_memory_budget", str(recompute_memory_budget)},
   };
 }
@@ -520,6 +521,14 @@ Error finalizeTraining(PlanConfig &c) {
     return e;
   if (Error e = checkNonNegative("--recompute-num-layers", t.recompute_num_layers))
     return e;
+  for (const std::string &m : t.recompute_modules)
+    if (Error e = checkChoice("--recompute-modules", m, {"core_attn", "mlp"}))
+      return e;
+  if (t.recompute_granularity != "selective" &&
+      t.recompute_modules != std::vector<std::string>{"core_attn"})
+    return makeError("--recompute-modules " + llvm::join(t.recompute_modules, " ") +
+                     " requires --recompute-granularity selective, got " +
+                     t.recompute_granularity);
   if (t.recompute_memory_budget > 0 && t.recompute_granularity != "none")
     return makeError("--recompute-memory-budget " + Twine(t.recompute_memory_budget) +
                      " chooses the recompute settings itself; it does not combine with "

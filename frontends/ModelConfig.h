@@ -145,6 +145,8 @@ struct TrainingConfig {
   std::string recompute_method;
   /// With "full": layers per recompute chunk (uniform) or recomputed layers per stage (block).
   int64_t recompute_num_layers = 0;
+  /// With "selective": Megatron's --recompute-modules, core_attn and/or mlp.
+  std::vector<std::string> recompute_modules = {"core_attn"};
   /// trainc's --recompute-memory-budget: bytes of a rank's planned arena; > 0 lets the compiler
   /// choose the recompute settings (compiler/Driver.h chooseRecompute). 0 = not set.
   int64_t recompute_memory_budget = 0;

@@ -110,6 +110,8 @@ mlir::LogicalResult recomputeReport(mlir::ModuleOp module, cfgns::PlanConfig &cf
                            ? "full, " + t.recompute_method + ", " +
                                  std::to_string(t.recompute_num_layers) + " layers"
                            : t.recompute_granularity;
+    if (t.recompute_granularity == "selective")
+      what += " (" + llvm::join(t.recompute_modules, ",") + ")";
     llvm::outs() << "trainc: --recompute-memory-budget " << t.recompute_memory_budget
                  << ": recompute " << what << " (arena " << chosen->arenaBytes
                  << " bytes, adds " << llvm::formatv("{0:e4}", chosen->flops - chosen->modelFlops)
@@ -379,6 +381,8 @@ int cmdInspect(std::vector<std::string> args) {
       if (granularity == "full")
         llvm::outs() << ", " << meta("training.recompute_method") << ", "
                      << meta("training.recompute_num_layers") << " layers";
+      else
+        llvm::outs() << " (" << meta("training.recompute_modules") << ")";
       if (!meta("recompute.memory_budget").empty())
         llvm::outs() << " (chosen for --recompute-memory-budget "
                      << meta("recompute.memory_budget") << ")";

@@ -81,6 +81,8 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
     spec.method = t.recompute_method;
     spec.numLayers = t.recompute_num_layers;
   }
+  if (spec.granularity == "selective")
+    spec.modules = t.recompute_modules;
   const std::string recompute = spec.str();
   return sched::PlanAttr::getChecked(
       [&] { return emitError(UnknownLoc::get(&ctx)) << "internal error: the config's plan: "; },

@@ -8,9 +8,11 @@
 #include "compiler/Driver.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <optional>
+#include <vector>
 
 using namespace mlir;
 using namespace mlir::trainc;
@@ -39,7 +41,10 @@ namespace {
 struct Candidate {
   std::string granularity, method;
   int64_t numLayers = 0;
+  std::vector<std::string> modules = {"core_attn"};
   std::string describe() const {
+    if (granularity == "selective")
+      return "--recompute-granularity selective --recompute-modules " + llvm::join(modules, " ");
     if (granularity != "full")
       return "--recompute-granularity " + granularity;
     return "--recompute-granularity full --recompute-method " + method +
@@ -58,6 +63,7 @@ FailureOr<PlanCost> mlir::trainc::chooseRecompute(ModuleOp model, cfgns::PlanCon
     trial.training.recompute_granularity = c.granularity;
     trial.training.recompute_method = c.method;
     trial.training.recompute_num_layers = c.numLayers;
+    trial.training.recompute_modules = c.modules;
     FailureOr<PlanCost> cost = planCost(model, trial, options);
     if (failed(cost))
       return failure();
@@ -79,8 +85,10 @@ FailureOr<PlanCost> mlir::trainc::chooseRecompute(ModuleOp model, cfgns::PlanCon
   if (failed(fits))
     return failure();
   if (!*fits) {
-    if (failed(tryOne({"selective", "", 0})))
-      return failure();
+    for (std::vector<std::string> modules :
+         {std::vector<std::string>{"core_attn"}, {"mlp"}, {"core_attn", "mlp"}})
+      if (failed(tryOne({"selective", "", 0, modules})))
+        return failure();
     for (int64_t k = 1; k <= layers; ++k) {
       fits = tryOne({"full", "block", k});
       if (failed(fits))
@@ -97,5 +105,6 @@ FailureOr<PlanCost> mlir::trainc::chooseRecompute(ModuleOp model, cfgns::PlanCon
   cfg.training.recompute_granularity = best->first.granularity;
   cfg.training.recompute_method = best->first.method;
   cfg.training.recompute_num_layers = best->first.numLayers;
+  cfg.training.recompute_modules = best->first.modules;
   return best->second;
 }

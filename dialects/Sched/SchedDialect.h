@@ -9,6 +9,7 @@
 #include "mlir/IR/SymbolTable.h"
 
 #include <string>
+#include <vector>
 
 #include "dialects/Sched/SchedDialect.h.inc"
 #include "dialects/Sched/SchedEnums.h.inc"
@@ -36,12 +37,14 @@ FailureOr<Attribute> resolvePlanField(Operation *op, llvm::StringRef name,
 
 /// The plan's `recompute` field, Megatron's --recompute-granularity / --recompute-method /
 /// --recompute-num-layers in one string: "none", "selective" (core attention of every layer),
-/// "full:uniform:N" (groups of N consecutive layers, only each group's input stashed) or
-/// "full:block:N" (the first N layers of the stage, each recomputed alone).
+/// "selective:M,..." (Megatron's --recompute-modules: core_attn, mlp), "full:uniform:N" (groups
+/// of N consecutive layers, only each group's input stashed) or "full:block:N" (the first N
+/// layers of the stage, each recomputed alone).
 struct RecomputeSpec {
   std::string granularity = "none"; // none | selective | full
   std::string method;               // uniform | block with full, else empty
   int64_t numLayers = 0;            // with full: >= 1
+  std::vector<std::string> modules; // with selective: core_attn and/or mlp
   /// The field's text for this spec ("full:uniform:2").
   std::string str() const;
 };

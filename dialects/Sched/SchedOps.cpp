@@ -13,6 +13,7 @@ using namespace mlir::trainc::sched;
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include "dialects/Sched/SchedDialect.cpp.inc"
@@ -593,6 +594,8 @@ LogicalResult GradBufferOp::verify() {
 }
 
 std::string mlir::trainc::sched::RecomputeSpec::str() const {
+  if (granularity == "selective" && modules != std::vector<std::string>{"core_attn"})
+    return "selective:" + llvm::join(modules, ",");
   if (granularity != "full")
     return granularity;
   return granularity + ":" + method + ":" + std::to_string(numLayers);
@@ -604,14 +607,29 @@ mlir::trainc::sched::parseRecompute(StringRef text, int64_t numLayersPerStage,
   RecomputeSpec spec;
   if (text == "none" || text == "selective") {
     spec.granularity = text.str();
+    if (text == "selective")
+      spec.modules = {"core_attn"};
     return spec;
   }
   SmallVector<StringRef> parts;
   text.split(parts, ':');
   auto bad = [&]() -> FailureOr<RecomputeSpec> {
     return emitError() << "recompute = \"" << text
-                       << "\", expected none, selective, full:uniform:N or full:block:N";
+                       << "\", expected none, selective, selective:M,... (M: core_attn, mlp), "
+                          "full:uniform:N or full:block:N";
   };
+  if (parts.size() == 2 && parts[0] == "selective") {
+    SmallVector<StringRef> mods;
+    parts[1].split(mods, ',');
+    for (StringRef m : mods) {
+      if (m != "core_attn" && m != "mlp")
+        return emitError() << "recompute = \"" << text << "\": module '" << m
+                           << "' is not one of core_attn, mlp";
+      spec.modules.push_back(m.str());
+    }
+    spec.granularity = "selective";
+    return spec;
+  }
   if (parts.size() != 3 || parts[0] != "full")
     return bad();
   if (parts[1] != "uniform" && parts[1] != "block")

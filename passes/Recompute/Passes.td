@@ -50,11 +50,13 @@ def RecomputeSelectivePass : Pass<"trainc-recompute-selective", "::mlir::ModuleO
   let summary = "Selective recompute: mark core attention for re-materialisation in the backward";
   let description = [{
     Runs before trainc-autodiff. With recompute = "selective" (the plan's field or the option;
-    Megatron's --recompute-activations) every `model.attention` of a layer function (one with
-    `model.layer`) gets `model.recompute = "selective"`; autodiff then treats it as a view: its
-    results (the attention output and lse) are not residuals of `@f.fwd`, and `@f.bwd` re-runs
-    the op from its inputs (q, k, v and the dropout key, which the backward needs anyway) right
-    before its first use there. The FLOPs the replays add per microbatch (the tagged ops, once per
+    Megatron's --recompute-activations; "selective:core_attn,mlp" names Megatron's
+    --recompute-modules) the ops of each module in every layer function (one with
+    `model.layer`) get `model.recompute = "selective"`: core_attn is `model.attention`; mlp is
+    linear_fc1 and the ops from it to linear_fc2's input (bias, activation). Autodiff then treats
+    them as views: their results are not residuals of `@f.fwd`, and `@f.bwd` re-runs them from
+    their inputs (q, k, v and the dropout key; the pre-MLP norm output), which the backward needs
+    anyway, right before their first use there. The FLOPs the replays add per microbatch (the tagged ops, once per
     call of their function from the forward function) are recorded as
     `trainc.recompute_flops_per_microbatch`. Any other value changes nothing.
   }];

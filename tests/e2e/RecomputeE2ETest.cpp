@@ -118,7 +118,14 @@ INSTANTIATE_TEST_SUITE_P(
         // forward's mask.
         Method{"gpt_selective_attention_dropout", "tiny-gpt",
                {"--recompute-activations"}, true, {"--attention-dropout", "0.1"}},
-        Method{"llama_selective", "tiny-llama", {"--recompute-granularity", "selective"}}),
+        Method{"llama_selective", "tiny-llama", {"--recompute-granularity", "selective"}},
+        // Megatron's --recompute-modules mlp: linear_fc1 and the activation (GeLU with bias,
+        // SwiGLU) re-run from the pre-MLP norm output.
+        Method{"gpt_selective_mlp", "tiny-gpt",
+               {"--recompute-granularity", "selective", "--recompute-modules", "mlp"}},
+        Method{"llama_selective_attn_mlp", "tiny-llama",
+               {"--recompute-granularity", "selective", "--recompute-modules", "core_attn",
+                "mlp"}}),
     methodName);
 
 /// The reports of the llama3-8b preset compiled at micro batch 1, seq 4096 (no run: fp32 is 171
@@ -166,6 +173,13 @@ TEST(RecomputeLlama3_8B, StashPeakAndFlopsMatchClosedForms) {
   EXPECT_GE(double(full.memory().flowing_peak_bytes()),
             double(full.memory().stash_bytes_per_microbatch()) + R);
   EXPECT_LT(sel.memory().flowing_peak_bytes(), none.memory().flowing_peak_bytes());
+  // Selective mlp drops fc1's and the activation's outputs: L x 4T x 3F, for one fc1 GEMM each.
+  schema::Reports mlp = llama8b({"--recompute-granularity", "selective", "--recompute-modules",
+                                 "mlp"},
+                                &plan);
+  EXPECT_EQ(double(none.memory().stash_bytes_per_microbatch()) -
+                double(mlp.memory().stash_bytes_per_microbatch()),
+            L * 4 * T * 3 * F);
   // With a small head (vocab 256) the peak is one layer's backward: the stash plus one layer's
   // working set, its replayed residuals R, its parameters' gradients (the layer's backward
   // returns them together, 4 P bytes) and 4T (3F + 2h) of gradient temporaries (d fc1 output,
@@ -187,6 +201,7 @@ TEST(RecomputeLlama3_8B, StashPeakAndFlopsMatchClosedForms) {
   EXPECT_EQ(sel.flops().model_flops_per_iteration(), none.flops().flops_per_iteration());
   EXPECT_NEAR(added(full), L * layerForward, 1e-9 * L * layerForward);
   EXPECT_NEAR(added(sel), L * 2 * T * T * h, 1e-9 * L * 2 * T * T * h);
+  EXPECT_NEAR(added(mlp), L * 2 * T * h * 2 * F, 1e-9 * L * 2 * T * h * 2 * F);
   std::printf("llama3-8b mbs 1 seq 4096 fp32: flowing peak / stash / added FLOPs\n"
               "  none      %llu / %llu / 0\n  selective %llu / %llu / %.4e\n"
               "  full      %llu / %llu / %.4e\n",

@@ -8,6 +8,8 @@
 // RUN: %not trainc-opt %s -trainc-autodiff -trainc-recompute=recompute=full:uniform:4 2>&1 | FileCheck %s --check-prefix=RANGE
 // RUN: %not trainc-opt %s -trainc-autodiff -trainc-recompute=recompute=partial 2>&1 | FileCheck %s --check-prefix=GRANULARITY
 // RUN: %not trainc-opt %s -trainc-autodiff -trainc-recompute=recompute=full:block 2>&1 | FileCheck %s --check-prefix=GRANULARITY2
+// RUN: %not trainc-opt %s -trainc-recompute-selective=recompute=selective:core_attn,moe 2>&1 | FileCheck %s --check-prefix=MODULE
+// RUN: %not trainc-opt %s -trainc-recompute-selective=recompute=selective:mlp 2>&1 | FileCheck %s --check-prefix=NOMLP
 // REQUIRES: compiler
 
 // Tests trainc-recompute (Megatron's full recompute) on three layers. uniform:2 makes groups
@@ -65,8 +67,10 @@
 // METHOD: error: trainc-recompute: recompute = "full:sometimes:1": method 'sometimes' is not one of uniform, block
 // ZERO: error: trainc-recompute: recompute = "full:uniform:0": num_layers 0, expected at least 1
 // RANGE: error: 'func.func' op trainc-recompute: recompute = "full:uniform:4": num_layers 4 exceeds the 3 layer calls of @forward_backward
-// GRANULARITY: error: trainc-recompute: recompute = "partial", expected none, selective, full:uniform:N or full:block:N
-// GRANULARITY2: error: trainc-recompute: recompute = "full:block", expected none, selective, full:uniform:N or full:block:N
+// GRANULARITY: error: trainc-recompute: recompute = "partial", expected none, selective, selective:M,... (M: core_attn, mlp), full:uniform:N or full:block:N
+// GRANULARITY2: error: trainc-recompute: recompute = "full:block", expected none, selective, selective:M,... (M: core_attn, mlp), full:uniform:N or full:block:N
+// MODULE: error: trainc-recompute-selective: recompute = "selective:core_attn,moe": module 'moe' is not one of core_attn, mlp
+// NOMLP: error: 'func.func' op trainc-recompute-selective: recompute = "selective:mlp": @layer has no mlp.linear_fc1 -> ... -> mlp.linear_fc2 chain
 func.func private @layer(%x: tensor<2x5x8xf32>, %w: tensor<8x8xf32> {model.layer_param = "w"}, %ln: tensor<8xf32>, %key: tensor<4xi64>) -> tensor<2x5x8xf32> attributes {model.layer = "layers"} {
   %h, %rstd = model.rms_norm %x, %ln : (tensor<2x5x8xf32>, tensor<8xf32>) -> (tensor<2x5x8xf32>, tensor<10xf32>)
   %y = model.linear %h, %w : (tensor<2x5x8xf32>, tensor<8x8xf32>) -> tensor<2x5x8xf32>
