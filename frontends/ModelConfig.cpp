@@ -644,8 +644,8 @@ Error checkSupported(const PlanConfig &config) {
   const TrainingConfig &t = config.training;
   if (p.tensor_model_parallel_size != 1)
     reject("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size));
-  if (p.pipeline_model_parallel_size != 1)
-    reject("--pipeline-model-parallel-size " + Twine(p.pipeline_model_parallel_size));
+  // Pipeline parallelism: an even split, Megatron's 1F1B schedule (docs/design.md "Pipeline
+  // parallelism"); interleaving is refused below.
   if (p.virtual_pipeline_model_parallel_size > 1)
     reject("--virtual-pipeline-model-parallel-size " +
            Twine(p.virtual_pipeline_model_parallel_size));

@@ -196,6 +196,18 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
           }
     }
 
+    // Pipeline stages without data parallelism still reduce their losses (over pp).
+    if (dp == 1 && module->hasAttr("trainc.pipeline_size") && !fins.empty()) {
+      b.setInsertionPoint(fins.front());
+      b.create<sched::ReduceLossesOp>(fins.front().getLoc());
+      for (func::FuncOp f : module.getOps<func::FuncOp>())
+        if (f->hasAttr("sched.eval"))
+          for (sched::ReadOutputsOp r : llvm::make_early_inc_range(f.getOps<sched::ReadOutputsOp>())) {
+            b.setInsertionPoint(r);
+            b.create<sched::ReduceLossesOp>(r.getLoc());
+          }
+    }
+
     // 4. Distributed optimizer: updates in layout order, each bucket's all-gather after its
     // last update.
     if (distributedOptimizer && dp > 1) {

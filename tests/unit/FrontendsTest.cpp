@@ -826,7 +826,6 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   };
   std::vector<Case> cases = {
       {"--tensor-model-parallel-size 2", "not supported yet: --tensor-model-parallel-size 2"},
-      {"--pipeline-model-parallel-size 2", "not supported yet: --pipeline-model-parallel-size 2"},
       {"--bf16", "not supported yet: --bf16"},
       {"--fp16", "not supported yet: --fp16"},
       {"--optimizer sgd", "not supported yet: --optimizer sgd"},
