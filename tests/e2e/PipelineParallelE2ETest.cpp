@@ -14,6 +14,8 @@
 #include "runtime/comm/TcpStore.h"
 #include "runtime/core/Program.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <map>
 #include <thread>
 
@@ -158,6 +160,11 @@ void expectClose(const History &h, const History &ref, const std::string &what) 
   ASSERT_EQ(h.params.size(), ref.params.size()) << what;
   for (auto &[name, w] : ref.params) {
     ASSERT_TRUE(h.params.count(name)) << what << " has no " << name;
+    // The key bias's gradient is zero but for rounding (softmax is invariant to a shift of every
+    // key's score by the same query's q.b_k): Adam normalises that noise into full steps, so the
+    // bias follows the noise of each plan's summation order.
+    if (llvm::StringRef(name).ends_with("linear_k.bias"))
+      continue;
     EXPECT_LT(relDiff(h.params.at(name), w), 1e-5) << what << " " << name << " at the end";
   }
 }
@@ -165,10 +172,12 @@ void expectClose(const History &h, const History &ref, const std::string &what) 
 struct Variant {
   std::string preset;
   int64_t pp, dp, m;
+  bool distributedOptimizer = false;
 };
 
 void PrintTo(const Variant &v, std::ostream *os) {
-  *os << v.preset << " pp " << v.pp << " dp " << v.dp << " m " << v.m;
+  *os << v.preset << " pp " << v.pp << " dp " << v.dp << " m " << v.m
+      << (v.distributedOptimizer ? " zero-1" : "");
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<Variant> {};
@@ -179,7 +188,10 @@ TEST_P(PipelineEquivalence, MatchesTheSingleRankPlan) {
   std::vector<Samples> batches = makeBatches(iters, gbs, 211);
   History ref = train(v.preset, flags(1, 1, mbs, gbs), mbs, batches, iters);
   ASSERT_EQ(ref.losses.size(), size_t(iters));
-  History h = train(v.preset, flags(v.pp, v.dp, mbs, gbs), mbs, batches, iters);
+  std::vector<std::string> extra;
+  if (v.distributedOptimizer)
+    extra = {"--use-distributed-optimizer", "--ddp-bucket-size", "301"};
+  History h = train(v.preset, flags(v.pp, v.dp, mbs, gbs, extra), mbs, batches, iters);
   std::ostringstream what;
   PrintTo(v, &what);
   expectClose(h, ref, what.str());
@@ -189,7 +201,7 @@ std::string variantName(const ::testing::TestParamInfo<Variant> &i) {
   std::string p = i.param.preset;
   std::replace(p.begin(), p.end(), '-', '_');
   return p + "_pp" + std::to_string(i.param.pp) + "_dp" + std::to_string(i.param.dp) + "_m" +
-         std::to_string(i.param.m);
+         std::to_string(i.param.m) + (i.param.distributedOptimizer ? "_zero1" : "");
 }
 
 // m in {1, P, 2P + 1}: no steady state, a full pipeline, more microbatches than stages.
@@ -199,6 +211,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"tiny-llama", 2, 1, 5}, Variant{"tiny-gpt", 2, 1, 1},
                       Variant{"tiny-gpt", 2, 1, 2}, Variant{"tiny-gpt", 2, 1, 5},
                       Variant{"tiny-llama", 2, 2, 2}, Variant{"tiny-gpt", 2, 2, 5},
+                      Variant{"tiny-llama", 2, 2, 5, true},
                       Variant{"tiny-llama", 4, 1, 1}, Variant{"tiny-llama", 4, 1, 4},
                       Variant{"tiny-llama", 4, 1, 9}, Variant{"tiny-gpt", 4, 1, 4},
                       Variant{"tiny-gpt", 4, 1, 9}),
