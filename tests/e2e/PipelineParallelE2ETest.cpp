@@ -13,6 +13,7 @@
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/TcpStore.h"
 #include "runtime/core/Program.h"
+#include "compiler/VerifyPlan.h"
 
 #include "llvm/ADT/StringRef.h"
 
@@ -216,5 +217,73 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"tiny-llama", 4, 1, 9}, Variant{"tiny-gpt", 4, 1, 4},
                       Variant{"tiny-gpt", 4, 1, 9}),
     variantName);
+
+} // namespace
+
+namespace {
+
+/// Moves rank `rank`'s first backward unit call of train_step before its first forward.
+void backwardFirst(schema::Program &p) {
+  schema::Function &entry = *p.mutable_functions(int(p.entry()));
+  auto callee = [&](int i) -> std::string {
+    const schema::Instruction &ins = entry.body(i);
+    return ins.has_call() ? p.functions(int(ins.call().function())).name() : "";
+  };
+  int f = -1, b = -1;
+  for (int i = 0; i < entry.body_size(); ++i) {
+    llvm::StringRef name = callee(i);
+    if (f < 0 && name.ends_with(".forward"))
+      f = i;
+    if (b < 0 && name.ends_with(".backward"))
+      b = i;
+  }
+  ASSERT_TRUE(f >= 0 && b > f);
+  for (int i = b; i > f; --i)
+    entry.mutable_body()->SwapElements(i, i - 1);
+}
+
+// The whole-plan verifier simulates every rank's sends, receives and collectives together: the
+// plan as compiled finishes; with rank 0's first backward moved before its forwards, rank 0
+// waits for a gradient that rank 1 can only send after receiving rank 0's activation.
+TEST(PipelineVerifier, RefusesAPlanThatDeadlocks) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs =
+      CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 1, 2), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+  backwardFirst(programs[0]);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
+                   "from rank 1 (train_step#"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("forward_backward.backward#"), std::string::npos) << e;
+  EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
+            std::string::npos)
+      << e;
+}
+
+// A receive of another size than the send it meets is refused, naming both ranks.
+TEST(PipelineVerifier, RefusesMismatchedSizes) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs =
+      CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 1, 1), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  bool changed = false;
+  for (schema::Function &fn : *programs[1].mutable_functions())
+    for (schema::Instruction &ins : *fn.mutable_body())
+      if (ins.has_recv() && !changed) {
+        schema::Operand &o = *ins.mutable_recv()->mutable_operand();
+        o.set_whole(false);
+        o.clear_shape();
+        o.add_shape(7);
+        changed = true;
+      }
+  ASSERT_TRUE(changed);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'eval_step': rank 0 sends 144 f32 elements (eval_step#"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rank 1 receives 7 f32 elements ("), std::string::npos) << e;
+}
 
 } // namespace
