@@ -13,7 +13,9 @@
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/TcpStore.h"
 #include "runtime/core/Program.h"
+#include "compiler/PipelineTimeline.h"
 #include "compiler/VerifyPlan.h"
+#include "passes/Pipeline/Passes.h"
 
 #include "llvm/ADT/StringRef.h"
 
@@ -284,6 +286,54 @@ TEST(PipelineVerifier, RefusesMismatchedSizes) {
   EXPECT_NE(e.find("entry 'eval_step': rank 0 sends 144 f32 elements (eval_step#"), std::string::npos)
       << e;
   EXPECT_NE(e.find("rank 1 receives 7 f32 elements ("), std::string::npos) << e;
+}
+
+} // namespace
+
+namespace {
+
+// The bubble of Megatron's 1F1B on the cost model with unit costs is the closed form
+// (P - 1) / (m + P - 1); with B = 2 F it is the same (every unit on the critical path scales).
+TEST(PipelineTimeline, OneForwardOneBackwardBubbleIsTheClosedForm) {
+  for (int64_t P : {1, 2, 3, 4, 8})
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
+      std::vector<std::vector<mlir::trainc::TimelineUnit>> stages(static_cast<size_t>(P));
+      for (int64_t s = 0; s < P; ++s)
+        for (auto [fwd, mb] : mlir::trainc::oneForwardOneBackward(P, s, m)) {
+          mlir::trainc::TimelineUnit u;
+          u.forward = fwd;
+          u.microbatch = mb;
+          stages[size_t(s)].push_back(u);
+        }
+      for (double b : {1.0, 2.0}) {
+        mlir::trainc::Timeline t;
+        ASSERT_EQ(mlir::trainc::playTimeline(stages, 1, b, t), "") << P << " " << m;
+        EXPECT_NEAR(t.bubble, double(P - 1) / double(m + P - 1), 1e-12)
+            << "P " << P << " m " << m << " B " << b;
+        EXPECT_DOUBLE_EQ(t.makespan, (1 + b) * double(m + P - 1)) << P << " " << m;
+      }
+    }
+}
+
+// An order whose input never arrives (stage 0 waits for a gradient before sending the
+// activation it depends on) is reported, not looped on.
+TEST(PipelineTimeline, ReportsAnOrderThatCannotRun) {
+  std::vector<std::vector<mlir::trainc::TimelineUnit>> stages(2);
+  stages[0] = {{false, 0}, {true, 0}};
+  stages[1] = {{true, 0}, {false, 0}};
+  mlir::trainc::Timeline t;
+  EXPECT_EQ(mlir::trainc::playTimeline(stages, 1, 1, t),
+            "stage 0 waits forever for the gradient of microbatch 0");
+  // Another microbatch order on the second stage still runs.
+  stages[0] = {{true, 0}, {true, 1}, {false, 0}, {false, 1}};
+  stages[1] = {{true, 1}, {false, 1}, {true, 0}, {false, 0}};
+  EXPECT_EQ(mlir::trainc::playTimeline(stages, 1, 1, t), "");
+  stages[1] = {{true, 2}, {false, 2}};
+  EXPECT_EQ(mlir::trainc::playTimeline(stages, 1, 1, t),
+            "stage 0 waits forever for the gradient of microbatch 0");
+  std::vector<std::vector<mlir::trainc::TimelineUnit>> one = {{{false, 0}, {true, 0}}};
+  EXPECT_EQ(mlir::trainc::playTimeline(one, 1, 1, t),
+            "stage 0 runs the backward of microbatch 0 before its forward");
 }
 
 } // namespace
