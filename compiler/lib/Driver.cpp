@@ -339,9 +339,13 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
       stageCopy = cast<ModuleOp>(module->clone());
       m = *stageCopy;
       PassManager pm(&ctx);
-      // Only `stage` is set: the stage count is the plan's.
+      // The stage count is the plan's (not set here).
       std::unique_ptr<Pass> split = createPipelineSplitPass();
-      if (failed(split->initializeOptions("stage=" + std::to_string(stage),
+      const std::string text =
+          "stage=" + std::to_string(stage) + " first-stage-layers=" +
+          std::to_string(cfg.parallel.decoder_first_pipeline_num_layers) +
+          " last-stage-layers=" + std::to_string(cfg.parallel.decoder_last_pipeline_num_layers);
+      if (failed(split->initializeOptions(text,
                                           [](const Twine &) { return failure(); })))
         return emitError(module.getLoc()) << "internal error: trainc-pipeline-split options";
       pm.addPass(std::move(split));

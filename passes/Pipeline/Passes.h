@@ -12,9 +12,14 @@ namespace mlir::trainc {
 #define GEN_PASS_REGISTRATION
 #include "passes/Pipeline/Passes.h.inc"
 
-/// The first layer of each of `numStages` pipeline stages of `numLayers` layers, then
-/// `numLayers` (numStages + 1 bounds; an even split when numStages divides numLayers).
-SmallVector<int64_t> pipelineStageBounds(int64_t numLayers, int64_t numStages);
+/// The first layer of each of `numStages` pipeline stages of `numLayers` layers, then the end
+/// (numStages + 1 bounds): the first and last stage get `firstStageLayers` /
+/// `lastStageLayers` when > 0 (Megatron's --decoder-first/last-pipeline-num-layers), the other
+/// stages an equal share of the rest (rounded down: the caller checks that bounds.back() ==
+/// numLayers and that no stage is empty).
+SmallVector<int64_t> pipelineStageBounds(int64_t numLayers, int64_t numStages,
+                                         int64_t firstStageLayers = 0,
+                                         int64_t lastStageLayers = 0);
 
 /// Megatron's 1F1B unit order of pipeline stage `stage` of `numStages` with `m` microbatches:
 /// (is forward, microbatch) pairs; warmup = min(numStages - stage - 1, m) forwards, then

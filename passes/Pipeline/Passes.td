@@ -53,7 +53,9 @@ def PipelineSplitPass : Pass<"trainc-pipeline-split", "::mlir::ModuleOp"> {
     Runs on the model IR, before autodiff, once per pipeline stage (the driver compiles each
     stage's copy of the module separately; ranks of one stage differ only in data). The decoder
     layers (`func.call` with `model.layer_index`) split evenly over the `pp` stages of the plan:
-    stage s keeps layers [s L / P, (s + 1) L / P); the embedding stays on the first stage, the
+    stage s keeps layers [s L / P, (s + 1) L / P), or with `first-stage-layers` /
+    `last-stage-layers` those counts on the first / last stage and the rest evenly over the
+    others (Megatron's uneven split); the embedding stays on the first stage, the
     final norm, output layer and loss on the last (Megatron's default split). The activation
     entering stage s > 0 is `mesh.recv` from pp coordinate s - 1; the one leaving stage s < P - 1
     is `mesh.send` to s + 1, and such a stage returns (loss_sum, num_tokens) = (0, 0). Autodiff
@@ -77,6 +79,10 @@ def PipelineSplitPass : Pass<"trainc-pipeline-split", "::mlir::ModuleOp"> {
     Option<"stage", "stage", "int64_t", "0", "The pipeline stage to keep">,
     Option<"numStages", "num-stages", "int64_t", "1",
            "Pipeline stages (default: the plan's pp)">,
+    Option<"firstStageLayers", "first-stage-layers", "int64_t", "0",
+           "Layers of the first stage (Megatron's --decoder-first-pipeline-num-layers; 0: even)">,
+    Option<"lastStageLayers", "last-stage-layers", "int64_t", "0",
+           "Layers of the last stage (--decoder-last-pipeline-num-layers; 0: even)">,
   ];
   let dependentDialects = ["::mlir::mesh::MeshDialect", "::mlir::trainc::model::ModelDialect"];
 }

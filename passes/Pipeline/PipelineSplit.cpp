@@ -28,10 +28,25 @@ namespace mlir::trainc {
 using namespace mlir;
 using namespace mlir::trainc;
 
-SmallVector<int64_t> mlir::trainc::pipelineStageBounds(int64_t numLayers, int64_t numStages) {
-  SmallVector<int64_t> bounds;
-  for (int64_t s = 0; s <= numStages; ++s)
-    bounds.push_back(s * numLayers / numStages);
+SmallVector<int64_t> mlir::trainc::pipelineStageBounds(int64_t numLayers, int64_t numStages,
+                                                       int64_t firstStageLayers,
+                                                       int64_t lastStageLayers) {
+  // The stages without a given count share the rest.
+  const int64_t given = (firstStageLayers > 0) + (lastStageLayers > 0);
+  const int64_t others = numStages - std::min(given, numStages);
+  const int64_t rest = numLayers - std::max<int64_t>(firstStageLayers, 0) -
+                       std::max<int64_t>(lastStageLayers, 0);
+  SmallVector<int64_t> bounds = {0};
+  for (int64_t s = 0; s < numStages; ++s) {
+    int64_t n;
+    if (s == 0 && firstStageLayers > 0)
+      n = firstStageLayers;
+    else if (s == numStages - 1 && lastStageLayers > 0)
+      n = lastStageLayers;
+    else
+      n = others > 0 ? rest / others : 0;
+    bounds.push_back(bounds.back() + n);
+  }
   return bounds;
 }
 
@@ -88,10 +103,21 @@ struct PipelineSplitPass : mlir::trainc::impl::PipelineSplitPassBase<PipelineSpl
       if (call->hasAttr("model.layer_index"))
         layers.push_back(call);
     const int64_t L = int64_t(layers.size());
-    if (L < numStages || L % numStages != 0) {
-      fwd.emitOpError() << "has " << L << " decoder layers, which do not split evenly into "
-                        << numStages << " pipeline stages (num_layers must be divisible by "
-                                        "pipeline_model_parallel_size)";
+    SmallVector<int64_t> bounds =
+        pipelineStageBounds(L, numStages, firstStageLayers, lastStageLayers);
+    bool even = firstStageLayers <= 0 && lastStageLayers <= 0;
+    bool valid = bounds.back() == L;
+    for (int64_t k = 0; k < numStages; ++k)
+      valid &= bounds[size_t(k + 1)] > bounds[size_t(k)];
+    if (!valid || (even && L % numStages != 0)) {
+      fwd.emitOpError() << "has " << L << " decoder layers, which do not split into "
+                        << numStages << " pipeline stages of at least one layer"
+                        << (even ? " evenly (num_layers must be divisible by "
+                                   "pipeline_model_parallel_size)"
+                                 : (" with first-stage-layers " + Twine(firstStageLayers) +
+                                    " and last-stage-layers " + Twine(lastStageLayers) +
+                                    " (the other stages split the rest evenly)")
+                                       .str());
       return signalPassFailure();
     }
     for (auto [i, call] : llvm::enumerate(layers))
@@ -120,7 +146,6 @@ struct PipelineSplitPass : mlir::trainc::impl::PipelineSplitPassBase<PipelineSpl
                          << numStages << " stages";
       return signalPassFailure();
     }
-    SmallVector<int64_t> bounds = pipelineStageBounds(L, numStages);
     const int64_t lo = bounds[size_t(s)], hi = bounds[size_t(s + 1)];
 
     // Parameters used by the layers of more than one stage's part (the word embedding that GPT's

@@ -176,11 +176,14 @@ struct Variant {
   std::string preset;
   int64_t pp, dp, m;
   bool distributedOptimizer = false;
+  /// Megatron's uneven split: this many layers on the first stage (0: even).
+  int64_t firstStageLayers = 0;
 };
 
 void PrintTo(const Variant &v, std::ostream *os) {
   *os << v.preset << " pp " << v.pp << " dp " << v.dp << " m " << v.m
-      << (v.distributedOptimizer ? " zero-1" : "");
+      << (v.distributedOptimizer ? " zero-1" : "")
+      << (v.firstStageLayers ? " first stage " + std::to_string(v.firstStageLayers) : "");
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<Variant> {};
@@ -194,6 +197,10 @@ TEST_P(PipelineEquivalence, MatchesTheSingleRankPlan) {
   std::vector<std::string> extra;
   if (v.distributedOptimizer)
     extra = {"--use-distributed-optimizer", "--ddp-bucket-size", "301"};
+  if (v.firstStageLayers > 0) {
+    extra.push_back("--decoder-first-pipeline-num-layers");
+    extra.push_back(std::to_string(v.firstStageLayers));
+  }
   History h = train(v.preset, flags(v.pp, v.dp, mbs, gbs, extra), mbs, batches, iters);
   std::ostringstream what;
   PrintTo(v, &what);
@@ -204,7 +211,8 @@ std::string variantName(const ::testing::TestParamInfo<Variant> &i) {
   std::string p = i.param.preset;
   std::replace(p.begin(), p.end(), '-', '_');
   return p + "_pp" + std::to_string(i.param.pp) + "_dp" + std::to_string(i.param.dp) + "_m" +
-         std::to_string(i.param.m) + (i.param.distributedOptimizer ? "_zero1" : "");
+         std::to_string(i.param.m) + (i.param.distributedOptimizer ? "_zero1" : "") +
+         (i.param.firstStageLayers ? "_first" + std::to_string(i.param.firstStageLayers) : "");
 }
 
 // m in {1, P, 2P + 1}: no steady state, a full pipeline, more microbatches than stages.
@@ -215,6 +223,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"tiny-gpt", 2, 1, 2}, Variant{"tiny-gpt", 2, 1, 5},
                       Variant{"tiny-llama", 2, 2, 2}, Variant{"tiny-gpt", 2, 2, 5},
                       Variant{"tiny-llama", 2, 2, 5, true},
+                      // Uneven [1, 3] of 4 layers (untied and tied).
+                      Variant{"tiny-llama", 2, 1, 5, false, 1}, Variant{"tiny-gpt", 2, 1, 2, false, 1},
                       Variant{"tiny-llama", 4, 1, 1}, Variant{"tiny-llama", 4, 1, 4},
                       Variant{"tiny-llama", 4, 1, 9}, Variant{"tiny-gpt", 4, 1, 4},
                       Variant{"tiny-gpt", 4, 1, 9}),
