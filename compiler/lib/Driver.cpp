@@ -438,6 +438,14 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     FailureOr<ExportedPlan> exported = exportPlan(*m, placementOf(ranks.front()));
     if (failed(exported) || failed(describe(*m, exported->program)))
       return failure();
+    // The tied copies of later stages: the first stage's copy is the one checkpoints write.
+    if (auto sharedParams = (*m)->getAttrOfType<ArrayAttr>("trainc.pipeline_shared");
+        sharedParams && stage > 0) {
+      std::string names;
+      for (Attribute a : sharedParams)
+        names += (names.empty() ? "" : ",") + cast<FlatSymbolRefAttr>(a).getValue().str();
+      (*exported->program.mutable_metadata())["pipeline.shared_copies"] = names;
+    }
     schema::Program &program = exported->program;
     // A plan too large for the runtime is the user's sizes, not a compiler bug: say which
     // buffer. Buffers are the same on every rank of a stage (specialising changes data only).
