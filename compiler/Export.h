@@ -36,7 +36,14 @@ struct ExportedPlan {
   std::string specialise(const RankPlacement &placement);
 
   /// Where a rank-dependent operand sits: function, instruction, operand slot.
-  enum Slot : uint8_t { KernelInput, KernelOutput, CallArg, CollectiveInput, CollectiveOutput };
+  enum Slot : uint8_t {
+    KernelInput,
+    KernelOutput,
+    CallArg,
+    CollectiveInput,
+    CollectiveOutput,
+    PointToPoint
+  };
   struct OperandSite {
     uint32_t function = 0, instruction = 0;
     Slot slot = KernelInput;
@@ -65,7 +72,7 @@ FailureOr<ExportedPlan> exportPlan(ModuleOp module, const RankPlacement &placeme
 
 /// Translates a planned rt module (after trainc-memory-plan) into one rank's program: buffers,
 /// parameter table, functions (func.func with memref arguments), instructions (rt.kernel, func.call,
-/// rt.host_io, rt.collective, rt.wait, rt.region), the source-location table (from each op's
+/// rt.host_io, rt.collective, rt.send, rt.recv, rt.wait, rt.region), the source-location table (from each op's
 /// NameLoc/FileLineColLoc) and the reports (memory from the plan's module attributes, FLOPs from
 /// trainc.flops_per_iteration, the schedule). `placement` gives the mesh and the groups; an
 /// rt.collective names its group ("dp", ...), which must be one of them. Emits an error on the

@@ -3,7 +3,11 @@
 // DESIGN.md phase 12: simulate all ranks' programs together. Every communicator group's members
 // must issue the same collectives in the same order (kind, reduce op, element count, dtype),
 // per entry function (train_step, eval_step), or the plan could deadlock or mix up buffers at
-// run time. Point-to-point send/recv pairing joins this check with pipeline parallelism.
+// run time. With point-to-point transfers (pipeline parallelism) all ranks' programs are then
+// simulated together: sends are eager (the runtime's Gloo sends are buffered), receives and
+// collectives block; every receive must meet the matching send (same element count and dtype,
+// in order) and the simulation must finish, or the plan could deadlock: the error names both
+// ranks and their instruction paths.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TRAINC_COMPILER_VERIFYPLAN_H
@@ -38,6 +42,18 @@ private:
   /// Per entry, per group member list: (what id, where id) per collective.
   using Rank = std::map<std::string, std::map<std::vector<int64_t>, std::vector<uint32_t>>>;
   std::vector<Rank> ranks;
+  /// Per rank, per entry, in program order: the communication events of the deadlock
+  /// simulation (only kept for plans with point-to-point transfers).
+  struct Event {
+    enum Kind : uint8_t { Collective, Send, Recv } kind = Collective;
+    int64_t peer = 0;   // Send/Recv: the peer's global rank
+    uint32_t group = 0; // Collective: index into groupList
+    uint32_t what = 0, where = 0;
+  };
+  std::vector<std::map<std::string, std::vector<Event>>> events;
+  std::vector<std::vector<int64_t>> groupList;
+  bool anyPointToPoint = false;
+  std::string simulate(const std::string &entry) const;
   std::map<std::vector<int64_t>, std::string> names;
   std::map<std::string, uint32_t> whatIds;
   std::vector<std::string> whats, wheres;

@@ -313,6 +313,8 @@ KeyValues ParallelConfig::toKeyValues() const {
       {"data_parallel_size", str(data_parallel_size)},
       {"virtual_pipeline_model_parallel_size", str(virtual_pipeline_model_parallel_size)},
       {"num_layers_per_virtual_pipeline_stage", str(num_layers_per_virtual_pipeline_stage)},
+      {"decoder_first_pipeline_num_layers", str(decoder_first_pipeline_num_layers)},
+      {"decoder_last_pipeline_num_layers", str(decoder_last_pipeline_num_layers)},
       {"sequence_parallel", str(sequence_parallel)},
       {"use_distributed_optimizer", str(use_distributed_optimizer)},
       {"overlap_grad_reduce", str(overlap_grad_reduce)},
@@ -417,8 +419,30 @@ Error finalizeParallel(PlanConfig &c) {
                          "--tensor-model-parallel-size 1 (as in Megatron)");
   }
 
-  // Pipeline parallelism: an even split of the layers over stages and virtual chunks.
-  if (m.num_layers % pp != 0)
+  // Pipeline parallelism: an even split of the layers over stages and virtual chunks, or
+  // Megatron's uneven split (first and/or last stage given, the others even).
+  const int64_t first = p.decoder_first_pipeline_num_layers,
+                last = p.decoder_last_pipeline_num_layers;
+  if (first > 0 || last > 0) {
+    const char *flag =
+        first > 0 ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers";
+    if (pp == 1)
+      return makeError(Twine(flag) + " requires --pipeline-model-parallel-size greater than 1");
+    if (p.virtual_pipeline_model_parallel_size > 1 || p.num_layers_per_virtual_pipeline_stage > 0)
+      return makeError(Twine(flag) + " cannot be combined with a virtual pipeline");
+    const int64_t rest = m.num_layers - first - last;
+    const int64_t others = pp - (first > 0) - (last > 0);
+    if (rest < 0 || (others == 0 && rest != 0) || (others > 0 && (rest < others || rest % others))) {
+      std::string given;
+      if (first > 0)
+        given += " minus --decoder-first-pipeline-num-layers " + std::to_string(first);
+      if (last > 0)
+        given += " minus --decoder-last-pipeline-num-layers " + std::to_string(last);
+      return makeError("--num-layers " + Twine(m.num_layers) + given + " leaves " + Twine(rest) +
+                       " layers, which do not split evenly into " + Twine(others) +
+                       " other pipeline stage(s) of at least one layer each");
+    }
+  } else if (m.num_layers % pp != 0)
     return makeError("--num-layers " + Twine(m.num_layers) +
                      " is not divisible by --pipeline-model-parallel-size " + Twine(pp));
   const int64_t layersPerStage = m.num_layers / pp;
@@ -660,8 +684,15 @@ Error checkSupported(const PlanConfig &config) {
   const TrainingConfig &t = config.training;
   if (p.tensor_model_parallel_size != 1)
     reject("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size));
-  if (p.pipeline_model_parallel_size != 1)
-    reject("--pipeline-model-parallel-size " + Twine(p.pipeline_model_parallel_size));
+  // Pipeline parallelism: an even split, Megatron's 1F1B schedule (docs/design.md "Pipeline
+  // parallelism"); interleaving is refused below. The tied word embedding's two copies are
+  // summed over the embd group on whole main grads, which the distributed optimizer's shards
+  // are not (Megatron gives the shared embedding its own bucket; not done yet).
+  if (p.pipeline_model_parallel_size > 1 && p.use_distributed_optimizer &&
+      p.data_parallel_size > 1 && !config.model.untie_embeddings_and_output_weights)
+    reject("--use-distributed-optimizer with --pipeline-model-parallel-size " +
+           Twine(p.pipeline_model_parallel_size) +
+           " and tied embeddings (add --untie-embeddings-and-output-weights)");
   if (p.virtual_pipeline_model_parallel_size > 1)
     reject("--virtual-pipeline-model-parallel-size " +
            Twine(p.virtual_pipeline_model_parallel_size));

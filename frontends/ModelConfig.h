@@ -106,6 +106,10 @@ struct ParallelConfig {
   int64_t virtual_pipeline_model_parallel_size = 0;
   /// Layers per virtual chunk; 0 = derive from virtual_pipeline_model_parallel_size.
   int64_t num_layers_per_virtual_pipeline_stage = 0;
+  /// Megatron's uneven split: layers of the first / last pipeline stage (0 = the even share);
+  /// the other stages split the rest evenly.
+  int64_t decoder_first_pipeline_num_layers = 0;
+  int64_t decoder_last_pipeline_num_layers = 0;
   /// finalize() clears it when tensor_model_parallel_size is 1, as Megatron does.
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;

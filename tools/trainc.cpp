@@ -2,12 +2,14 @@
 //
 //   trainc compile [--preset NAME | --hf-config FILE | MODEL.mlir] [Megatron-LM flags...] -o DIR
 //                  [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir DIR]
-//   trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks] [--buckets]
+//   trainc inspect DIR [--memory] [--flops] [--schedule] [--schedule-svg FILE] [--ranks]
+//                      [--buckets]
 //   trainc presets
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Driver.h"
+#include "compiler/PipelineTimeline.h"
 #include "frontends/HFConfig.h"
 #include "frontends/MegatronFlags.h"
 #include "frontends/ModelModule.h"
@@ -42,7 +44,8 @@ int usage(const std::string &msg = "") {
          "flags...] -o DIR\n"
          "                      [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir "
          "DIR]\n"
-         "       trainc inspect DIR [--memory] [--flops] [--schedule] [--ranks] [--buckets]\n"
+         "       trainc inspect DIR [--memory] [--flops] [--schedule] [--schedule-svg FILE]\n"
+         "                          [--ranks] [--buckets]\n"
          "       trainc presets\n"
          "       trainc compile --help   (every flag with its default)\n";
   return 2;
@@ -264,10 +267,19 @@ int cmdInspect(std::vector<std::string> args) {
   auto want = [&](const char *f) {
     return all || llvm::is_contained(args, std::string(f));
   };
-  for (size_t i = 1; i < args.size(); ++i)
+  std::string svgPath;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--schedule-svg") {
+      if (i + 1 >= args.size())
+        return usage("--schedule-svg takes an output file");
+      svgPath = args[++i];
+      continue;
+    }
     if (args[i] != "--memory" && args[i] != "--flops" && args[i] != "--schedule" &&
         args[i] != "--ranks" && args[i] != "--buckets")
       return usage("unknown inspect option '" + args[i] + "'");
+  }
+  all = all && svgPath.empty();
   if (llvm::Error e = ::trainc::config::checkRegularFile(dir + "/plan.json", "plan"))
     return fail(llvm::toString(std::move(e)));
   auto text = llvm::MemoryBuffer::getFile(dir + "/plan.json");
@@ -435,6 +447,73 @@ int cmdInspect(std::vector<std::string> args) {
       }
       for (const std::string &s : rp->reports().schedule().steps())
         llvm::outs() << indent << s << "\n";
+    }
+  }
+  if (want("--schedule") || !svgPath.empty()) {
+    // The pipeline on the cost model: one rank per stage (the ranks of a stage run the same
+    // order). Unit costs, and the FLOPs ratio of a backward to a forward (2).
+    std::vector<std::vector<mlir::trainc::TimelineUnit>> stages;
+    std::vector<int64_t> stageRank;
+    int ppAxis = -1;
+    for (int a = 0; a < p->mesh().axis_names_size(); ++a)
+      if (p->mesh().axis_names(a) == "pp")
+        ppAxis = a;
+    for (int64_t rank = 0; rank < p->mesh().world_size(); ++rank) {
+      absl::StatusOr<::trainc::schema::Program> rp =
+          rank == 0 ? p
+                    : ::trainc::rt::readProgramFile(dir + "/rank" + std::to_string(rank) + ".pb");
+      if (!rp.ok())
+        return fail(std::string(rp.status().message()));
+      size_t stage = ppAxis < 0 ? 0 : size_t(rp->mesh().coords(ppAxis));
+      if (stage < stages.size())
+        continue;
+      stages.resize(stage + 1);
+      stageRank.resize(stage + 1, rank);
+      stageRank[stage] = rank;
+      for (const std::string &step : rp->reports().schedule().steps()) {
+        mlir::trainc::TimelineUnit u;
+        if (mlir::trainc::parseScheduleStep(step, u))
+          stages[stage].push_back(u);
+      }
+    }
+    mlir::trainc::Timeline unit, flops;
+    if (std::string e = mlir::trainc::playTimeline(stages, 1, 1, unit); !e.empty())
+      return fail("the plan's schedule cannot run: " + e);
+    if (std::string e = mlir::trainc::playTimeline(stages, 1, 2, flops); !e.empty())
+      return fail("the plan's schedule cannot run: " + e);
+    if (want("--schedule"))
+      llvm::outs() << llvm::formatv("bubble fraction (cost model, {0} stages): {1:f4} with unit "
+                                    "costs (F = B = 1), {2:f4} with B = 2 F\n",
+                                    stages.size(), unit.bubble, flops.bubble);
+    if (!svgPath.empty()) {
+      // One row per stage, boxes sized by the cost model (B = 2 F), F blue, B green.
+      const double scale = 24, row = 28;
+      std::string svg;
+      llvm::raw_string_ostream os(svg);
+      os << llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
+                          "height=\"{1}\" font-family=\"monospace\" font-size=\"11\">\n",
+                          int(flops.makespan * scale + 90), int(row * double(stages.size()) + 30));
+      for (size_t s = 0; s < flops.stages.size(); ++s) {
+        double y = 10 + row * double(s);
+        os << llvm::formatv("<text x=\"2\" y=\"{0}\">rank {1}</text>\n", int(y + 17),
+                            stageRank[s]);
+        for (const mlir::trainc::TimelineUnit &u : flops.stages[s]) {
+          double x = 80 + u.start * scale, w = (u.end - u.start) * scale;
+          os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
+                              "fill=\"{4}\" stroke=\"black\"/><text x=\"{5}\" y=\"{6}\">"
+                              "{7}{8}</text>\n",
+                              x, y, w, row - 4, u.forward ? "#8ab4f8" : "#81c995", x + 3,
+                              int(y + 17), u.forward ? "F" : "B", u.microbatch);
+        }
+      }
+      os << llvm::formatv("<text x=\"2\" y=\"{0}\">bubble {1:f4} (B = 2 F)</text>\n",
+                          int(row * double(stages.size()) + 24), flops.bubble);
+      os << "</svg>\n";
+      std::error_code ec;
+      llvm::raw_fd_ostream f(svgPath, ec);
+      if (ec)
+        return fail("cannot write '" + svgPath + "': " + ec.message());
+      f << os.str();
     }
   }
   return 0;

@@ -5,6 +5,7 @@
 #include "compiler/Export.h"
 #include "compiler/Pipelines.h"
 #include "compiler/VerifyPlan.h"
+#include "passes/Pipeline/Passes.h"
 #include "dialects/Model/ModelDialect.h"
 #include "dialects/Rt/RtDialect.h"
 #include "dialects/Sched/SchedDialect.h"
@@ -97,7 +98,11 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
       b.getBoolAttr(par.use_distributed_optimizer),
       // With one rank there is nothing to gather (Megatron's flag is then a no-op too).
       b.getBoolAttr(par.overlap_param_gather && par.data_parallel_size > 1),
-      StringRef(options.unitSchedule), StringRef(recompute));
+      // Megatron pipelines with 1F1B whenever pp > 1.
+      StringRef(par.pipeline_model_parallel_size > 1 && options.unitSchedule == "no-pipelining"
+                    ? "1f1b"
+                    : options.unitSchedule),
+      StringRef(recompute));
 }
 
 namespace {
@@ -316,17 +321,6 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   };
   if (failed(dump(module, 0, "model")))
     return failure();
-  int n = 1;
-  for (const Phase &ph : shared)
-    if (failed(runPhase(module, ph, plan)) || failed(dump(module, n++, ph.name)))
-      return failure();
-
-  // Lower and plan memory once: the rt IR is the same for every rank (a DP rank's shard is a view
-  // on the dp axis), and the export specialises it per rank (DESIGN.md: specialise per rank
-  // last). The dumped IR is therefore every rank's, with the offsets of coordinate 0.
-  for (const Phase &ph : lowering)
-    if (failed(runPhase(module, ph, plan)) || failed(dump(module, n++, ph.name)))
-      return failure();
 
   const int64_t world = table.worldSize();
   auto placementOf = [&](int64_t rank) {
@@ -340,19 +334,57 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
       place.groups.push_back({g.name, g.ranks});
     return place;
   };
-  FailureOr<ExportedPlan> exported = exportPlan(module, placementOf(0));
-  if (failed(exported))
-    return failure();
-  schema::Program &program = exported->program;
-  if (auto f = module->getAttrOfType<FloatAttr>("trainc.megatron_flops_per_token"))
-    program.mutable_reports()->mutable_flops()->set_megatron_flops_per_iteration(
-        f.getValueAsDouble() * double(cfg.training.global_batch_size) *
-        double(cfg.model.seq_length) / double(world));
+  // One lowering per pipeline stage (stages differ in structure; the ranks of one stage only in
+  // data, which ExportedPlan::specialise rewrites). Without pipelining the module itself is the
+  // one stage.
+  const size_t ppAxis = size_t(llvm::find(cfgns::RankTable::axisNames(), "pp") -
+                               cfgns::RankTable::axisNames().begin());
+  const int64_t numStages = table.axisSizes()[ppAxis];
+  OwningOpRef<ModuleOp> stageCopy;
+  auto stageModule = [&](int64_t stage) -> FailureOr<ModuleOp> {
+    ModuleOp m = module;
+    if (numStages > 1) {
+      stageCopy = cast<ModuleOp>(module->clone());
+      m = *stageCopy;
+      PassManager pm(&ctx);
+      // The stage count is the plan's (not set here).
+      std::unique_ptr<Pass> split = createPipelineSplitPass();
+      const std::string text =
+          "stage=" + std::to_string(stage) + " first-stage-layers=" +
+          std::to_string(cfg.parallel.decoder_first_pipeline_num_layers) +
+          " last-stage-layers=" + std::to_string(cfg.parallel.decoder_last_pipeline_num_layers);
+      if (failed(split->initializeOptions(text,
+                                          [](const Twine &) { return failure(); })))
+        return emitError(module.getLoc()) << "internal error: trainc-pipeline-split options";
+      pm.addPass(std::move(split));
+      if (failed(pm.run(m)))
+        return failure();
+    }
+    const std::string suffix = numStages > 1 ? ".stage" + std::to_string(stage) : "";
+    int n = 1;
+    for (const Phase &ph : shared)
+      if (failed(runPhase(m, ph, plan)) ||
+          failed(dump(m, n++, (ph.name + suffix).c_str())))
+        return failure();
+    // Lower and plan memory once per stage: the rt IR is the same for every rank of the stage (a
+    // DP rank's shard is a view on the dp axis), and the export specialises it per rank
+    // (DESIGN.md: specialise per rank last). The dumped IR is every rank's, with the offsets of
+    // coordinate 0.
+    for (const Phase &ph : lowering)
+      if (failed(runPhase(m, ph, plan)) ||
+          failed(dump(m, n++, (ph.name + suffix).c_str())))
+        return failure();
+    return m;
+  };
   // The plan records its configuration: runtime flag defaults that trainrun uses and may
   // override, and the compile-time values trainrun checks its flags against. One fingerprint
   // for every rank file of this compile (the configuration and the producer), so that the
   // runtime refuses rank files of different compiles mixed in one plan directory.
-  {
+  auto describe = [&](ModuleOp m, schema::Program &program) -> LogicalResult {
+    if (auto f = m->getAttrOfType<FloatAttr>("trainc.megatron_flops_per_token"))
+      program.mutable_reports()->mutable_flops()->set_megatron_flops_per_iteration(
+          f.getValueAsDouble() * double(cfg.training.global_batch_size) *
+          double(cfg.model.seq_length) / double(world));
     auto &meta = *program.mutable_metadata();
     for (const auto &[k, v] : cfg.runtime.toKeyValues())
       meta["runtime." + k] = v;
@@ -385,61 +417,90 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     info.set_global_batch_size(uint64_t(t.global_batch_size));
     info.set_seq_length(uint32_t(cfg.model.seq_length));
     info.set_vocab_size(uint32_t(cfg.model.vocab_size));
-  }
+    return success();
+  };
   // One rank at a time: specialise, validate with the runtime's own validator, feed the
-  // whole-plan verifier, write. Only one program is held (plus allRanks' copies when asked).
+  // whole-plan verifier, write. Only one program per stage is held (plus allRanks' copies when
+  // asked).
   if (!options.outputDir.empty())
     if (std::error_code ec = llvm::sys::fs::create_directories(options.outputDir))
       return emitError(module.getLoc())
              << "cannot create output directory '" << options.outputDir << "': " << ec.message();
   PlanVerifier verifier;
-  std::vector<RankEntry> entries;
-  if (options.allRanks)
+  std::vector<RankEntry> entries(static_cast<size_t>(world));
+  if (options.allRanks) {
     options.allRanks->clear();
+    options.allRanks->resize(static_cast<size_t>(world));
+  }
   std::vector<std::string> written;
   auto fail = [&](const Twine &message) {
     for (const std::string &f : written)
       (void)llvm::sys::fs::remove(f);
     return emitError(module.getLoc()) << message;
   };
-  // A plan too large for the runtime is the user's sizes, not a compiler bug: say which buffer.
-  // Buffers are the same on every rank (specialising changes data only).
-  for (const auto &buf : program.buffers()) {
-    constexpr double kMaxElements = double(int64_t(1) << 50);
-    double numel = 1;
-    for (int64_t d : buf.shape())
-      numel *= double(d);
-    if (numel > kMaxElements)
-      return fail(llvm::formatv("the plan needs buffer '{0}' of {1:e} elements, more than the "
-                                "runtime's 2^50 per buffer (a stash holds one microbatch's "
-                                "activations of every layer): reduce --micro-batch-size, "
-                                "--seq-length or the model size",
-                                buf.name(), numel)
-                      .str());
-  }
-  for (int64_t rank = 0; rank < world; ++rank) {
-    if (std::string e = exported->specialise(placementOf(rank)); !e.empty())
-      return fail("internal error: " + e);
-    if (absl::Status st = ::trainc::rt::validateProgram(program); !st.ok())
-      return fail("internal error: the exported program of rank " + Twine(rank) +
-                  " fails runtime validation: " + std::string(st.message()));
-    verifier.addRank(program);
-    entries.push_back(rankEntry(program));
-    if (!options.outputDir.empty()) {
-      std::string path = options.outputDir + "/" + entries.back().file;
-      if (failed(writeFile(ctx, path, ::trainc::rt::serializeProgram(program))))
-        return fail("cannot write the plan");
-      written.push_back(path);
+  std::optional<ExportedPlan> first; // stage 0's, which holds rank 0
+  for (int64_t stage = 0; stage < numStages; ++stage) {
+    FailureOr<ModuleOp> m = stageModule(stage);
+    if (failed(m))
+      return failure();
+    std::vector<int64_t> ranks;
+    for (int64_t r = 0; r < world; ++r)
+      if (table.coords(r)[ppAxis] == stage)
+        ranks.push_back(r);
+    FailureOr<ExportedPlan> exported = exportPlan(*m, placementOf(ranks.front()));
+    if (failed(exported) || failed(describe(*m, exported->program)))
+      return failure();
+    // The tied copies of later stages: the first stage's copy is the one checkpoints write.
+    if (auto sharedParams = (*m)->getAttrOfType<ArrayAttr>("trainc.pipeline_shared");
+        sharedParams && stage > 0) {
+      std::string names;
+      for (Attribute a : sharedParams)
+        names += (names.empty() ? "" : ",") + cast<FlatSymbolRefAttr>(a).getValue().str();
+      (*exported->program.mutable_metadata())["pipeline.shared_copies"] = names;
     }
-    if (options.allRanks)
-      options.allRanks->push_back(program);
+    schema::Program &program = exported->program;
+    // A plan too large for the runtime is the user's sizes, not a compiler bug: say which
+    // buffer. Buffers are the same on every rank of a stage (specialising changes data only).
+    for (const auto &buf : program.buffers()) {
+      constexpr double kMaxElements = double(int64_t(1) << 50);
+      double numel = 1;
+      for (int64_t d : buf.shape())
+        numel *= double(d);
+      if (numel > kMaxElements)
+        return fail(llvm::formatv("the plan needs buffer '{0}' of {1:e} elements, more than the "
+                                  "runtime's 2^50 per buffer (a stash holds one microbatch's "
+                                  "activations of every layer): reduce --micro-batch-size, "
+                                  "--seq-length or the model size",
+                                  buf.name(), numel)
+                        .str());
+    }
+    for (int64_t rank : ranks) {
+      if (std::string e = exported->specialise(placementOf(rank)); !e.empty())
+        return fail("internal error: " + e);
+      if (absl::Status st = ::trainc::rt::validateProgram(program); !st.ok())
+        return fail("internal error: the exported program of rank " + Twine(rank) +
+                    " fails runtime validation: " + std::string(st.message()));
+      verifier.addRank(program);
+      entries[size_t(rank)] = rankEntry(program);
+      if (!options.outputDir.empty()) {
+        std::string path = options.outputDir + "/" + entries[size_t(rank)].file;
+        if (failed(writeFile(ctx, path, ::trainc::rt::serializeProgram(program))))
+          return fail("cannot write the plan");
+        written.push_back(path);
+      }
+      if (options.allRanks)
+        (*options.allRanks)[size_t(rank)] = program;
+    }
+    if (stage == 0)
+      first = std::move(*exported);
   }
   // DESIGN.md phase 12: the ranks' programs together, so that a plan that could deadlock or
   // mismatch its collectives is a compile error rather than a hang.
   if (std::string e = verifier.finish(); !e.empty())
     return fail("internal error: plan verification failed: " + e);
-  if (std::string e = exported->specialise(placementOf(0)); !e.empty())
+  if (std::string e = first->specialise(placementOf(0)); !e.empty())
     return fail("internal error: " + e);
+  schema::Program &program = first->program;
   if (!options.outputDir.empty() &&
       failed(writePlan(ctx, options.outputDir, cfg, program, entries)))
     return failure();

@@ -277,6 +277,22 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
         col->set_token(uint32_t(token));
         maxToken = std::max<int64_t>(maxToken, token);
       }
+    } else if (isa<rt::SendOp, rt::RecvOp>(op)) {
+      bool isSend = isa<rt::SendOp>(op);
+      StringRef group = isSend ? cast<rt::SendOp>(op).getGroup() : cast<rt::RecvOp>(op).getGroup();
+      int64_t peer = isSend ? cast<rt::SendOp>(op).getPeer() : cast<rt::RecvOp>(op).getPeer();
+      auto g = groupIndex.find(group);
+      if (g == groupIndex.end())
+        return op.emitOpError() << "uses group '" << group
+                                << "', which this rank's placement does not have";
+      schema::SendRecv *sr = isSend ? ins.mutable_send() : ins.mutable_recv();
+      sr->set_group(g->second);
+      sr->set_peer(peer);
+      FailureOr<schema::Operand> o = operand(op.getOperand(0), &op, ExportedPlan::PointToPoint);
+      if (failed(o))
+        return failure();
+      *sr->mutable_operand() = *o;
+      ins.set_stream(1);
     } else {
       return op.emitOpError() << "cannot be exported to program.proto";
     }
@@ -498,6 +514,9 @@ schema::Operand &ExportedPlan::operandAt(const OperandSite &site) {
     return *ins.mutable_collective()->mutable_input();
   case CollectiveOutput:
     break;
+  case PointToPoint:
+    return ins.has_send() ? *ins.mutable_send()->mutable_operand()
+                          : *ins.mutable_recv()->mutable_operand();
   }
   return *ins.mutable_collective()->mutable_output();
 }

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include <algorithm>
+#include <deque>
 #include <functional>
 #include <map>
 
@@ -41,9 +43,20 @@ std::string dtypeOf(const sch::Operand &o, const sch::Program &p, const sch::Fun
   return absl::AsciiStrToLower(sch::DType_Name(t));
 }
 
-/// The collectives of one entry, calls expanded, keyed by the group's member list.
+/// One communication op of an entry in program order: a collective on `members` or a
+/// send/recv with global rank `peer`.
+struct Ordered {
+  int kind = 0; // 0 collective, 1 send, 2 recv
+  std::vector<int64_t> members;
+  int64_t peer = 0;
+  Issued issued;
+};
+
+/// The collectives of one entry, calls expanded, keyed by the group's member list; every
+/// communication op in program order in `ordered`.
 std::map<std::vector<int64_t>, std::vector<Issued>> expand(const sch::Program &p, uint32_t entry,
-                                                           std::map<std::vector<int64_t>, std::string> &names) {
+                                                           std::map<std::vector<int64_t>, std::string> &names,
+                                                           std::vector<Ordered> &ordered) {
   std::map<std::vector<int64_t>, std::vector<Issued>> out;
   std::function<void(int, const std::string &)> walk = [&](int fi, const std::string &path) {
     const sch::Function &f = p.functions(fi);
@@ -52,6 +65,17 @@ std::map<std::vector<int64_t>, std::vector<Issued>> expand(const sch::Program &p
       if (ins.has_call()) {
         walk(int(ins.call().function()), absl::StrCat(path, "#", i, " -> ",
                                                       p.functions(int(ins.call().function())).name()));
+        continue;
+      }
+      if (ins.has_send() || ins.has_recv()) {
+        const sch::SendRecv &sr = ins.has_send() ? ins.send() : ins.recv();
+        Ordered o;
+        o.kind = ins.has_send() ? 1 : 2;
+        o.peer = p.groups(int(sr.group())).ranks(int(sr.peer()));
+        o.issued = {absl::StrCat(numel(sr.operand(), p, f), " ", dtypeOf(sr.operand(), p, f),
+                                 " elements"),
+                    absl::StrCat(path, "#", i)};
+        ordered.push_back(std::move(o));
         continue;
       }
       if (!ins.has_collective())
@@ -73,10 +97,15 @@ std::map<std::vector<int64_t>, std::vector<Issued>> expand(const sch::Program &p
       if (c.kind() == sch::BROADCAST)
         absl::StrAppend(&what, " from group rank ", c.root());
       out[members].push_back({what, absl::StrCat(path, "#", i)});
+      ordered.push_back({0, members, 0, out[members].back()});
     }
   };
   walk(int(entry), p.functions(int(entry)).name());
   return out;
+}
+
+bool llvm_any_p2p(const std::vector<Ordered> &ordered) {
+  return std::any_of(ordered.begin(), ordered.end(), [](const Ordered &o) { return o.kind != 0; });
 }
 
 } // namespace
@@ -86,16 +115,41 @@ void PlanVerifier::addRank(const sch::Program &p) {
   for (const auto &[name, fn] : p.entry_points())
     entryOf[name] = fn;
   Rank &rank = ranks.emplace_back();
+  auto &rankEvents = events.emplace_back();
+  auto intern = [&](const std::string &what) {
+    auto [it, fresh] = whatIds.try_emplace(what, uint32_t(whats.size()));
+    if (fresh)
+      whats.push_back(what);
+    return it->second;
+  };
   for (const auto &[entry, fn] : entryOf) {
     std::map<std::vector<int64_t>, std::string> groupNames;
     auto &byGroup = rank[entry];
-    for (auto &[members, issued] : expand(p, fn, groupNames)) {
+    std::vector<Ordered> ordered;
+    auto issuedByGroup = expand(p, fn, groupNames, ordered);
+    anyPointToPoint |= llvm_any_p2p(ordered);
+    if (anyPointToPoint) {
+      std::vector<Event> &ev = rankEvents[entry];
+      for (Ordered &o : ordered) {
+        Event e;
+        e.kind = o.kind == 0 ? Event::Collective : o.kind == 1 ? Event::Send : Event::Recv;
+        e.peer = o.peer;
+        if (o.kind == 0) {
+          auto it = std::find(groupList.begin(), groupList.end(), o.members);
+          e.group = uint32_t(it - groupList.begin());
+          if (it == groupList.end())
+            groupList.push_back(o.members);
+        }
+        e.what = intern(o.issued.what);
+        e.where = uint32_t(wheres.size());
+        wheres.push_back(o.issued.where);
+        ev.push_back(e);
+      }
+    }
+    for (auto &[members, issued] : issuedByGroup) {
       std::vector<uint32_t> &ids = byGroup[members];
       for (Issued &i : issued) {
-        auto [it, fresh] = whatIds.try_emplace(i.what, uint32_t(whats.size()));
-        if (fresh)
-          whats.push_back(i.what);
-        ids.push_back(it->second);
+        ids.push_back(intern(i.what));
         ids.push_back(uint32_t(wheres.size()));
         wheres.push_back(std::move(i.where));
       }
@@ -146,7 +200,108 @@ std::string PlanVerifier::finish() const {
         }
       }
     }
+    if (anyPointToPoint)
+      if (std::string e = simulate(entry); !e.empty())
+        return e;
   }
+  return "";
+}
+
+std::string PlanVerifier::simulate(const std::string &entry) const {
+  // Eager sends, blocking receives and collectives (a collective completes once every member
+  // has reached it). Runs to completion or to a state where no rank can move: a deadlock.
+  const size_t n = events.size();
+  std::vector<const std::vector<Event> *> seq(n);
+  static const std::vector<Event> none;
+  for (size_t r = 0; r < n; ++r) {
+    auto it = events[r].find(entry);
+    seq[r] = it == events[r].end() ? &none : &it->second;
+  }
+  std::vector<size_t> pos(n, 0);
+  std::map<std::pair<int64_t, int64_t>, std::deque<const Event *>> channel; // (from, to)
+  // Per group, per rank: collectives completed; arrivals at the next one.
+  std::map<std::pair<uint32_t, int64_t>, size_t> done;
+  std::map<std::pair<uint32_t, size_t>, size_t> arrived; // (group, index) -> members there
+  std::vector<bool> waiting(n, false);                   // arrived at a collective
+  auto describe = [&](size_t r) {
+    const Event &e = (*seq[r])[pos[r]];
+    switch (e.kind) {
+    case Event::Send:
+      return absl::StrCat("sends ", whats[e.what], " to rank ", e.peer, " (", wheres[e.where], ")");
+    case Event::Recv:
+      return absl::StrCat("waits to receive ", whats[e.what], " from rank ", e.peer, " (",
+                          wheres[e.where], ")");
+    case Event::Collective:
+      break;
+    }
+    return absl::StrCat("waits in ", whats[e.what], " on [", absl::StrJoin(groupList[e.group], ","),
+                        "] (", wheres[e.where], ")");
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t r = 0; r < n; ++r) {
+      while (pos[r] < seq[r]->size()) {
+        const Event &e = (*seq[r])[pos[r]];
+        if (e.kind == Event::Send) {
+          if (e.peer < 0 || size_t(e.peer) >= n)
+            return absl::StrCat("entry '", entry, "': rank ", r, " sends to rank ", e.peer,
+                                ", outside the plan's ", n, " ranks (", wheres[e.where], ")");
+          channel[{int64_t(r), e.peer}].push_back(&e);
+        } else if (e.kind == Event::Recv) {
+          auto &q = channel[{e.peer, int64_t(r)}];
+          if (q.empty())
+            break;
+          const Event *s = q.front();
+          if (s->what != e.what)
+            return absl::StrCat("entry '", entry, "': rank ", e.peer, " sends ", whats[s->what],
+                                " (", wheres[s->where], "), rank ", r, " receives ",
+                                whats[e.what], " (", wheres[e.where], ")");
+          q.pop_front();
+        } else {
+          const std::vector<int64_t> &members = groupList[e.group];
+          size_t k = done[{e.group, int64_t(r)}];
+          if (!waiting[r]) {
+            waiting[r] = true;
+            ++arrived[{e.group, k}];
+            progress = true;
+          }
+          if (arrived[{e.group, k}] < members.size())
+            break;
+          waiting[r] = false;
+          ++done[{e.group, int64_t(r)}];
+        }
+        ++pos[r];
+        progress = true;
+      }
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    if (pos[r] == seq[r]->size())
+      continue;
+    // A blocked rank and the rank it waits for.
+    const Event &e = (*seq[r])[pos[r]];
+    size_t other = r;
+    if (e.kind == Event::Recv)
+      other = size_t(e.peer);
+    else
+      for (int64_t m : groupList[e.group])
+        if (size_t(m) != r && (pos[size_t(m)] == seq[size_t(m)]->size() ||
+                               (*seq[size_t(m)])[pos[size_t(m)]].kind != Event::Collective ||
+                               (*seq[size_t(m)])[pos[size_t(m)]].group != e.group)) {
+          other = size_t(m);
+          break;
+        }
+    std::string theirs = pos[other] == seq[other]->size()
+                             ? "has finished the entry"
+                             : describe(other);
+    return absl::StrCat("entry '", entry, "' can deadlock: rank ", r, " ", describe(r),
+                        ", while rank ", other, " ", theirs);
+  }
+  for (const auto &[ends, q] : channel)
+    if (!q.empty())
+      return absl::StrCat("entry '", entry, "': rank ", ends.first, " sends ", whats[q.front()->what],
+                          " to rank ", ends.second, " (", wheres[q.front()->where],
+                          "), which never receives it");
   return "";
 }
 

@@ -42,6 +42,11 @@ public:
   /// Records a collective of `kind` (all_reduce, all_gather, reduce_scatter) over the communicator
   /// group of mesh axis `axis` ("tp", "dp", ...), reading `input` and writing `output`.
   virtual void collective(StringRef kind, StringRef axis, Value input, Value output) = 0;
+  /// Records a synchronous point-to-point transfer with group rank `peer` of the group of mesh
+  /// axis `axis`: a send reads `buffer`, a recv writes it (pipeline parallelism).
+  virtual void pointToPoint(bool send, StringRef axis, int64_t peer, Value buffer) {
+    fail("point-to-point transfers cannot be lowered by this emitter");
+  }
   /// Reports that the op cannot be lowered as it is (the lowering fails with this message).
   virtual void fail(const Twine &message) = 0;
 

@@ -873,6 +873,62 @@ struct CollectiveKernelModel
   }
 };
 
+/// Pipeline parallelism's point-to-point transfers (Megatron's p2p_communication): MLIR's
+/// mesh.send / mesh.recv on one mesh axis (the pp axis). mesh.send is the identity on its value
+/// (its result is its input, sent to `destination`); its VJP is the identity too, and autodiff
+/// seeds the gradient of its result with a mesh.recv from the destination (a stage's backward
+/// starts from the next stage's input gradient). mesh.recv's input only gives the result's type;
+/// its VJP sends the result's gradient back to `source`. Both lower to synchronous rt.send /
+/// rt.recv with the peer's coordinate on the axis as the group rank.
+struct SendModel : public VJPOpInterface::ExternalModel<SendModel, mesh::SendOp> {
+  SmallVector<Value> buildVJP(Operation *, OpBuilder &, ValueRange g) const { return {g[0]}; }
+};
+struct RecvModel : public VJPOpInterface::ExternalModel<RecvModel, mesh::RecvOp> {
+  SmallVector<Value> buildVJP(Operation *op, OpBuilder &b, ValueRange g) const {
+    auto r = cast<mesh::RecvOp>(op);
+    if (g[0] && r.getSource())
+      b.create<mesh::SendOp>(op->getLoc(), g[0].getType(), r.getMeshAttr(), r.getMeshAxesAttr(),
+                             g[0], r.getSourceAttr(), ValueRange{});
+    return {Value()};
+  }
+};
+template <typename Op>
+struct PointToPointCostModel
+    : public CostOpInterface::ExternalModel<PointToPointCostModel<Op>, Op> {
+  double getFlops(Operation *) const { return 0; }
+  double getBytesMoved(Operation *op) const { return byteSize(op->getResult(0).getType()); }
+};
+template <typename Op>
+struct PointToPointKernelModel
+    : public KernelOpInterface::ExternalModel<PointToPointKernelModel<Op>, Op> {
+  void emitKernels(Operation *op, KernelEmitter &e) const {
+    auto c = cast<Op>(op);
+    std::string group = groupOf(e, op, c.getMeshAttr(), c.getMeshAxes());
+    if (group.empty())
+      return;
+    constexpr bool isSend = std::is_same_v<Op, mesh::SendOp>;
+    std::optional<ArrayRef<int64_t>> peer;
+    bool dynamic = false;
+    if constexpr (isSend) {
+      peer = c.getDestination();
+      dynamic = !c.getDestinationDynamic().empty();
+    } else {
+      if (c.getSource())
+        peer = *c.getSource();
+      dynamic = !c.getSourceDynamic().empty();
+    }
+    if (!peer || peer->size() != 1 || dynamic)
+      return e.fail(Twine(isSend ? "mesh.send" : "mesh.recv") +
+                    " needs one static peer coordinate on its one mesh axis");
+    if constexpr (isSend) {
+      e.pointToPoint(true, group, (*peer)[0], e.operand(0));
+      e.aliasResult(0, e.operand(0));
+    } else {
+      e.pointToPoint(false, group, (*peer)[0], e.result(0));
+    }
+  }
+};
+
 } // namespace
 
 LogicalResult CopyToRegionOp::verify() {
@@ -900,6 +956,10 @@ void mlir::trainc::model::registerCollectiveInterfaces(DialectRegistry &registry
     mesh::ReduceScatterOp::attachInterface<ReduceScatterModel,
                                            CollectiveCostModel<mesh::ReduceScatterOp>,
                                            CollectiveKernelModel<mesh::ReduceScatterOp>>(*ctx);
+    mesh::SendOp::attachInterface<SendModel, PointToPointCostModel<mesh::SendOp>,
+                                  PointToPointKernelModel<mesh::SendOp>>(*ctx);
+    mesh::RecvOp::attachInterface<RecvModel, PointToPointCostModel<mesh::RecvOp>,
+                                  PointToPointKernelModel<mesh::RecvOp>>(*ctx);
   });
 }
 

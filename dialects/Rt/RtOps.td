@@ -151,6 +151,25 @@ def Rt_CollectiveOp : Rt_Op<"collective", [AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
+class Rt_PointToPointOp<string mnemonic, string what> : Rt_Op<mnemonic> {
+  let summary = "A synchronous point-to-point transfer " # what # " group rank `peer` of `group`";
+  let description = [{
+    program.proto's SendRecv on the communication stream (pipeline parallelism: activations
+    and their gradients between adjacent stages on the "pp" group).
+    ```mlir
+    rt.send "pp" peer 1 ins(%b : memref<2x9x16xf32>)
+    rt.recv "pp" peer 0 outs(%b : memref<2x9x16xf32>)
+    ```
+  }];
+  let arguments = (ins StrAttr:$group, I64Attr:$peer, AnyStaticShapeMemRef:$buffer);
+}
+def Rt_SendOp : Rt_PointToPointOp<"send", "to"> {
+  let assemblyFormat = "$group `peer` $peer `ins` `(` $buffer `:` type($buffer) `)` attr-dict";
+}
+def Rt_RecvOp : Rt_PointToPointOp<"recv", "from"> {
+  let assemblyFormat = "$group `peer` $peer `outs` `(` $buffer `:` type($buffer) `)` attr-dict";
+}
+
 def Rt_WaitOp : Rt_Op<"wait"> {
   let summary = "Wait for the async operation that holds `token`";
   let description = [{

@@ -404,6 +404,14 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
     seed->setAttr("model.loss_seed", b.getUnitAttr());
     llvm::DenseMap<Value, Value> grads;
     grads[lossSum] = seed;
+    // A pipeline stage's sent activation (mesh.send, trainc-pipeline-split): its gradient is
+    // the next stage's input gradient, received from the destination after the seed.
+    for (auto send : llvm::to_vector(body.getOps<mesh::SendOp>())) {
+      Value tmpl = b.create<model::FillOp>(ret.getLoc(), send.getType(), b.getF64FloatAttr(0.0));
+      grads[send.getResult()] = b.create<mesh::RecvOp>(
+          ret.getLoc(), send.getType(), send.getMeshAttr(), send.getMeshAxesAttr(), tmpl,
+          send.getDestinationAttr(), ValueRange{});
+    }
     Differentiator diff(module);
     if (failed(diff.sweep(body, seed, ret, grads)))
       return signalPassFailure();

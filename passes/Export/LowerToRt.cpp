@@ -178,8 +178,38 @@ private:
   void reduceLosses(OpBuilder &ob, Location loc) {
     for (StringRef n : {"loss_sum", "num_tokens"}) {
       Value v = ref(ob, loc, scalar(n, "output"));
-      collective(ob, loc, "all_reduce", v, v, -1);
+      if (layout.dp() > 1)
+        collective(ob, loc, "all_reduce", v, v, -1);
+      // Only the last pipeline stage has losses (the others add zeros): the sum over pp gives
+      // every stage the logged loss and the token count of the per-token scaling.
+      if (pipelineSize() > 1)
+        createCollective(ob, loc, "all_reduce", "pp", v, v, -1);
     }
+  }
+  /// The pipeline stages of the plan and this module's (trainc-pipeline-split; 1 and 0 without).
+  int64_t pipelineSize() {
+    auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_size");
+    return a ? a.getInt() : 1;
+  }
+  int64_t pipelineStage() {
+    auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_stage");
+    return a ? a.getInt() : 0;
+  }
+  /// Whether `name` is a parameter held on two pipeline stages (GPT's tied word embedding).
+  bool isSharedAcrossStages(StringRef name) {
+    auto a = module->getAttrOfType<ArrayAttr>("trainc.pipeline_shared");
+    return a && llvm::any_of(a, [&](Attribute x) {
+             return cast<FlatSymbolRefAttr>(x).getValue() == name;
+           });
+  }
+  /// Megatron's _allreduce_word_embedding_grads: the shared copies' main grads summed over the
+  /// embd group (first and last stage), before finalize scales them.
+  void allReduceSharedGrads(OpBuilder &ob, Location loc) {
+    for (ParamInfo &p : params)
+      if (isSharedAcrossStages(p.name)) {
+        Value g = gradRef(ob, loc, p);
+        createCollective(ob, loc, "all_reduce", "embd", g, g, -1);
+      }
   }
   rt::KernelOp kernel(OpBuilder &ob, Location loc, StringRef name, ValueRange ins, ValueRange outs,
                       ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) {
@@ -443,6 +473,12 @@ public:
   void collective(StringRef kind, StringRef axis, Value input, Value output) override {
     // Synchronous: the tensor value is complete when the op returns.
     createCollective(b, op->getLoc(), kind, axis, input, output, /*token=*/-1);
+  }
+  void pointToPoint(bool send, StringRef axis, int64_t peer, Value buffer) override {
+    if (send)
+      b.create<rt::SendOp>(op->getLoc(), axis, peer, buffer);
+    else
+      b.create<rt::RecvOp>(op->getLoc(), axis, peer, buffer);
   }
   void fail(const Twine &message) override {
     if (error.empty())
@@ -750,6 +786,7 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       if (failed(lowerUnit(ob, loc, op, isEval, units)))
         return failure();
     } else if (auto fin = dyn_cast<sched::FinalizeGradsOp>(op)) {
+      allReduceSharedGrads(ob, loc);
       if (layout.mainGrad) {
         // Only this rank's shards hold reduced gradients under the distributed optimizer.
         Value inv;
@@ -1014,10 +1051,18 @@ FailureOr<int64_t> Lowering::tokenId(Value token, Operation *user) {
 void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
   Value sumsq = ref(ob, loc, scalar("grad_sumsq", "workspace"));
   if (!layout.distributed()) {
-    // Every rank holds the whole reduced gradient: sum over every parameter.
-    for (auto [i, p] : llvm::enumerate(params))
+    // Every rank holds the whole reduced gradient: sum over every parameter (a copy shared
+    // across pipeline stages counts once, on the first stage).
+    bool firstTerm = true;
+    for (ParamInfo &p : params) {
+      if (pipelineStage() > 0 && isSharedAcrossStages(p.name))
+        continue;
       kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {sumsq},
-             {f64("beta", i == 0 ? 0.0 : 1.0)});
+             {f64("beta", firstTerm ? 0.0 : 1.0)});
+      firstTerm = false;
+    }
+    if (firstTerm)
+      kernel(ob, loc, "fill", {}, {sumsq});
   } else {
     // This rank's shard of every bucket (each element once over DP; the padding's gradients are
     // zero), then the sum over DP.
@@ -1027,6 +1072,10 @@ void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
     if (layout.dp() > 1)
       collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
   }
+  // The squares of every stage's gradients (the grad norm over the model-parallel group): the
+  // same norm, clip factor and update_successful on every rank.
+  if (pipelineSize() > 1)
+    createCollective(ob, loc, "all_reduce", "pp", sumsq, sumsq, -1);
   kernel(ob, loc, "grad_norm_finalize", {sumsq},
          {ref(ob, loc, scalar("grad_norm", "output")),
           ref(ob, loc, scalar("grad_scale", "workspace")),

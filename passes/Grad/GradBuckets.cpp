@@ -30,6 +30,18 @@ using namespace mlir::trainc;
 
 namespace {
 
+/// sched.reduce_losses before `fin` and before each eval entry's read_outputs.
+void insertLossReductions(ModuleOp module, sched::FinalizeGradsOp fin) {
+  OpBuilder b(fin);
+  b.create<sched::ReduceLossesOp>(fin.getLoc());
+  for (func::FuncOp f : module.getOps<func::FuncOp>())
+    if (f->hasAttr("sched.eval"))
+      for (sched::ReadOutputsOp r : llvm::make_early_inc_range(f.getOps<sched::ReadOutputsOp>())) {
+        b.setInsertionPoint(r);
+        b.create<sched::ReduceLossesOp>(r.getLoc());
+      }
+}
+
 struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass> {
   using GradBucketsPassBase::GradBucketsPassBase;
 
@@ -187,14 +199,11 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
       b.setInsertionPoint(fin);
       for (Value t : call.getTokens())
         b.create<sched::GradSyncWaitOp>(fin.getLoc(), t);
-      b.create<sched::ReduceLossesOp>(fin.getLoc());
-      for (func::FuncOp f : module.getOps<func::FuncOp>())
-        if (f->hasAttr("sched.eval"))
-          for (sched::ReadOutputsOp r : llvm::make_early_inc_range(f.getOps<sched::ReadOutputsOp>())) {
-            b.setInsertionPoint(r);
-            b.create<sched::ReduceLossesOp>(r.getLoc());
-          }
+      insertLossReductions(module, fin);
     }
+    // Pipeline stages without data parallelism still reduce their losses (over pp).
+    if (dp == 1 && module->hasAttr("trainc.pipeline_size") && !fins.empty())
+      insertLossReductions(module, fins.front());
 
     // 4. Distributed optimizer: updates in layout order, each bucket's all-gather after its
     // last update.

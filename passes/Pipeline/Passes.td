@@ -47,6 +47,46 @@ def ScheduleNoPipeliningPass : Pass<"trainc-schedule", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }
 
+def PipelineSplitPass : Pass<"trainc-pipeline-split", "::mlir::ModuleOp"> {
+  let summary = "Keep one pipeline stage's part of the model function";
+  let description = [{
+    Runs on the model IR, before autodiff, once per pipeline stage (the driver compiles each
+    stage's copy of the module separately; ranks of one stage differ only in data). The decoder
+    layers (`func.call` with `model.layer_index`) split evenly over the `pp` stages of the plan:
+    stage s keeps layers [s L / P, (s + 1) L / P), or with `first-stage-layers` /
+    `last-stage-layers` those counts on the first / last stage and the rest evenly over the
+    others (Megatron's uneven split); the embedding stays on the first stage, the
+    final norm, output layer and loss on the last (Megatron's default split). The activation
+    entering stage s > 0 is `mesh.recv` from pp coordinate s - 1; the one leaving stage s < P - 1
+    is `mesh.send` to s + 1, and such a stage returns (loss_sum, num_tokens) = (0, 0). Autodiff
+    seeds the gradient of a sent value with a `mesh.recv` from its destination, and mesh.recv's
+    VJP sends the input gradient back, so the backward's p2p is derived, not placed.
+    Parameters the stage does not read are removed from the signature (inputs stay). A parameter
+    read on two stages (GPT's tied word embedding: embedding on the first, output layer on the
+    last) is listed in `trainc.pipeline_shared`: each stage holds a copy, their gradients are
+    summed over the embd group in finalize. The module gets `trainc.pipeline_stage`,
+    `trainc.pipeline_size` and `trainc.pipeline_layers` ([first, end) layer).
+
+    After (stage 1 of 2, tiny model):
+    ```mlir
+    %t = model.fill {value = 0.0 : f64} : () -> tensor<1x9x16xf32>
+    %x = mesh.recv %t on @mesh mesh_axes = [4] source = [0] : (tensor<1x9x16xf32>) -> tensor<1x9x16xf32>
+    %1 = call @decoder_layer(%x, ...) {model.layer_index = 1 : i64}
+    ```
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"forward\"", "The model function">,
+    Option<"stage", "stage", "int64_t", "0", "The pipeline stage to keep">,
+    Option<"numStages", "num-stages", "int64_t", "1",
+           "Pipeline stages (default: the plan's pp)">,
+    Option<"firstStageLayers", "first-stage-layers", "int64_t", "0",
+           "Layers of the first stage (Megatron's --decoder-first-pipeline-num-layers; 0: even)">,
+    Option<"lastStageLayers", "last-stage-layers", "int64_t", "0",
+           "Layers of the last stage (--decoder-last-pipeline-num-layers; 0: even)">,
+  ];
+  let dependentDialects = ["::mlir::mesh::MeshDialect", "::mlir::trainc::model::ModelDialect"];
+}
+
 def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
   let summary = "Split stage functions into forward and backward units and order them";
   let description = [{
@@ -62,7 +102,11 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
 
     - `no-pipelining` (default): Megatron's forward_backward_no_pipelining, F0 B0 F1 B1 ...,
       one microbatch in flight;
-    - `all-forward-first` (for tests): F0 .. Fm-1 then B0 .. Bm-1, m stashes in flight.
+    - `all-forward-first` (for tests): F0 .. Fm-1 then B0 .. Bm-1, m stashes in flight;
+    - `1f1b`: Megatron's forward_backward_pipelining_without_interleaving on pipeline stage s of
+      P (`trainc.pipeline_stage` / `trainc.pipeline_size`, set by trainc-pipeline-split):
+      warmup = min(P - s - 1, m) forwards, then one forward and one backward per step, then the
+      remaining backwards; stage s holds warmup + 1 stashes (min(P - s, m)).
 
     Both give bitwise the same gradients (the same kernels on the same data; accumulation into
     the main grads stays in microbatch order).
@@ -78,7 +122,8 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"no-pipelining\"",
-           "Unit order: no-pipelining (Megatron's) or all-forward-first (tests)">,
+           "Unit order: no-pipelining (Megatron's), 1f1b (pipeline stages) or "
+           "all-forward-first (tests)">,
   ];
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }

@@ -233,6 +233,26 @@ func::FuncOp Splitter::findEquivalent(func::FuncOp fwd) {
   return {};
 }
 
+} // namespace
+
+SmallVector<std::pair<bool, int64_t>>
+mlir::trainc::oneForwardOneBackward(int64_t numStages, int64_t stage, int64_t m) {
+  const int64_t warmup = std::min(numStages - stage - 1, m);
+  SmallVector<std::pair<bool, int64_t>> order;
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f)
+    order.push_back({true, f});
+  for (int64_t i = 0; i < m - warmup; ++i) {
+    order.push_back({true, f++});
+    order.push_back({false, b++});
+  }
+  for (; b < m; ++b)
+    order.push_back({false, b});
+  return order;
+}
+
+namespace {
+
 struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUnitsPass> {
   using ScheduleUnitsPassBase::ScheduleUnitsPassBase;
 
@@ -242,9 +262,21 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     std::string schedule;
     if (failed(resolvePlanOption(module, this->schedule, "schedule", schedule)))
       return signalPassFailure();
-    if (schedule != "no-pipelining" && schedule != "all-forward-first") {
+    if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b") {
       module.emitError() << "trainc-schedule-units: schedule '" << schedule
-                         << "' is not one of 'no-pipelining', 'all-forward-first'";
+                         << "' is not one of 'no-pipelining', '1f1b', 'all-forward-first'";
+      return signalPassFailure();
+    }
+    // A pipeline stage's place (trainc-pipeline-split); one stage without it.
+    int64_t numStages = 1, stageIndex = 0;
+    if (auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_size"))
+      numStages = a.getInt();
+    if (auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_stage"))
+      stageIndex = a.getInt();
+    if (numStages > 1 && schedule == "no-pipelining") {
+      module.emitError() << "trainc-schedule-units: schedule 'no-pipelining' runs one stage; "
+                            "this module is stage "
+                         << stageIndex << " of " << numStages << " (use '1f1b')";
       return signalPassFailure();
     }
     func::FuncOp step;
@@ -304,6 +336,18 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     if (schedule == "no-pipelining") {
       for (size_t k = 0; k < units.size(); ++k)
         backward(units[k].first, forward(units[k].first, k), k);
+    } else if (schedule == "1f1b") {
+      // Megatron's forward_backward_pipelining_without_interleaving: warmup forwards, then one
+      // forward and one backward each step, then the cooldown backwards.
+      SmallVector<std::pair<bool, int64_t>> order =
+          oneForwardOneBackward(numStages, stageIndex, int64_t(units.size()));
+      SmallVector<sched::ForwardOp> fs(units.size());
+      for (auto [isForward, k] : order) {
+        if (isForward)
+          fs[size_t(k)] = forward(units[size_t(k)].first, size_t(k));
+        else
+          backward(units[size_t(k)].first, fs[size_t(k)], size_t(k));
+      }
     } else {
       SmallVector<sched::ForwardOp> fs;
       for (size_t k = 0; k < units.size(); ++k)

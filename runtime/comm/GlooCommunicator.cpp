@@ -20,6 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include <cstring>
+#include <deque>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -102,7 +105,18 @@ struct Ctx {
   int groupRank = 0;
   std::shared_ptr<gloo::Context> gloo; // null for a group of one rank
   std::map<int64_t, uint32_t> sendSeq, recvSeq;
+  /// Sends posted and not yet known to be complete, oldest first: the unbound buffer and the
+  /// copy of the message it sends from.
+  struct PendingSend {
+    std::unique_ptr<gloo::transport::UnboundBuffer> ub;
+    std::unique_ptr<char[]> data;
+  };
+  std::deque<PendingSend> pending;
 };
+
+/// Eager sends in flight per context before send() waits for the oldest (a pipeline stage has
+/// at most a few microbatches' activations in flight).
+constexpr size_t kMaxPendingSends = 256;
 
 struct Group {
   std::string name;
@@ -116,6 +130,20 @@ public:
   GlooCommunicator(GlooOptions o, std::unique_ptr<TcpStore> store,
                    std::shared_ptr<gloo::transport::Device> dev)
       : o_(std::move(o)), store_(std::move(store)), dev_(std::move(dev)) {}
+
+  ~GlooCommunicator() override {
+    // Eager sends still in flight complete before the connections close (their peers receive
+    // them or time out).
+    // Groups with the same members share a context: each pending send is waited for once.
+    for (Group &g : groups_)
+      while (g.ctx && !g.ctx->pending.empty()) {
+        try {
+          g.ctx->pending.front().ub->waitSend(o_.timeout);
+        } catch (const std::exception &) {
+        }
+        g.ctx->pending.pop_front();
+      }
+  }
 
   int64_t rank() const override { return o_.rank; }
   int64_t worldSize() const override { return o_.worldSize; }
@@ -258,11 +286,22 @@ public:
     if (bytes == 0)
       return;
     uint32_t seq = g.ctx->sendSeq[peer]++;
+    // Eager (buffered) send, as MPI_Bsend: the message is copied and posted, and send returns
+    // before the peer receives it, so that two stages sending to each other (1F1B's steady
+    // state) do not wait on each other; receives block. The copy is released when the send is
+    // known complete (waited for once kMaxPendingSends are in flight, and at destruction).
     guarded("send", g, [&] {
-      auto ub = g.ctx->gloo->createUnboundBuffer(const_cast<void *>(buf), bytes);
-      ub->send(int(peer), uint64_t(gloo::Slot::build(kP2PSlotPrefix, seq)));
-      if (!ub->waitSend(o_.timeout))
-        throw std::runtime_error("send aborted");
+      Ctx::PendingSend ps;
+      ps.data.reset(new char[bytes]);
+      std::memcpy(ps.data.get(), buf, bytes);
+      ps.ub = g.ctx->gloo->createUnboundBuffer(ps.data.get(), bytes);
+      ps.ub->send(int(peer), uint64_t(gloo::Slot::build(kP2PSlotPrefix, seq)));
+      g.ctx->pending.push_back(std::move(ps));
+      while (g.ctx->pending.size() > kMaxPendingSends) {
+        if (!g.ctx->pending.front().ub->waitSend(o_.timeout))
+          throw std::runtime_error("send aborted");
+        g.ctx->pending.pop_front();
+      }
     });
   }
 

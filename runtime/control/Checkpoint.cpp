@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -312,6 +313,15 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
     x.owned = !replicated || dpRank == 0;
     out.push_back(std::move(x));
   }
+  // A parameter copy held on another pipeline stage too (the tied word embedding on the last
+  // stage; metadata "pipeline.shared_copies", comma-separated) is bitwise equal to the first
+  // stage's, which writes it; this rank only reads it back.
+  auto shared = p.metadata().find("pipeline.shared_copies");
+  if (shared != p.metadata().end())
+    for (absl::string_view name : absl::StrSplit(shared->second, ',', absl::SkipEmpty()))
+      for (Piece &x : out)
+        if (x.param == name)
+          x.owned = false;
   (void)numParams;
   return out;
 }
@@ -1010,8 +1020,13 @@ struct Checkpointer::Impl {
         return different(absl::StrCat("field tensors['", x.tensor, "'].dtype is ",
                                       it->second.dtype(), ", this plan's parameter is ", x.dtype));
     }
+    // A pipeline stage holds only its layers' parameters: the other stages' are not its own.
+    bool pipelined = false;
+    for (int a = 0; a < program->mesh().axis_names_size() && a < program->mesh().axis_sizes_size();
+         ++a)
+      pipelined |= program->mesh().axis_names(a) == "pp" && program->mesh().axis_sizes(a) > 1;
     for (const auto &[name, t] : meta.tensors())
-      if (t.kind() == "param" && !mine.count(name))
+      if (!pipelined && t.kind() == "param" && !mine.count(name))
         return different(absl::StrCat("its parameter '", name, "' is not in this plan"));
     return absl::OkStatus();
   }

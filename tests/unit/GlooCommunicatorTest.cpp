@@ -441,6 +441,29 @@ TEST(GlooCommunicatorTest, SubsetGroupsInDifferentProgramOrder) {
   });
 }
 
+// Sends are eager (buffered): two ranks that send to each other before receiving do not wait on
+// each other (1F1B's steady state, where stage s sends an activation forward while stage s + 1
+// sends a gradient back), and the sender may reuse its buffer as soon as send returns. With a
+// short timeout, a rendezvous send would fail this test instead of passing.
+TEST(GlooCommunicatorTest, CrossingSendsDoNotWaitForTheReceiver) {
+  Job job;
+  job.run(
+      2,
+      [&](int64_t r, Communicator &c) {
+        ASSERT_EQ(c.setupGroups({{"pp", {0, 1}}}), "");
+        const int64_t peer = 1 - r;
+        for (int k = 0; k < 3; ++k) {
+          std::vector<float> out(1000, float(10 * r + k)), in(1000, -1);
+          c.send(0, peer, out.data(), out.size() * sizeof(float));
+          std::fill(out.begin(), out.end(), -7.f); // reused at once: the message was copied
+          c.recv(0, peer, in.data(), in.size() * sizeof(float));
+          EXPECT_EQ(in.front(), float(10 * peer + k));
+          EXPECT_EQ(in.back(), float(10 * peer + k));
+        }
+      },
+      5s);
+}
+
 TEST(GlooCommunicatorTest, GroupErrors) {
   Job job;
   auto c = createGlooCommunicator(job.options(1, 4));

@@ -1,0 +1,76 @@
+//===- PipelineTimeline.cpp - A pipeline schedule on a cost model --------===//
+
+#include "compiler/PipelineTimeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace mlir::trainc {
+
+std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, double forwardCost,
+                         double backwardCost, Timeline &out) {
+  const size_t P = stages.size();
+  out.stages = stages;
+  std::vector<size_t> next(P, 0);
+  std::vector<double> free(P, 0);
+  // (stage, forward?, microbatch) -> end time.
+  std::map<std::tuple<size_t, bool, int64_t>, double> ended;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t s = 0; s < P; ++s)
+      while (next[s] < stages[s].size()) {
+        TimelineUnit &u = out.stages[s][next[s]];
+        double ready = 0;
+        bool needs = u.forward ? s > 0 : s + 1 < P;
+        if (needs) {
+          auto it = ended.find({u.forward ? s - 1 : s + 1, u.forward, u.microbatch});
+          if (it == ended.end())
+            break;
+          ready = it->second;
+        }
+        if (!u.forward) {
+          auto it = ended.find({s, true, u.microbatch});
+          if (it == ended.end())
+            return "stage " + std::to_string(s) + " runs the backward of microbatch " +
+                   std::to_string(u.microbatch) + " before its forward";
+          ready = std::max(ready, it->second);
+        }
+        u.start = std::max(free[s], ready);
+        u.end = u.start + (u.forward ? forwardCost : backwardCost);
+        free[s] = u.end;
+        ended[{s, u.forward, u.microbatch}] = u.end;
+        ++next[s];
+        progress = true;
+      }
+  }
+  double busy = 0;
+  out.makespan = 0;
+  for (size_t s = 0; s < P; ++s) {
+    if (next[s] < stages[s].size()) {
+      const TimelineUnit &u = stages[s][next[s]];
+      return "stage " + std::to_string(s) + " waits forever for the " +
+             (u.forward ? "activation" : "gradient") + " of microbatch " +
+             std::to_string(u.microbatch);
+    }
+    for (const TimelineUnit &u : out.stages[s]) {
+      busy += u.end - u.start;
+      out.makespan = std::max(out.makespan, u.end);
+    }
+  }
+  out.bubble = out.makespan > 0 ? 1 - busy / (double(P) * out.makespan) : 0;
+  return "";
+}
+
+bool parseScheduleStep(const std::string &step, TimelineUnit &unit) {
+  char kind = 0;
+  long long mb = 0;
+  if (std::sscanf(step.c_str(), "%c microbatch %lld", &kind, &mb) != 2 ||
+      (kind != 'F' && kind != 'B') || step.size() < 2 || step[1] != ' ')
+    return false;
+  unit.forward = kind == 'F';
+  unit.microbatch = mb;
+  return true;
+}
+
+} // namespace mlir::trainc

@@ -1,0 +1,349 @@
+//===- PipelineParallelE2ETest.cpp - Pipeline plans vs the single-rank plan ===//
+//
+// Pipeline-parallel plans (1F1B, pp 2 and 4, with and without dp) are run with one thread per
+// rank over Gloo (loopback, a TcpStore) and compared with the single-rank plan of the same global
+// batch over 10 iterations: losses, grad norms and every parameter (taken from the stage that
+// holds it). Tiny Llama (untied output layer) and tiny GPT (output layer tied to the word
+// embedding: the copies on the first and last stage must stay bitwise equal).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CompiledPlan.h"
+
+#include "runtime/comm/GlooCommunicator.h"
+#include "runtime/comm/TcpStore.h"
+#include "runtime/core/Program.h"
+#include "compiler/PipelineTimeline.h"
+#include "compiler/VerifyPlan.h"
+#include "passes/Pipeline/Passes.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <map>
+#include <thread>
+
+using namespace trainc;
+using namespace trainc::test;
+
+namespace {
+
+const char *kToken = "0123456789abcdef0123456789abcdef";
+
+std::vector<std::string> flags(int64_t pp, int64_t dp, int64_t mbs, int64_t gbs,
+                               std::vector<std::string> extra = {}) {
+  std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
+                                "--global-batch-size",  std::to_string(gbs),
+                                "--data-parallel-size", std::to_string(dp),
+                                "--pipeline-model-parallel-size", std::to_string(pp),
+                                "--num-layers",         "4",
+                                "--hidden-dropout",     "0",
+                                "--attention-dropout",  "0"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+std::unique_ptr<rt::Communicator> glooRank(int64_t r, int64_t world, int port) {
+  rt::GlooOptions o;
+  o.rank = r;
+  o.worldSize = world;
+  o.storePort = port;
+  o.token = kToken;
+  o.timeout = std::chrono::seconds(60);
+  auto c = rt::createGlooCommunicator(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+/// The samples of DP rank r (Megatron's sampler, as DataParallelE2ETest): microbatch j covers
+/// [j * mbs * dp, (j + 1) * mbs * dp) of the global batch and rank r takes its r-th block.
+Samples rankSamples(const Samples &global, int64_t dp, int64_t r, int64_t mbs) {
+  Samples s;
+  s.seq = global.seq;
+  int64_t m = global.n / (mbs * dp);
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t b = 0; b < mbs; ++b) {
+      int64_t g = (j * dp + r) * mbs + b;
+      auto take = [&](auto &dst, const auto &src) {
+        dst.insert(dst.end(), src.begin() + g * s.seq, src.begin() + (g + 1) * s.seq);
+      };
+      take(s.tokens, global.tokens);
+      take(s.labels, global.labels);
+      take(s.mask, global.mask);
+      ++s.n;
+    }
+  return s;
+}
+
+struct History {
+  std::vector<double> losses, norms;
+  /// Every parameter at the end, from the rank holding it (the first such rank).
+  std::map<std::string, std::vector<double>> params;
+};
+
+int64_t coordOf(const schema::Program &p, const std::string &axis) {
+  for (int a = 0; a < p.mesh().axis_names_size(); ++a)
+    if (p.mesh().axis_names(a) == axis)
+      return p.mesh().coords(a);
+  return 0;
+}
+
+/// Trains `iters` iterations; every rank in its own thread over Gloo when the plan has more than
+/// one. Checks that every rank logs the same losses and grad norms and that a parameter held by
+/// several ranks (dp replicas, the tied copies) is bitwise equal on all of them.
+History train(const std::string &preset, const std::vector<std::string> &f, int64_t mbs,
+              const std::vector<Samples> &batches, int64_t iters) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(preset, f, &plan);
+  const int64_t world = int64_t(programs.size());
+  if (world == 0)
+    return {};
+  const int64_t dp = plan.parallel.data_parallel_size;
+  std::vector<History> hist(static_cast<size_t>(world));
+  std::unique_ptr<rt::TcpStoreServer> store;
+  if (world > 1) {
+    auto s = rt::TcpStoreServer::start("127.0.0.1", 0, kToken);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok())
+      return {};
+    store = std::move(*s);
+  }
+  auto rankMain = [&](int64_t r) {
+    std::unique_ptr<rt::Communicator> comm;
+    if (world == 1)
+      comm = rt::createLocalCommunicator();
+    else if (!(comm = glooRank(r, world, store->port())))
+      return;
+    CompiledPlan p(plan, programs[size_t(r)], std::move(comm));
+    if (!p.ok())
+      return;
+    EXPECT_TRUE(rt::initializeParameters(p.ex(), 17).ok());
+    History &h = hist[size_t(r)];
+    const int64_t d = coordOf(programs[size_t(r)], "dp");
+    for (int64_t it = 0; it < iters; ++it) {
+      h.losses.push_back(p.step(rankSamples(batches[size_t(it)], dp, d, mbs), 3e-3,
+                                double(it + 1), 0.1));
+      h.norms.push_back(p.read("grad_norm")[0]);
+    }
+    for (const schema::Parameter &q : p.program.parameters())
+      h.params[q.name()] = p.readParam(q.name());
+  };
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r)
+    threads.emplace_back(rankMain, r);
+  for (std::thread &t : threads)
+    t.join();
+  History all = hist[0];
+  for (int64_t r = 1; r < world; ++r) {
+    EXPECT_EQ(hist[size_t(r)].losses, hist[0].losses) << "rank " << r;
+    EXPECT_EQ(hist[size_t(r)].norms, hist[0].norms) << "rank " << r;
+    for (auto &[name, w] : hist[size_t(r)].params) {
+      auto [it, fresh] = all.params.try_emplace(name, w);
+      if (!fresh) // a dp replica or the tied copy on another stage: bitwise equal
+        EXPECT_EQ(w, it->second) << "rank " << r << " " << name;
+    }
+  }
+  return all;
+}
+
+std::vector<Samples> makeBatches(int64_t n, int64_t gbs, uint32_t seed) {
+  std::vector<Samples> b;
+  for (int64_t i = 0; i < n; ++i)
+    b.push_back(randomSamples(gbs, 9, 37, seed + uint32_t(i)));
+  return b;
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+void expectClose(const History &h, const History &ref, const std::string &what) {
+  ASSERT_EQ(h.losses.size(), ref.losses.size()) << what;
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_LT(rel(h.losses[i], ref.losses[i]), 1e-5) << what << " loss at iteration " << i + 1;
+    EXPECT_LT(rel(h.norms[i], ref.norms[i]), 1e-5) << what << " grad norm at iteration " << i + 1;
+  }
+  ASSERT_EQ(h.params.size(), ref.params.size()) << what;
+  for (auto &[name, w] : ref.params) {
+    ASSERT_TRUE(h.params.count(name)) << what << " has no " << name;
+    // The key bias's gradient is zero but for rounding (softmax is invariant to a shift of every
+    // key's score by the same query's q.b_k): Adam normalises that noise into full steps, so the
+    // bias follows the noise of each plan's summation order.
+    if (llvm::StringRef(name).ends_with("linear_k.bias"))
+      continue;
+    EXPECT_LT(relDiff(h.params.at(name), w), 1e-5) << what << " " << name << " at the end";
+  }
+}
+
+struct Variant {
+  std::string preset;
+  int64_t pp, dp, m;
+  bool distributedOptimizer = false;
+  /// Megatron's uneven split: this many layers on the first stage (0: even).
+  int64_t firstStageLayers = 0;
+};
+
+void PrintTo(const Variant &v, std::ostream *os) {
+  *os << v.preset << " pp " << v.pp << " dp " << v.dp << " m " << v.m
+      << (v.distributedOptimizer ? " zero-1" : "")
+      << (v.firstStageLayers ? " first stage " + std::to_string(v.firstStageLayers) : "");
+}
+
+class PipelineEquivalence : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(PipelineEquivalence, MatchesTheSingleRankPlan) {
+  const Variant v = GetParam();
+  const int64_t mbs = 1, iters = 10, gbs = mbs * v.dp * v.m;
+  std::vector<Samples> batches = makeBatches(iters, gbs, 211);
+  History ref = train(v.preset, flags(1, 1, mbs, gbs), mbs, batches, iters);
+  ASSERT_EQ(ref.losses.size(), size_t(iters));
+  std::vector<std::string> extra;
+  if (v.distributedOptimizer)
+    extra = {"--use-distributed-optimizer", "--ddp-bucket-size", "301"};
+  if (v.firstStageLayers > 0) {
+    extra.push_back("--decoder-first-pipeline-num-layers");
+    extra.push_back(std::to_string(v.firstStageLayers));
+  }
+  History h = train(v.preset, flags(v.pp, v.dp, mbs, gbs, extra), mbs, batches, iters);
+  std::ostringstream what;
+  PrintTo(v, &what);
+  expectClose(h, ref, what.str());
+}
+
+std::string variantName(const ::testing::TestParamInfo<Variant> &i) {
+  std::string p = i.param.preset;
+  std::replace(p.begin(), p.end(), '-', '_');
+  return p + "_pp" + std::to_string(i.param.pp) + "_dp" + std::to_string(i.param.dp) + "_m" +
+         std::to_string(i.param.m) + (i.param.distributedOptimizer ? "_zero1" : "") +
+         (i.param.firstStageLayers ? "_first" + std::to_string(i.param.firstStageLayers) : "");
+}
+
+// m in {1, P, 2P + 1}: no steady state, a full pipeline, more microbatches than stages.
+INSTANTIATE_TEST_SUITE_P(
+    Plans, PipelineEquivalence,
+    ::testing::Values(Variant{"tiny-llama", 2, 1, 1}, Variant{"tiny-llama", 2, 1, 2},
+                      Variant{"tiny-llama", 2, 1, 5}, Variant{"tiny-gpt", 2, 1, 1},
+                      Variant{"tiny-gpt", 2, 1, 2}, Variant{"tiny-gpt", 2, 1, 5},
+                      Variant{"tiny-llama", 2, 2, 2}, Variant{"tiny-gpt", 2, 2, 5},
+                      Variant{"tiny-llama", 2, 2, 5, true},
+                      // Uneven [1, 3] of 4 layers (untied and tied).
+                      Variant{"tiny-llama", 2, 1, 5, false, 1}, Variant{"tiny-gpt", 2, 1, 2, false, 1},
+                      Variant{"tiny-llama", 4, 1, 1}, Variant{"tiny-llama", 4, 1, 4},
+                      Variant{"tiny-llama", 4, 1, 9}, Variant{"tiny-gpt", 4, 1, 4},
+                      Variant{"tiny-gpt", 4, 1, 9}),
+    variantName);
+
+} // namespace
+
+namespace {
+
+/// Moves rank `rank`'s first backward unit call of train_step before its first forward.
+void backwardFirst(schema::Program &p) {
+  schema::Function &entry = *p.mutable_functions(int(p.entry()));
+  auto callee = [&](int i) -> std::string {
+    const schema::Instruction &ins = entry.body(i);
+    return ins.has_call() ? p.functions(int(ins.call().function())).name() : "";
+  };
+  int f = -1, b = -1;
+  for (int i = 0; i < entry.body_size(); ++i) {
+    llvm::StringRef name = callee(i);
+    if (f < 0 && name.ends_with(".forward"))
+      f = i;
+    if (b < 0 && name.ends_with(".backward"))
+      b = i;
+  }
+  ASSERT_TRUE(f >= 0 && b > f);
+  for (int i = b; i > f; --i)
+    entry.mutable_body()->SwapElements(i, i - 1);
+}
+
+// The whole-plan verifier simulates every rank's sends, receives and collectives together: the
+// plan as compiled finishes; with rank 0's first backward moved before its forwards, rank 0
+// waits for a gradient that rank 1 can only send after receiving rank 0's activation.
+TEST(PipelineVerifier, RefusesAPlanThatDeadlocks) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs =
+      CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 1, 2), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+  backwardFirst(programs[0]);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
+                   "from rank 1 (train_step#"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("forward_backward.backward#"), std::string::npos) << e;
+  EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
+            std::string::npos)
+      << e;
+}
+
+// A receive of another size than the send it meets is refused, naming both ranks.
+TEST(PipelineVerifier, RefusesMismatchedSizes) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs =
+      CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 1, 1), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  bool changed = false;
+  for (schema::Function &fn : *programs[1].mutable_functions())
+    for (schema::Instruction &ins : *fn.mutable_body())
+      if (ins.has_recv() && !changed) {
+        schema::Operand &o = *ins.mutable_recv()->mutable_operand();
+        o.set_whole(false);
+        o.clear_shape();
+        o.add_shape(7);
+        changed = true;
+      }
+  ASSERT_TRUE(changed);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'eval_step': rank 0 sends 144 f32 elements (eval_step#"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rank 1 receives 7 f32 elements ("), std::string::npos) << e;
+}
+
+} // namespace
+
+namespace {
+
+// The bubble of Megatron's 1F1B on the cost model with unit costs is the closed form
+// (P - 1) / (m + P - 1); with B = 2 F it is the same (every unit on the critical path scales).
+TEST(PipelineTimeline, OneForwardOneBackwardBubbleIsTheClosedForm) {
+  for (int64_t P : {1, 2, 3, 4, 8})
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
+      std::vector<std::vector<mlir::trainc::TimelineUnit>> stages(static_cast<size_t>(P));
+      for (int64_t s = 0; s < P; ++s)
+        for (auto [fwd, mb] : mlir::trainc::oneForwardOneBackward(P, s, m)) {
+          mlir::trainc::TimelineUnit u;
+          u.forward = fwd;
+          u.microbatch = mb;
+          stages[size_t(s)].push_back(u);
+        }
+      for (double b : {1.0, 2.0}) {
+        mlir::trainc::Timeline t;
+        ASSERT_EQ(mlir::trainc::playTimeline(stages, 1, b, t), "") << P << " " << m;
+        EXPECT_NEAR(t.bubble, double(P - 1) / double(m + P - 1), 1e-12)
+            << "P " << P << " m " << m << " B " << b;
+        EXPECT_DOUBLE_EQ(t.makespan, (1 + b) * double(m + P - 1)) << P << " " << m;
+      }
+    }
+}
+
+// An order whose input never arrives (stage 0 waits for a gradient before sending the
+// activation it depends on) is reported, not looped on.
+TEST(PipelineTimeline, ReportsAnOrderThatCannotRun) {
+  std::vector<std::vector<mlir::trainc::TimelineUnit>> stages(2);
+  stages[0] = {{false, 0}, {true, 0}};
+  stages[1] = {{true, 0}, {false, 0}};
+  mlir::trainc::Timeline t;
+  EXPECT_EQ(mlir::trainc::playTimeline(stages, 1, 1, t),
+            "stage 0 waits forever for the gradient of microbatch 0");
+  // Another microbatch order on the second stage still runs.
+  stages[0] = {{true, 0}, {true, 1}, {false, 0}, {false, 1}};
+  stages[1] = {{true, 1}, {false, 1}, {true, 0}, {false, 0}};
+  EXPECT_EQ(mlir::trainc::playTimeline(stages, 1, 1, t), "");
+  stages[1] = {{true, 2}, {false, 2}};
+  EXPECT_EQ(mlir::trainc::playTimeline(stages, 1, 1, t),
+            "stage 0 waits forever for the gradient of microbatch 0");
+  std::vector<std::vector<mlir::trainc::TimelineUnit>> one = {{{false, 0}, {true, 0}}};
+  EXPECT_EQ(mlir::trainc::playTimeline(one, 1, 1, t),
+            "stage 0 runs the backward of microbatch 0 before its forward");
+}
+
+} // namespace
