@@ -397,11 +397,9 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     meta["plan.fingerprint"] = planFingerprint(cfg, options);
     for (const auto &[k, v] : options.metadata)
       meta[k] = v;
-  }
-  // What the training loop reads (typed, the same for every rank; the DP size and rank are the
-  // mesh's). The export tagged the input buffers (Buffer.host_input); the validator checks them
-  // against this plan.
-  {
+    // What the training loop reads (typed, the same for every rank; the DP size and rank are the
+    // mesh's). The export tagged the input buffers (Buffer.host_input); the validator checks
+    // them against this plan.
     const cfgns::TrainingConfig &t = cfg.training;
     for (auto [field, v] : {std::pair<const char *, int64_t>{"micro_batch_size", t.micro_batch_size},
                             {"num_microbatches", t.num_microbatches},
