@@ -642,8 +642,28 @@ Error checkSupported(const PlanConfig &config) {
   };
   const ParallelConfig &p = config.parallel;
   const TrainingConfig &t = config.training;
-  if (p.tensor_model_parallel_size != 1)
-    reject("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size));
+  // Tensor parallelism (trainc-shard): Megatron's divisibility requirements, then what is not
+  // sharded yet.
+  const int64_t tp = p.tensor_model_parallel_size;
+  const ModelConfig &m = config.model;
+  auto divisible = [&](const char *flag, int64_t v, const char *why) {
+    if (tp > 1 && v % tp)
+      all = llvm::joinErrors(std::move(all),
+                             makeError(Twine(flag) + " " + Twine(v) +
+                                       " is not divisible by --tensor-model-parallel-size " +
+                                       Twine(tp) + " (" + why + ")"));
+  };
+  divisible("--num-attention-heads", m.num_attention_heads, "attention is split by heads");
+  divisible("--num-query-groups", m.num_query_groups,
+            "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
+  divisible("--ffn-hidden-size", m.ffn_hidden_size, "fc1 and fc2 are split by the ffn dim");
+  divisible("padded vocabulary size", m.padded_vocab_size, "the vocabulary is split by rows");
+  if (tp > 1 && p.use_distributed_optimizer)
+    reject("--use-distributed-optimizer with --tensor-model-parallel-size " + Twine(tp));
+  if (tp > 1 && m.attention_dropout > 0)
+    reject("--attention-dropout " + Twine(std::to_string(m.attention_dropout)) +
+           " with --tensor-model-parallel-size " + Twine(tp) +
+           " (the mask would be keyed by the local head; use --attention-dropout 0)");
   if (p.pipeline_model_parallel_size != 1)
     reject("--pipeline-model-parallel-size " + Twine(p.pipeline_model_parallel_size));
   if (p.virtual_pipeline_model_parallel_size > 1)

@@ -22,6 +22,7 @@ std::unique_ptr<Pass> verify(const char *phase) {
 
 void mlir::trainc::buildAutodiffPhase(OpPassManager &pm, const PlanOptions &) {
   pm.addPass(verify("model"));
+  pm.addPass(createShardTensorParallelPass()); // the plan's tp (nothing to do at tp 1)
   pm.addPass(createAutodiffPass());
   pm.addPass(verify("autodiff"));
 }
@@ -132,7 +133,7 @@ void registerPhase(const char *name, const char *desc) {
 
 void mlir::trainc::registerPipelines() {
   registerPhase<buildAutodiffPhase>("trainc-phase-autodiff",
-                                    "verify(model), autodiff, verify(autodiff)");
+                                    "verify(model), shard, autodiff, verify(autodiff)");
   registerPhase<buildSchedulePhase>(
       "trainc-phase-schedule",
       "grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, verify(sched)");

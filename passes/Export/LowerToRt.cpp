@@ -68,11 +68,11 @@ struct StashLayout {
 /// A sum collective of `kind` on the communicator group `group` (a mesh axis name); async with
 /// `token` >= 0, synchronous with -1.
 void createCollective(OpBuilder &b, Location loc, StringRef kind, StringRef group, Value in,
-                      Value out, int64_t token) {
+                      Value out, int64_t token, rt::ReduceOp reduce = rt::ReduceOp::sum) {
   MLIRContext *ctx = b.getContext();
   b.create<rt::CollectiveOp>(loc, rt::CollectiveKindAttr::get(ctx, *rt::symbolizeCollectiveKind(kind)),
                              b.getStringAttr(group), ValueRange{in}, ValueRange{out},
-                             rt::ReduceOpAttr::get(ctx, rt::ReduceOp::sum),
+                             rt::ReduceOpAttr::get(ctx, reduce),
                              b.getI64IntegerAttr(token));
 }
 
@@ -82,6 +82,9 @@ struct ParamInfo {
   /// The parameter's value and main grad: a whole buffer (offset -1) or a range of one.
   rt::BufferOp value, grad, expAvg, expAvgSq;
   int64_t valueOffset = -1, gradOffset = -1;
+  /// Sharded by tensor parallelism (its declaration has a split): each TP rank holds a distinct
+  /// part, where replicated parameters are the same on every TP rank.
+  bool tpSplit = false;
 };
 
 /// The main-grad layout of trainc-grad-buckets (GradLayout.h). The lowering is the same for
@@ -293,8 +296,10 @@ LogicalResult Lowering::collectParams() {
         p.gradType = MemRefType::get(cast<ShapedType>(t).getShape(),
                                      model::statsElementType(cast<ShapedType>(t).getElementType()));
         SmallVector<NamedAttribute> info{b.getNamedAttr("name", name)};
-        if (DictionaryAttr declared = model::parameterAttrs(symbols, module, fn, i))
+        if (DictionaryAttr declared = model::parameterAttrs(symbols, module, fn, i)) {
           info.append(declared.begin(), declared.end());
+          p.tpSplit = bool(declared.get("split_dim"));
+        }
         auto it = layoutIndex.find(p.name);
         if (layout.op && it == layoutIndex.end())
           return fn.emitOpError() << "parameter '" << p.name
@@ -437,12 +442,15 @@ public:
   void aliasResult(unsigned i, Value buffer) override { map.map(op->getResult(i), buffer); }
   void kernel(StringRef name, ValueRange inputs, ValueRange outputs,
               ArrayRef<NamedAttribute> attrs, ArrayRef<int32_t> inPlace) override {
-    b.create<rt::KernelOp>(op->getLoc(), name, inputs, outputs, b.getDictionaryAttr(attrs),
+    auto k = b.create<rt::KernelOp>(op->getLoc(), name, inputs, outputs, b.getDictionaryAttr(attrs),
                            inPlace.empty() ? DenseI32ArrayAttr() : b.getDenseI32ArrayAttr(inPlace));
+    // Rank-dependent attributes travel to the kernel; the export records them per rank.
+    model::copyRankOffsets(op, k);
   }
-  void collective(StringRef kind, StringRef axis, Value input, Value output) override {
+  void collective(StringRef kind, StringRef axis, Value input, Value output, bool max) override {
     // Synchronous: the tensor value is complete when the op returns.
-    createCollective(b, op->getLoc(), kind, axis, input, output, /*token=*/-1);
+    createCollective(b, op->getLoc(), kind, axis, input, output, /*token=*/-1,
+                     max ? rt::ReduceOp::max : rt::ReduceOp::sum);
   }
   void fail(const Twine &message) override {
     if (error.empty())
@@ -1014,10 +1022,25 @@ FailureOr<int64_t> Lowering::tokenId(Value token, Operation *user) {
 void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
   Value sumsq = ref(ob, loc, scalar("grad_sumsq", "workspace"));
   if (!layout.distributed()) {
-    // Every rank holds the whole reduced gradient: sum over every parameter.
-    for (auto [i, p] : llvm::enumerate(params))
-      kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {sumsq},
-             {f64("beta", i == 0 ? 0.0 : 1.0)});
+    // Every rank holds the whole reduced gradient: sum over every parameter. Under tensor
+    // parallelism the sharded parameters' sum is summed over TP and the replicated ones are
+    // counted once (Megatron's param_is_not_tensor_parallel_duplicate).
+    bool anySplit = llvm::any_of(params, [](const ParamInfo &p) { return p.tpSplit; });
+    Value split = anySplit ? ref(ob, loc, scalar("grad_sumsq_tp", "workspace")) : sumsq;
+    bool firstSplit = true, firstReplicated = true;
+    for (const ParamInfo &p : params) {
+      bool &first = p.tpSplit && anySplit ? firstSplit : firstReplicated;
+      kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {p.tpSplit ? split : sumsq},
+             {f64("beta", first ? 0.0 : 1.0)});
+      first = false;
+    }
+    if (anySplit) {
+      createCollective(ob, loc, "all_reduce", "tp", split, split, -1);
+      if (firstReplicated) // no replicated parameter
+        kernel(ob, loc, "copy", {split}, {sumsq});
+      else
+        kernel(ob, loc, "add", {sumsq, split}, {sumsq}, {}, {0});
+    }
   } else {
     // This rank's shard of every bucket (each element once over DP; the padding's gradients are
     // zero), then the sum over DP.
