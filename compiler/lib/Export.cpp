@@ -157,6 +157,9 @@ LogicalResult Exporter::slice(Operation *where, schema::Parameter &q, ArrayRef<i
     q.add_slice_start(0);
     q.add_slice_size(split ? e / placement.axisSizes[size_t(axis.getInt())] : e);
   }
+  if (global.size() == local.size() + 1) // SwiGLU's fc1: [2, F, ...] is the tensor [2F, ...]
+    for (size_t d = 1; d < global.size(); ++d)
+      q.add_tensor_shape(d == 1 ? global[0] * global[1] : global[d]);
   plan.sliceSites.push_back({uint32_t(p.parameters_size() - 1), uint32_t(dim.getInt()),
                              uint32_t(axis.getInt())});
   return success();

@@ -60,7 +60,8 @@ def Model_ParameterOp : Op<Model_Dialect, "parameter", [Symbol]> {
     [2F, H] as [2, F, H] so that each rank's gate and up halves form one box), split evenly along
     `split_dim` over mesh axis `split_axis`; rank c of that axis holds the box starting at
     c x local extent. The local type is global_shape with split_dim divided by the axis size,
-    reshaped to `type`.
+    reshaped to `type`; a global_shape of one more dim than `type` stands for the tensor whose
+    first dim is global_shape's first two merged (the export's Parameter.tensor_shape).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyRankedTensor>:$type, StrAttr:$init,
                    OptionalAttr<F64Attr>:$init_std, UnitAttr:$no_weight_decay,
