@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "frontends/ModelConfig.h"
+
+#include "llvm/Support/FormatVariadic.h"
 #include "frontends/Support.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -402,7 +404,7 @@ Error finalizeParallel(PlanConfig &c) {
   const int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
 
   // Tensor parallelism: heads and the MLP's column-parallel dimension split evenly. (Query
-  // groups fewer than tp are a sharding decision: kv heads may be replicated.)
+  // groups: checkSupported, as Megatron, requires tp to divide them.)
   if (m.num_attention_heads % tp != 0)
     return makeError("--num-attention-heads " + Twine(m.num_attention_heads) +
                      " is not divisible by --tensor-model-parallel-size " + Twine(tp));
@@ -653,15 +655,13 @@ Error checkSupported(const PlanConfig &config) {
                                        " is not divisible by --tensor-model-parallel-size " +
                                        Twine(tp) + " (" + why + ")"));
   };
-  divisible("--num-attention-heads", m.num_attention_heads, "attention is split by heads");
+  // (Heads and ffn size: finalizeParallel; the padded vocabulary is a multiple of tp.)
   divisible("--num-query-groups", m.num_query_groups,
             "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
-  divisible("--ffn-hidden-size", m.ffn_hidden_size, "fc1 and fc2 are split by the ffn dim");
-  divisible("padded vocabulary size", m.padded_vocab_size, "the vocabulary is split by rows");
   if (tp > 1 && p.use_distributed_optimizer)
     reject("--use-distributed-optimizer with --tensor-model-parallel-size " + Twine(tp));
   if (tp > 1 && m.attention_dropout > 0)
-    reject("--attention-dropout " + Twine(std::to_string(m.attention_dropout)) +
+    reject("--attention-dropout " + Twine(llvm::formatv("{0}", m.attention_dropout).str()) +
            " with --tensor-model-parallel-size " + Twine(tp) +
            " (the mask would be keyed by the local head; use --attention-dropout 0)");
   if (p.pipeline_model_parallel_size != 1)
