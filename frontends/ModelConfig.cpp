@@ -6,8 +6,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "frontends/ModelConfig.h"
-
-#include "llvm/Support/FormatVariadic.h"
 #include "frontends/Support.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -661,7 +659,7 @@ Error checkSupported(const PlanConfig &config) {
   if (tp > 1 && p.use_distributed_optimizer)
     reject("--use-distributed-optimizer with --tensor-model-parallel-size " + Twine(tp));
   if (tp > 1 && m.attention_dropout > 0)
-    reject("--attention-dropout " + Twine(llvm::formatv("{0}", m.attention_dropout).str()) +
+    reject("--attention-dropout " + Twine(str(m.attention_dropout)) +
            " with --tensor-model-parallel-size " + Twine(tp) +
            " (the mask would be keyed by the local head; use --attention-dropout 0)");
   if (p.pipeline_model_parallel_size != 1)
