@@ -6,6 +6,7 @@
 // RUN: trainc-opt %t/gpt/0-model.mlir -trainc-shard -trainc-autodiff | FileCheck %s --check-prefix=GPTBWD
 // RUN: trainc-opt %t/llama/0-model.mlir -trainc-shard=tp=1 | FileCheck %s --check-prefix=TP1
 // RUN: trainc-opt %S/Inputs/shard-invalid.mlir -split-input-file -verify-diagnostics -trainc-shard=tp=3 -o /dev/null
+// RUN: trainc inspect %t/llama-plan --ranks | FileCheck %s --check-prefix=INSPECT
 // REQUIRES: compiler
 
 // Tests trainc-shard (tensor parallelism at the model level, before autodiff): Megatron's layouts
@@ -54,6 +55,15 @@
 // LLAMA-NEXT: %[[SS:.*]] = mesh.all_reduce %[[S]]
 // LLAMA-NEXT: %[[TT:.*]] = mesh.all_reduce %[[T]]
 // LLAMA-NEXT: model.ce_combine %[[L]], %{{.*}}, %{{.*}}, %[[MAX]], %[[SS]], %[[TT]] {model.rank_offsets = {vocab_start = array<i64: 0, 128>}, valid_vocab = 37 : i64}
+
+// The rank programs: per layer call 2 tp all-reduces forward and 2 backward; the loss's max
+// and sums; the output layer's copy_to_region in the backward.
+// INSPECT: parameters: 19, 14 of them slices of a global tensor
+// INSPECT: collectives of rank 0 (per function call, by group):
+// INSPECT-NEXT: decoder_layer.fwd: tp all_reduce(sum) x2
+// INSPECT-NEXT: decoder_layer.bwd: tp all_reduce(sum) x2
+// INSPECT: forward_backward.forward: tp all_reduce(max) x1 tp all_reduce(sum) x3
+// INSPECT-NEXT: forward_backward.backward: tp all_reduce(sum) x1
 
 // COUNT-LABEL: func.func private @decoder_layer.fwd(
 // COUNT-COUNT-2: mesh.all_reduce
