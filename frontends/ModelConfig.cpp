@@ -656,8 +656,6 @@ Error checkSupported(const PlanConfig &config) {
   // (Heads and ffn size: finalizeParallel; the padded vocabulary is a multiple of tp.)
   divisible("--num-query-groups", m.num_query_groups,
             "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
-  if (tp > 1 && p.use_distributed_optimizer)
-    reject("--use-distributed-optimizer with --tensor-model-parallel-size " + Twine(tp));
   if (tp > 1 && m.attention_dropout > 0)
     reject("--attention-dropout " + Twine(str(m.attention_dropout)) +
            " with --tensor-model-parallel-size " + Twine(tp) +

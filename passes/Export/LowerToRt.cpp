@@ -177,6 +177,9 @@ private:
   /// arguments. Fails, with an error on `user`, when it comes from no start.
   FailureOr<int64_t> tokenId(Value token, Operation *user);
   void lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm);
+  /// The grad norm's sum of squares into `sumsq` with the distributed optimizer and TP-sharded
+  /// parameters.
+  void lowerTensorParallelShardNorm(OpBuilder &ob, Location loc, Value sumsq);
   LogicalResult lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp adam);
   void reduceLosses(OpBuilder &ob, Location loc) {
     for (StringRef n : {"loss_sum", "num_tokens"}) {
@@ -1019,6 +1022,46 @@ FailureOr<int64_t> Lowering::tokenId(Value token, Operation *user) {
                                 "sched.param_gather_start";
 }
 
+void Lowering::lowerTensorParallelShardNorm(OpBuilder &ob, Location loc, Value sumsq) {
+  // The distributed optimizer under tensor parallelism: each bucket shard holds TP-sharded and
+  // replicated parameters' ranges, which depend on the dp coordinate. Two sums per shard with
+  // `segments` (rt.shard_segments: the export writes each DP rank's), the sharded one summed
+  // over DP and TP, the replicated one over DP only (counted once, Megatron's
+  // param_is_not_tensor_parallel_duplicate).
+  std::map<int64_t, std::array<SmallVector<int64_t>, 2>> segments; // bucket -> (replicated, split)
+  for (const ParamInfo &p : params) {
+    size_t i = layoutIndex.lookup(p.name);
+    int64_t k = layout.bucketOf(i), lo = layout.bound(k);
+    segments[k][p.tpSplit].append(
+        {layout.geo.offsets[i] - lo, layout.geo.offsets[i] + layout.geo.sizes[i] - lo, 1});
+  }
+  Value split = ref(ob, loc, scalar("grad_sumsq_tp", "workspace"));
+  for (int64_t k = 0; k < layout.numBuckets(); ++k)
+    for (int cls = 0; cls < 2; ++cls) {
+      // The bucket's ranges of this class in ascending order (shardSegments' input).
+      SmallVector<int64_t> sorted;
+      SmallVector<std::array<int64_t, 3>> triples;
+      const SmallVector<int64_t> &src = segments[k][cls];
+      for (size_t s = 0; s + 2 < src.size(); s += 3)
+        triples.push_back({src[s], src[s + 1], src[s + 2]});
+      llvm::sort(triples);
+      for (auto &t : triples)
+        sorted.append(t.begin(), t.end());
+      auto sum = kernel(ob, loc, "sum_squares", {shardOf(ob, loc, layout.mainGrad, k)},
+                        {cls ? split : sumsq},
+                        {f64("beta", k == 0 ? 0.0 : 1.0),
+                         b.getNamedAttr("segments", b.getDenseI64ArrayAttr(rt::shardSegments(
+                                                        sorted, 0, layout.shardSize(k))))});
+      sum->setAttr("rt.shard_segments", b.getDenseI64ArrayAttr(sorted));
+    }
+  if (layout.dp() > 1) {
+    collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
+    collective(ob, loc, "all_reduce", split, split, -1);
+  }
+  createCollective(ob, loc, "all_reduce", "tp", split, split, -1);
+  kernel(ob, loc, "add", {sumsq, split}, {sumsq}, {}, {0});
+}
+
 void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
   Value sumsq = ref(ob, loc, scalar("grad_sumsq", "workspace"));
   if (!layout.distributed()) {
@@ -1041,6 +1084,8 @@ void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
       else
         kernel(ob, loc, "add", {sumsq, split}, {sumsq}, {}, {0});
     }
+  } else if (llvm::any_of(params, [](const ParamInfo &p) { return p.tpSplit; })) {
+    lowerTensorParallelShardNorm(ob, loc, sumsq);
   } else {
     // This rank's shard of every bucket (each element once over DP; the padding's gradients are
     // zero), then the sum over DP.
