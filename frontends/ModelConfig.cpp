@@ -656,10 +656,6 @@ Error checkSupported(const PlanConfig &config) {
   // (Heads and ffn size: finalizeParallel; the padded vocabulary is a multiple of tp.)
   divisible("--num-query-groups", m.num_query_groups,
             "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
-  if (tp > 1 && m.attention_dropout > 0)
-    reject("--attention-dropout " + Twine(str(m.attention_dropout)) +
-           " with --tensor-model-parallel-size " + Twine(tp) +
-           " (the mask would be keyed by the local head; use --attention-dropout 0)");
   if (p.pipeline_model_parallel_size != 1)
     reject("--pipeline-model-parallel-size " + Twine(p.pipeline_model_parallel_size));
   if (p.virtual_pipeline_model_parallel_size > 1)

@@ -479,12 +479,24 @@ LogicalResult AttentionOp::verify() {
 }
 double AttentionOp::getFlops() { return attentionFlops(getQuery(), getCausal()); }
 double AttentionOp::getBytesMoved() { return bytesOf(*this); }
+namespace {
+/// The model's head count for the attention dropout key: `model.global_heads` (set by
+/// trainc-shard on a head shard, whose head_start is a model.rank_offsets entry), else the
+/// op's own (query dim 2).
+int64_t globalHeads(Operation *op) {
+  if (auto a = op->getAttrOfType<IntegerAttr>("model.global_heads"))
+    return a.getInt();
+  return shapeOf(op->getOperand(0))[2];
+}
+} // namespace
+
 void AttentionOp::emitKernels(KernelEmitter &e) {
   if (getDropout().convertToDouble() > 0) {
     e.kernel("attention_dropout", {e.operand(0), e.operand(1), e.operand(2), e.operand(3)},
              {e.result(0), e.result(1)},
              {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
-              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId())});
+              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
+              e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
     return;
   }
   e.kernel("attention", {e.operand(0), e.operand(1), e.operand(2)}, {e.result(0), e.result(1)},
@@ -498,6 +510,9 @@ SmallVector<Value> AttentionOp::buildVJP(OpBuilder &b, ValueRange g) {
       getLoc(), TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
       getQuery(), getKey(), getValue(), getResult(), getLse(), g[0], getRng(), getCausalAttr(),
       getScaleAttr(), getDropoutAttr(), getOpIdAttr());
+  copyRankOffsets(*this, grad);
+  if (Attribute heads = (*this)->getAttr("model.global_heads"))
+    grad->setAttr("model.global_heads", heads);
   SmallVector<Value> grads = {grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
   if (getRng())
     grads.push_back(Value());
@@ -529,7 +544,8 @@ void AttentionGradOp::emitKernels(KernelEmitter &e) {
               e.operand(6)},
              {e.result(0), e.result(1), e.result(2)},
              {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
-              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId())});
+              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
+              e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
     return;
   }
   e.kernel("attention_backward",

@@ -32,7 +32,8 @@ def ShardTensorParallelPass : Pass<"trainc-shard", "::mlir::ModuleOp"> {
     ce_combine). A sharded parameter's declaration gets its local type and global_shape /
     split_dim / split_axis; a shard's vocab_start gets a model.rank_offsets entry.
     Errors: a parameter dim not divisible by tp (names the parameter, dim, extent and tp), a
-    layout an op's rule cannot split, attention or hidden dropout on a shard.
+    layout an op's rule cannot split, hidden dropout on a shard. Attention on a head shard gets
+    `model.global_heads` and a head_start rank offset (its dropout mask is the single-rank one).
   }];
   let options = [
     Option<"tp", "tp", "int64_t", "1", "Tensor-parallel size (default: the plan's tp)">,

@@ -359,10 +359,15 @@ LogicalResult Sharder::shardByRule(Operation *op) {
   if (!ruled)
     return op->emitOpError() << "has an operand split over the tensor-parallel axis but no "
                                 "sharding rule";
-  if (auto attn = dyn_cast<model::AttentionOp>(op); attn && attn.getDropout().convertToDouble() > 0)
-    return op->emitOpError() << "attention dropout " << attn.getDropout().convertToDouble()
-                             << " under tensor parallelism is not supported yet (its mask is "
-                                "keyed by the local head)";
+  if (auto attn = dyn_cast<model::AttentionOp>(op)) {
+    // The dropout mask is keyed by the global head: this shard's first head and the head count.
+    // (The query operand already has its local type.)
+    int64_t local = cast<RankedTensorType>(attn.getQuery().getType()).getShape()[2];
+    op->setAttr("model.global_heads", b.getI64IntegerAttr(local * tp));
+    op->setAttr(model::kRankOffsetsAttr,
+                b.getDictionaryAttr(b.getNamedAttr(
+                    "head_start", b.getDenseI64ArrayAttr({kTpAxis, local}))));
+  }
   if (isa<model::DropoutOp>(op))
     return op->emitOpError() << "dropout on a tensor-parallel shard is not supported yet (its "
                                 "mask is keyed by the local element index)";

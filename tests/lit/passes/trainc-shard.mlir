@@ -5,6 +5,8 @@
 // RUN: trainc-opt %t/gpt/0-model.mlir -trainc-shard | FileCheck %s --check-prefix=GPT
 // RUN: trainc-opt %t/gpt/0-model.mlir -trainc-shard -trainc-autodiff | FileCheck %s --check-prefix=GPTBWD
 // RUN: trainc-opt %t/llama/0-model.mlir -trainc-shard=tp=1 | FileCheck %s --check-prefix=TP1
+// RUN: trainc compile --preset tiny-llama --tensor-model-parallel-size 2 --attention-dropout 0.1 --micro-batch-size 2 --global-batch-size 2 --dump-ir-dir %t/attn -o %t/attn-plan > /dev/null
+// RUN: FileCheck %s --check-prefix=ATTN < %t/attn/3-lower.mlir
 // RUN: trainc-opt %S/Inputs/shard-invalid.mlir -split-input-file -verify-diagnostics -trainc-shard=tp=3 -o /dev/null
 // RUN: trainc inspect %t/llama-plan --ranks | FileCheck %s --check-prefix=INSPECT
 // REQUIRES: compiler
@@ -94,6 +96,10 @@
 // The tied table's gradient sums its two uses; the embedding's backward keeps its shard's offset.
 // GPTBWD: model.cross_entropy_grad {{.*}}model.rank_offsets = {vocab_start = array<i64: 0, 128>}
 // GPTBWD: model.embedding_grad {{.*}}model.rank_offsets = {vocab_start = array<i64: 0, 128>}
+
+// Attention dropout on a head shard: 2 of the 4 heads, the shard's first head per tp rank.
+// ATTN: rt.kernel "attention_dropout" {{.*}}head_start = 0 : i64, num_heads = 4 : i64{{.*}}model.rank_offsets = {head_start = array<i64: 0, 2>}
+// ATTN: rt.kernel "attention_dropout_backward" {{.*}}head_start = 0 : i64, num_heads = 4 : i64{{.*}}model.rank_offsets = {head_start = array<i64: 0, 2>}
 
 // TP1-NOT: global_shape
 // TP1-NOT: mesh.all_reduce
