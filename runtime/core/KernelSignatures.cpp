@@ -630,13 +630,13 @@ std::string verifyCeCombine(const KernelCtx &c) {
   return k.result();
 }
 
-/// `segments` of adamw and sum_squares: (begin, end, flag) triples, ascending and disjoint,
+/// `segments` of adamw and sum_squares: (begin, end, `flag`) triples, ascending and disjoint,
 /// inside the n elements of the operands (empty: every element).
-void checkSegments(Check &k, const std::vector<int64_t> &seg, int64_t n) {
+void checkSegments(Check &k, const std::vector<int64_t> &seg, int64_t n, const char *flag) {
   if (seg.empty())
     return;
   k.attrCond(seg.size() % 3 == 0, "segments: " + std::to_string(seg.size()) +
-                                       " values, expected (begin, end, flag) triples");
+                                       " values, expected (begin, end, " + flag + ") triples");
   int64_t prev = 0;
   for (size_t s = 0; s + 2 < seg.size() && k.ok(); s += 3) {
     k.attrCond(seg[s] >= prev && seg[s] <= seg[s + 1] && seg[s + 1] <= n,
@@ -672,7 +672,7 @@ std::string verifyAdamW(const KernelCtx &c) {
   k.attrCond(eps > 0, "eps = " + std::to_string(eps) + ", expected > 0");
   // segments: (begin, end, decay) triples, ascending and disjoint, inside the operands; only those
   // elements are updated, each with its own weight-decay flag ((0, 0, 0) alone: none).
-  checkSegments(k, c.attrs->ints(4), c.in[0].numel);
+  checkSegments(k, c.attrs->ints(4), c.in[0].numel, "decay");
   return k.result();
 }
 
@@ -685,7 +685,7 @@ std::string verifySumSquares(const KernelCtx &c) {
   k.dtype(O, 0, statsDType(c.in[0].dtype));
   k.scalar(O, 0);
   k.attrCond(c.attrs->f(0) == 0 || c.attrs->f(0) == 1, "beta: expected 0 or 1");
-  checkSegments(k, c.attrs->ints(1), c.in[0].numel);
+  checkSegments(k, c.attrs->ints(1), c.in[0].numel, "flag");
   return k.result();
 }
 
