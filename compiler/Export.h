@@ -26,7 +26,9 @@ struct RankPlacement {
 /// A plan compiled once for every rank (DESIGN.md: specialise per rank last). `program` is one
 /// rank's program; what differs between ranks is data only: the mesh coordinates and group
 /// members, the offsets of rank-dependent views (rt.view with an axis: a DP rank's shard of a
-/// gradient bucket) and the adamw `segments` of a shard (rt.shard_segments). `specialise`
+/// gradient bucket), the adamw `segments` of a shard (rt.shard_segments), rank-dependent kernel
+/// attributes (model.rank_offsets: a TP shard's vocab_start) and the slice_start of parameters
+/// sharded by tensor parallelism (a buffer's global_shape / split_dim / split_axis). `specialise`
 /// rewrites exactly those, in place, into another rank's program, without re-running any phase.
 struct ExportedPlan {
   ::trainc::schema::Program program;
@@ -59,8 +61,21 @@ struct ExportedPlan {
     std::vector<int64_t> bucketSegments;
     int64_t shardSize = 0;
   };
+  /// A kernel attribute that depends on the rank (model.rank_offsets, e.g. a vocabulary
+  /// shard's vocab_start): value = base + coordinate x stride.
+  struct AttrSite {
+    uint32_t function = 0, instruction = 0, attr = 0, axis = 0;
+    int64_t base = 0, stride = 0;
+  };
+  /// A parameter sharded along `dim` of its global shape over mesh axis `axis`: the rank at
+  /// coordinate c holds the box starting at c x slice_size(dim) (slice_start, specialised).
+  struct SliceSite {
+    uint32_t parameter = 0, dim = 0, axis = 0;
+  };
   std::vector<OperandSite> operandSites;
   std::vector<SegmentSite> segmentSites;
+  std::vector<AttrSite> attrSites;
+  std::vector<SliceSite> sliceSites;
 
 private:
   ::trainc::schema::Operand &operandAt(const OperandSite &site);

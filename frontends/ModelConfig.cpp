@@ -406,7 +406,7 @@ Error finalizeParallel(PlanConfig &c) {
   const int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
 
   // Tensor parallelism: heads and the MLP's column-parallel dimension split evenly. (Query
-  // groups fewer than tp are a sharding decision: kv heads may be replicated.)
+  // groups: checkSupported, as Megatron, requires tp to divide them.)
   if (m.num_attention_heads % tp != 0)
     return makeError("--num-attention-heads " + Twine(m.num_attention_heads) +
                      " is not divisible by --tensor-model-parallel-size " + Twine(tp));
@@ -682,8 +682,20 @@ Error checkSupported(const PlanConfig &config) {
   };
   const ParallelConfig &p = config.parallel;
   const TrainingConfig &t = config.training;
-  if (p.tensor_model_parallel_size != 1)
-    reject("--tensor-model-parallel-size " + Twine(p.tensor_model_parallel_size));
+  // Tensor parallelism (trainc-shard): Megatron's divisibility requirements, then what is not
+  // sharded yet.
+  const int64_t tp = p.tensor_model_parallel_size;
+  const ModelConfig &m = config.model;
+  auto divisible = [&](const char *flag, int64_t v, const char *why) {
+    if (tp > 1 && v % tp)
+      all = llvm::joinErrors(std::move(all),
+                             makeError(Twine(flag) + " " + Twine(v) +
+                                       " is not divisible by --tensor-model-parallel-size " +
+                                       Twine(tp) + " (" + why + ")"));
+  };
+  // (Heads and ffn size: finalizeParallel; the padded vocabulary is a multiple of tp.)
+  divisible("--num-query-groups", m.num_query_groups,
+            "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
   // Pipeline parallelism: an even split, Megatron's 1F1B schedule (docs/design.md "Pipeline
   // parallelism"); interleaving is refused below. The tied word embedding's two copies are
   // summed over the embd group on whole main grads, which the distributed optimizer's shards
@@ -693,6 +705,9 @@ Error checkSupported(const PlanConfig &config) {
     reject("--use-distributed-optimizer with --pipeline-model-parallel-size " +
            Twine(p.pipeline_model_parallel_size) +
            " and tied embeddings (add --untie-embeddings-and-output-weights)");
+  if (tp > 1 && p.pipeline_model_parallel_size > 1)
+    reject("--tensor-model-parallel-size " + Twine(tp) + " with --pipeline-model-parallel-size " +
+           Twine(p.pipeline_model_parallel_size));
   if (p.virtual_pipeline_model_parallel_size > 1)
     reject("--virtual-pipeline-model-parallel-size " +
            Twine(p.virtual_pipeline_model_parallel_size));

@@ -27,7 +27,9 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -259,6 +261,46 @@ int cmdCompile(std::vector<std::string> args) {
   return 0;
 }
 
+
+/// The communication of one rank's program (rank 0's: every rank's has the same instructions):
+/// per function, the collectives by group (mesh axis), kind and reduction, and how many
+/// parameters are slices of a larger global tensor (tensor parallelism).
+static void printCollectives(const ::trainc::schema::Program &p) {
+  int sliced = 0;
+  for (const auto &q : p.parameters())
+    for (int d = 0; d < q.global_shape_size(); ++d)
+      if (q.slice_size(d) != q.global_shape(d)) {
+        ++sliced;
+        break;
+      }
+  llvm::outs() << "parameters: " << p.parameters_size() << ", " << sliced
+               << " of them slices of a global tensor\n";
+  llvm::outs() << "collectives of rank 0 (per function call, by group):\n";
+  for (const auto &f : p.functions()) {
+    std::map<std::string, int> counts;
+    for (const auto &ins : f.body()) {
+      if (!ins.has_collective())
+        continue;
+      const auto &c = ins.collective();
+      std::string kind = ::trainc::schema::CollectiveKind_Name(c.kind());
+      std::transform(kind.begin(), kind.end(), kind.begin(), ::tolower);
+      std::string key = p.groups(int(c.group())).name() + " " + kind;
+      if (c.kind() == ::trainc::schema::ALL_REDUCE || c.kind() == ::trainc::schema::REDUCE_SCATTER) {
+        std::string op = ::trainc::schema::ReduceOp_Name(c.op());
+        std::transform(op.begin(), op.end(), op.begin(), ::tolower);
+        key += "(" + op + ")";
+      }
+      ++counts[key];
+    }
+    if (counts.empty())
+      continue;
+    llvm::outs() << "  " << f.name() << ":";
+    for (const auto &[key, n] : counts)
+      llvm::outs() << " " << key << " x" << n;
+    llvm::outs() << "\n";
+  }
+}
+
 int cmdInspect(std::vector<std::string> args) {
   if (args.empty())
     return usage("inspect takes a plan directory");
@@ -325,6 +367,7 @@ int cmdInspect(std::vector<std::string> args) {
       }
       llvm::outs() << "\n";
     }
+    printCollectives(*p);
   }
   if (want("--buckets")) {
     // The main-grad buffer (Megatron's _ParamAndGradBuffer): buckets in the order their

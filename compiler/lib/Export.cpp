@@ -57,6 +57,12 @@ private:
   FailureOr<schema::Operand> operand(Value v, Operation *user, ExportedPlan::Slot where = {},
                                      uint32_t j = 0);
   FailureOr<uint32_t> axisIndex(StringRef axis, Operation *user);
+  /// Records the kernel attributes of `kc` named in `offsets` (model.rank_offsets) as AttrSites.
+  LogicalResult rankOffsets(Operation &op, DictionaryAttr offsets, const schema::KernelCall &kc);
+  /// Fills `q`'s global shape and slice from a buffer's (or param_info's) attributes: a
+  /// tensor-parallel split (global_shape, split_dim, split_axis) or the whole `local` shape.
+  LogicalResult slice(Operation *where, schema::Parameter &q, ArrayRef<int64_t> local,
+                      DictionaryAttr attrs);
 
   ModuleOp module;
   const RankPlacement &placement;
@@ -110,6 +116,53 @@ FailureOr<uint32_t> Exporter::axisIndex(StringRef axis, Operation *user) {
       return uint32_t(a);
   return user->emitOpError() << "depends on mesh axis '" << axis
                              << "', which the placement's mesh does not have";
+}
+
+LogicalResult Exporter::rankOffsets(Operation &op, DictionaryAttr offsets,
+                                    const schema::KernelCall &kc) {
+  for (NamedAttribute a : offsets) {
+    auto pair = dyn_cast<DenseI64ArrayAttr>(a.getValue());
+    if (!pair || pair.size() != 2 || pair[0] < 0 || pair[0] >= int64_t(placement.axisNames.size()))
+      return op.emitOpError() << model::kRankOffsetsAttr << " entry '" << a.getName()
+                              << "' is not [mesh axis, stride] of the placement's mesh";
+    for (int i = 0; i < kc.attrs_size(); ++i)
+      if (kc.attrs(i).name() == a.getName().getValue())
+        plan.attrSites.push_back({curFunction, curInstruction, uint32_t(i), uint32_t(pair[0]),
+                                  kc.attrs(i).value().i(), pair[1]});
+  }
+  return success();
+}
+
+LogicalResult Exporter::slice(Operation *where, schema::Parameter &q, ArrayRef<int64_t> local,
+                              DictionaryAttr attrs) {
+  auto global = attrs ? attrs.getAs<DenseI64ArrayAttr>("global_shape") : DenseI64ArrayAttr();
+  if (!global) {
+    for (int64_t d : local) {
+      q.add_global_shape(d);
+      q.add_slice_start(0);
+      q.add_slice_size(d);
+    }
+    return success();
+  }
+  auto dim = attrs.getAs<IntegerAttr>("split_dim"), axis = attrs.getAs<IntegerAttr>("split_axis");
+  if (!dim || !axis || dim.getInt() < 0 || dim.getInt() >= int64_t(global.size()) ||
+      axis.getInt() < 0 || axis.getInt() >= int64_t(placement.axisSizes.size()) ||
+      global[dim.getInt()] % placement.axisSizes[size_t(axis.getInt())])
+    return where->emitOpError() << "export: parameter '" << q.name()
+                                << "' has a global_shape without a split_dim and split_axis "
+                                   "that divide it over the placement's mesh";
+  for (auto [d, e] : llvm::enumerate(global.asArrayRef())) {
+    bool split = int64_t(d) == dim.getInt();
+    q.add_global_shape(e);
+    q.add_slice_start(0);
+    q.add_slice_size(split ? e / placement.axisSizes[size_t(axis.getInt())] : e);
+  }
+  if (global.size() == local.size() + 1) // SwiGLU's fc1: [2, F, ...] is the tensor [2F, ...]
+    for (size_t d = 1; d < global.size(); ++d)
+      q.add_tensor_shape(d == 1 ? global[0] * global[1] : global[d]);
+  plan.sliceSites.push_back({uint32_t(p.parameters_size() - 1), uint32_t(dim.getInt()),
+                             uint32_t(axis.getInt())});
+  return success();
 }
 
 FailureOr<schema::Operand> Exporter::operand(Value v, Operation *user, ExportedPlan::Slot where,
@@ -203,6 +256,9 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
         else
           return op.emitOpError() << "attribute '" << a.getName() << "' cannot be exported";
       }
+      if (auto offsets = op.getAttrOfType<DictionaryAttr>(model::kRankOffsetsAttr))
+        if (failed(rankOffsets(op, offsets, *kc)))
+          return failure();
       if (auto segments = op.getAttrOfType<DenseI64ArrayAttr>("rt.shard_segments")) {
         // A DP shard's update: every rank's `segments` follow from the bucket's.
         int index = -1;
@@ -378,11 +434,8 @@ LogicalResult Exporter::run() {
     if (auto name = b->getAttrOfType<StringAttr>("param_name")) {
       schema::Parameter *q = p.add_parameters();
       q->set_name(name.str());
-      for (int64_t d : t.getShape()) {
-        q->add_global_shape(d);
-        q->add_slice_start(0);
-        q->add_slice_size(d);
-      }
+      if (failed(slice(b, *q, t.getShape(), b->getAttrDictionary())))
+        return failure();
       q->set_buffer(uint32_t(p.buffers_size() - 1));
       q->set_no_weight_decay(b->hasAttr("no_weight_decay"));
       if (auto init = b->getAttrOfType<StringAttr>("init"))
@@ -396,11 +449,8 @@ LogicalResult Exporter::run() {
         auto d = cast<DictionaryAttr>(a);
         schema::Parameter *q = p.add_parameters();
         q->set_name(d.getAs<StringAttr>("name").str());
-        for (int64_t s : d.getAs<DenseI64ArrayAttr>("shape").asArrayRef()) {
-          q->add_global_shape(s);
-          q->add_slice_start(0);
-          q->add_slice_size(s);
-        }
+        if (failed(slice(b, *q, d.getAs<DenseI64ArrayAttr>("shape").asArrayRef(), d)))
+          return failure();
         q->set_buffer(uint32_t(p.buffers_size() - 1));
         q->set_buffer_offset(uint64_t(d.getAs<IntegerAttr>("offset").getInt()));
         q->set_no_weight_decay(bool(d.get("no_weight_decay")));
@@ -549,6 +599,17 @@ std::string ExportedPlan::specialise(const RankPlacement &placement) {
   for (const OperandSite &site : operandSites)
     operandAt(site).set_offset(
         uint64_t(site.offset + placement.coords[site.axis] * site.stride));
+  for (const AttrSite &site : attrSites)
+    program.mutable_functions(int(site.function))
+        ->mutable_body(int(site.instruction))
+        ->mutable_kernel()
+        ->mutable_attrs(int(site.attr))
+        ->mutable_value()
+        ->set_i(site.base + placement.coords[site.axis] * site.stride);
+  for (const SliceSite &site : sliceSites) {
+    schema::Parameter &q = *program.mutable_parameters(int(site.parameter));
+    q.set_slice_start(int(site.dim), placement.coords[site.axis] * q.slice_size(int(site.dim)));
+  }
   for (const SegmentSite &site : segmentSites) {
     schema::IntList &ints = *program.mutable_functions(int(site.function))
                                  ->mutable_body(int(site.instruction))

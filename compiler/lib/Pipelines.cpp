@@ -28,6 +28,7 @@ std::unique_ptr<Pass> withOptions(std::unique_ptr<Pass> pass, const std::string 
 
 void mlir::trainc::buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o) {
   pm.addPass(verify("model"));
+  pm.addPass(createShardTensorParallelPass()); // the plan's tp (nothing to do at tp 1)
   // Selective recompute marks attention before autodiff splits the layers.
   pm.addPass(withOptions(createRecomputeSelectivePass(), opt("recompute", o.recompute)));
   pm.addPass(createAutodiffPass());
@@ -145,7 +146,8 @@ void registerPhase(const char *name, const char *desc) {
 
 void mlir::trainc::registerPipelines() {
   registerPhase<buildAutodiffPhase>("trainc-phase-autodiff",
-                                    "verify(model), recompute-selective, autodiff, verify(autodiff)");
+                                    "verify(model), shard, recompute-selective, autodiff, "
+                                    "verify(autodiff)");
   registerPhase<buildSchedulePhase>(
       "trainc-phase-schedule",
       "recompute, grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, "

@@ -40,8 +40,10 @@ public:
                       ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) = 0;
 
   /// Records a collective of `kind` (all_reduce, all_gather, reduce_scatter) over the communicator
-  /// group of mesh axis `axis` ("tp", "dp", ...), reading `input` and writing `output`.
-  virtual void collective(StringRef kind, StringRef axis, Value input, Value output) = 0;
+  /// group of mesh axis `axis` ("tp", "dp", ...), reading `input` and writing `output`, reducing
+  /// with `max` instead of a sum when set (all_reduce only).
+  virtual void collective(StringRef kind, StringRef axis, Value input, Value output,
+                          bool max = false) = 0;
   /// Records a synchronous point-to-point transfer with group rank `peer` of the group of mesh
   /// axis `axis`: a send reads `buffer`, a recv writes it (pipeline parallelism).
   virtual void pointToPoint(bool send, StringRef axis, int64_t peer, Value buffer) {
@@ -143,6 +145,15 @@ constexpr llvm::StringLiteral kAxisNamesAttr = "trainc.axis_names";
 /// The name of axis `axis` of the mesh `mesh` that `op` refers to, or "" when the mesh or its
 /// axis names are missing.
 std::string meshAxisName(Operation *op, FlatSymbolRefAttr mesh, int64_t axis);
+
+/// Discardable attribute of a model op (and of the rt.kernel it lowers to) whose integer
+/// attributes depend on the rank: `model.rank_offsets = {vocab_start = array<i64: 0, 32>}` says
+/// that on the rank at coordinate c of mesh axis 0 the attribute vocab_start is its IR value
+/// plus c x 32 (a vocabulary shard's first row). The IR stays one program for every rank; the
+/// export records these sites and ExportedPlan::specialise writes each rank's value.
+constexpr llvm::StringLiteral kRankOffsetsAttr = "model.rank_offsets";
+/// Copies `from`'s model.rank_offsets (if any) to `to` (VJP rules building the backward op).
+void copyRankOffsets(Operation *from, Operation *to);
 
 /// Attaches VJPOpInterface, CostOpInterface and KernelOpInterface to the mesh dialect's
 /// tensor collectives: mesh.all_reduce (VJP: model.copy_to_region, Megatron's g/f pair),

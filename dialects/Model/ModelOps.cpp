@@ -183,8 +183,9 @@ void EmbeddingOp::emitKernels(KernelEmitter &e) {
 SmallVector<Value> EmbeddingOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])
     return {Value(), Value()};
-  Value dt = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(), getIds(), g[0],
-                                       getVocabStartAttr());
+  auto dt = b.create<EmbeddingGradOp>(getLoc(), getTable().getType(), getIds(), g[0],
+                                      getVocabStartAttr());
+  copyRankOffsets(*this, dt);
   return {dt, Value()};
 }
 
@@ -478,12 +479,24 @@ LogicalResult AttentionOp::verify() {
 }
 double AttentionOp::getFlops() { return attentionFlops(getQuery(), getCausal()); }
 double AttentionOp::getBytesMoved() { return bytesOf(*this); }
+namespace {
+/// The model's head count for the attention dropout key: `model.global_heads` (set by
+/// trainc-shard on a head shard, whose head_start is a model.rank_offsets entry), else the
+/// op's own (query dim 2).
+int64_t globalHeads(Operation *op) {
+  if (auto a = op->getAttrOfType<IntegerAttr>("model.global_heads"))
+    return a.getInt();
+  return shapeOf(op->getOperand(0))[2];
+}
+} // namespace
+
 void AttentionOp::emitKernels(KernelEmitter &e) {
   if (getDropout().convertToDouble() > 0) {
     e.kernel("attention_dropout", {e.operand(0), e.operand(1), e.operand(2), e.operand(3)},
              {e.result(0), e.result(1)},
              {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
-              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId())});
+              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
+              e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
     return;
   }
   e.kernel("attention", {e.operand(0), e.operand(1), e.operand(2)}, {e.result(0), e.result(1)},
@@ -497,6 +510,9 @@ SmallVector<Value> AttentionOp::buildVJP(OpBuilder &b, ValueRange g) {
       getLoc(), TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
       getQuery(), getKey(), getValue(), getResult(), getLse(), g[0], getRng(), getCausalAttr(),
       getScaleAttr(), getDropoutAttr(), getOpIdAttr());
+  copyRankOffsets(*this, grad);
+  if (Attribute heads = (*this)->getAttr("model.global_heads"))
+    grad->setAttr("model.global_heads", heads);
   SmallVector<Value> grads = {grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
   if (getRng())
     grads.push_back(Value());
@@ -528,7 +544,8 @@ void AttentionGradOp::emitKernels(KernelEmitter &e) {
               e.operand(6)},
              {e.result(0), e.result(1), e.result(2)},
              {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
-              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId())});
+              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
+              e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
     return;
   }
   e.kernel("attention_backward",
@@ -737,6 +754,106 @@ void CrossEntropyGradOp::emitKernels(KernelEmitter &e) {
            {e.intAttr("vocab_start", getVocabStart()), e.intAttr("valid_vocab", getValidVocab())});
 }
 
+//===----------------------------------------------------------------------===//
+// bias_add and the vocab-parallel cross entropy pieces
+//===----------------------------------------------------------------------===//
+
+void mlir::trainc::model::copyRankOffsets(Operation *from, Operation *to) {
+  if (Attribute a = from->getAttr(kRankOffsetsAttr))
+    to->setAttr(kRankOffsetsAttr, a);
+}
+
+LogicalResult BiasAddOp::verify() {
+  if (failed(expectRankAtLeast1(*this, getInput(), "input")))
+    return failure();
+  if (failed(expectShape(*this, getBias(), {shapeOf(getInput()).back()}, "bias")))
+    return failure();
+  return expectShape(*this, getResult(), shapeOf(getInput()), "result");
+}
+double BiasAddOp::getFlops() { return 0; }
+double BiasAddOp::getBytesMoved() { return bytesOf(*this); }
+void BiasAddOp::emitKernels(KernelEmitter &e) {
+  e.kernel("add_bias", {e.operand(0), e.operand(1)}, {e.result(0)});
+}
+SmallVector<Value> BiasAddOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value(), Value()};
+  return {g[0], b.create<BiasGradOp>(getLoc(), getBias().getType(), g[0])};
+}
+
+namespace {
+/// logits [N, V] and a row vector `v` [N] of the statistics type.
+LogicalResult verifyRows(Operation *op, Value logits, Value v, StringRef what) {
+  if (ty(logits).getRank() != 2)
+    return op->emitOpError() << "logits have rank " << ty(logits).getRank()
+                             << ", expected 2 ([tokens, vocab])";
+  return expectStats(op, v, logits, {shapeOf(logits)[0]}, what);
+}
+SmallVector<NamedAttribute> vocabAttrs(KernelEmitter &e, int64_t start, int64_t valid) {
+  return {e.intAttr("vocab_start", start), e.intAttr("valid_vocab", valid)};
+}
+} // namespace
+
+LogicalResult CeLocalMaxOp::verify() { return verifyRows(*this, getLogits(), getResult(), "result"); }
+double CeLocalMaxOp::getFlops() { return 0; }
+double CeLocalMaxOp::getBytesMoved() { return bytesOf(*this); }
+void CeLocalMaxOp::emitKernels(KernelEmitter &e) {
+  e.kernel("ce_local_max", {e.operand(0)}, {e.result(0)},
+           vocabAttrs(e, getVocabStart(), getValidVocab()));
+}
+LogicalResult CeLocalSumExpOp::verify() {
+  if (failed(verifyRows(*this, getLogits(), getMax(), "max")))
+    return failure();
+  return verifyRows(*this, getLogits(), getResult(), "result");
+}
+double CeLocalSumExpOp::getFlops() { return 0; }
+double CeLocalSumExpOp::getBytesMoved() { return bytesOf(*this); }
+void CeLocalSumExpOp::emitKernels(KernelEmitter &e) {
+  e.kernel("ce_local_sumexp", {e.operand(0), e.operand(1)}, {e.result(0)},
+           vocabAttrs(e, getVocabStart(), getValidVocab()));
+}
+LogicalResult CeTargetLogitOp::verify() {
+  if (failed(verifyRows(*this, getLogits(), getResult(), "result")))
+    return failure();
+  return expectShape(*this, getLabels(), {shapeOf(getLogits())[0]}, "labels");
+}
+double CeTargetLogitOp::getFlops() { return 0; }
+double CeTargetLogitOp::getBytesMoved() { return bytesOf(*this); }
+void CeTargetLogitOp::emitKernels(KernelEmitter &e) {
+  e.kernel("ce_target_logit", {e.operand(0), e.operand(1)}, {e.result(0)},
+           vocabAttrs(e, getVocabStart(), getValidVocab()));
+}
+LogicalResult CeCombineOp::verify() {
+  if (failed(verifyCE(*this, getLogits(), getLabels(), getLossMask())))
+    return failure();
+  for (auto [v, what] : {std::pair{getMax(), "max"}, {getSumexp(), "sumexp"},
+                         {getTarget(), "target"}, {getLse(), "lse"}})
+    if (failed(verifyRows(*this, getLogits(), v, what)))
+      return failure();
+  if (failed(expectStats(*this, getLossSum(), getLogits(), {}, "loss_sum")))
+    return failure();
+  return expectStats(*this, getNumTokens(), getLogits(), {}, "num_tokens");
+}
+double CeCombineOp::getFlops() { return 0; }
+double CeCombineOp::getBytesMoved() {
+  return byteSize(getMax().getType()) * 4 + byteSize(getLse().getType());
+}
+void CeCombineOp::emitKernels(KernelEmitter &e) {
+  e.kernel("ce_combine", {e.operand(3), e.operand(4), e.operand(5), e.operand(2)},
+           {e.result(0), e.result(1), e.result(2)});
+}
+SmallVector<Value> CeCombineOp::buildVJP(OpBuilder &b, ValueRange g) {
+  SmallVector<Value> none(getNumOperands(), Value());
+  if (!g[0])
+    return none;
+  auto d = b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(), getLogits(), getLabels(),
+                                        getLossMask(), getLse(), g[0], getVocabStartAttr(),
+                                        getValidVocabAttr());
+  copyRankOffsets(*this, d);
+  none[0] = d;
+  return none;
+}
+
 #define GET_OP_CLASSES
 #include "dialects/Model/ModelOps.cpp.inc"
 
@@ -800,8 +917,8 @@ struct AllReduceModel
     : public VJPOpInterface::ExternalModel<AllReduceModel, mesh::AllReduceOp> {
   SmallVector<Value> buildVJP(Operation *op, OpBuilder &b, ValueRange g) const {
     auto ar = cast<mesh::AllReduceOp>(op);
-    if (!g[0])
-      return {Value()};
+    if (!g[0] || ar.getReduction() != mesh::ReductionKind::Sum)
+      return {Value()}; // a max (vocab-parallel cross entropy's) is not differentiated
     return {b.create<CopyToRegionOp>(op->getLoc(), g[0].getType(), g[0], ar.getMeshAttr(),
                                      ar.getMeshAxesAttr())};
   }
@@ -850,8 +967,11 @@ struct CollectiveKernelModel
     StringRef kind;
     if constexpr (std::is_same_v<Op, mesh::AllReduceOp>) {
       kind = "all_reduce";
-      if (c.getReduction() != mesh::ReductionKind::Sum)
-        return e.fail("only sum all-reduces can be lowered yet");
+      if (c.getReduction() != mesh::ReductionKind::Sum &&
+          c.getReduction() != mesh::ReductionKind::Max)
+        return e.fail("only sum and max all-reduces can be lowered yet");
+      return e.collective(kind, group, e.operand(0), e.result(0),
+                          c.getReduction() == mesh::ReductionKind::Max);
     } else if constexpr (std::is_same_v<Op, mesh::AllGatherOp>) {
       kind = "all_gather";
       if (!contiguousChunks(cast<ShapedType>(c.getResult().getType()).getShape(),
@@ -1217,6 +1337,15 @@ ShardingRule DropoutOp::getShardingRule() {
   return elementwise(*this);
 }
 ShardingRule CopyToRegionOp::getShardingRule() { return elementwise(*this); }
+ShardingRule BiasAddOp::getShardingRule() {
+  // x [..., n] + b [n]: any loop; the bias is indexed by the last.
+  RuleBuilder r(getContext());
+  SmallVector<AffineExpr> all = r.leading(shapeOf(getInput()), 0, "d");
+  r.operand(all);
+  r.operand({all.back()});
+  r.result(all);
+  return r.build();
+}
 ShardingRule RngOffsetOp::getShardingRule() {
   // A key is the same on every rank: its one loop may not be split.
   RuleBuilder r(getContext());
@@ -1267,6 +1396,21 @@ LogicalResult ParameterOp::verify() {
     return emitOpError() << "init 'normal' needs init_std > 0";
   if (init != "normal" && getInitStd())
     return emitOpError() << "init_std is only meaningful with init 'normal', not '" << init << "'";
+  if (bool(getGlobalShape()) != bool(getSplitDim()) || bool(getSplitDim()) != bool(getSplitAxis()))
+    return emitOpError() << "global_shape, split_dim and split_axis go together";
+  if (getGlobalShape()) {
+    ArrayRef<int64_t> g = *getGlobalShape();
+    int64_t d = *getSplitDim(), n = 1;
+    if (d < 0 || d >= int64_t(g.size()))
+      return emitOpError() << "split_dim " << d << " is not a dim of global_shape (rank "
+                           << g.size() << ")";
+    for (int64_t e : g)
+      n *= e;
+    int64_t local = cast<ShapedType>(getType()).getNumElements();
+    if (local <= 0 || n % local || g[size_t(d)] % (n / local))
+      return emitOpError() << "type has " << local << " elements, not global_shape's " << n
+                           << " split evenly along dim " << d;
+  }
   return success();
 }
 
@@ -1288,6 +1432,11 @@ DictionaryAttr mlir::trainc::model::parameterAttrs(SymbolTableCollection &symbol
     a.push_back(b.getNamedAttr("init_std", decl.getInitStdAttr()));
   if (decl.getNoWeightDecay())
     a.push_back(b.getNamedAttr("no_weight_decay", b.getUnitAttr()));
+  if (decl.getGlobalShapeAttr()) {
+    a.push_back(b.getNamedAttr("global_shape", decl.getGlobalShapeAttr()));
+    a.push_back(b.getNamedAttr("split_dim", decl.getSplitDimAttr()));
+    a.push_back(b.getNamedAttr("split_axis", decl.getSplitAxisAttr()));
+  }
   return b.getDictionaryAttr(a);
 }
 

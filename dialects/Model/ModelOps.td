@@ -55,9 +55,23 @@ def Model_ParameterOp : Op<Model_Dialect, "parameter", [Symbol]> {
     model.parameter @"decoder.layers.0.mlp.linear_fc1.weight" {init = "normal", init_std = 2.0e-02 : f64} : tensor<64x16xf32>
     model.parameter @"decoder.final_layernorm.weight" {init = "ones", no_weight_decay} : tensor<16xf32>
     ```
+    A parameter sharded by tensor parallelism (trainc-shard) has its local type and records the
+    tensor it is a slice of: `global_shape` (the tensor's elements, row-major, e.g. SwiGLU's fc1
+    [2F, H] as [2, F, H] so that each rank's gate and up halves form one box), split evenly along
+    `split_dim` over mesh axis `split_axis`; rank c of that axis holds the box starting at
+    c x local extent. The local type is global_shape with split_dim divided by the axis size,
+    reshaped to `type`; a global_shape of one more dim than `type` stands for the tensor whose
+    first dim is global_shape's first two merged (the export's Parameter.tensor_shape).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyRankedTensor>:$type, StrAttr:$init,
-                   OptionalAttr<F64Attr>:$init_std, UnitAttr:$no_weight_decay);
+                   OptionalAttr<F64Attr>:$init_std, UnitAttr:$no_weight_decay,
+                   OptionalAttr<DenseI64ArrayAttr>:$global_shape,
+                   OptionalAttr<I64Attr>:$split_dim, OptionalAttr<I64Attr>:$split_axis);
+  let builders = [OpBuilder<(ins "StringAttr":$sym_name, "TypeAttr":$type, "StringAttr":$init,
+                                 "FloatAttr":$init_std, "UnitAttr":$no_weight_decay), [{
+    build($_builder, $_state, sym_name, type, init, init_std, no_weight_decay,
+          DenseI64ArrayAttr(), IntegerAttr(), IntegerAttr());
+  }]>];
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
 }
@@ -265,6 +279,63 @@ def Model_CrossEntropyOp : Model_FwdOp<"cross_entropy"> {
     ```
   }];
   let arguments = (ins FloatTensor:$logits, IdTensor:$labels, FloatTensor:$loss_mask,
+                   DefaultValuedAttr<I64Attr, "0">:$vocab_start,
+                   DefaultValuedAttr<I64Attr, "-1">:$valid_vocab);
+  let results = (outs FloatTensor:$loss_sum, FloatTensor:$num_tokens, FloatTensor:$lse);
+}
+
+def Model_BiasAddOp : Model_FwdOp<"bias_add"> {
+  let summary = "y = x + bias over the last dim (a row-parallel linear's bias, after the reduction)";
+  let description = [{
+    Megatron's RowParallelLinear adds its (replicated) bias after the all-reduce of the partial
+    products; trainc-shard splits `model.linear %x, %w, %b` into linear, `mesh.all_reduce` and this.
+    ```mlir
+    %y = model.bias_add %x, %b : (tensor<2x9x16xf32>, tensor<16xf32>) -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input, FloatTensor:$bias);
+  let results = (outs FloatTensor:$result);
+}
+
+// Vocab-parallel cross entropy (Megatron's VocabParallelCrossEntropy), as trainc-shard emits it
+// for logits split by vocabulary: local max -> all-reduce MAX -> local sum-exp and target logit ->
+// all-reduce SUM -> ce_combine. The three local ops are not differentiated (no gradient flows into
+// them): ce_combine's VJP gives the logits' gradient directly (cross_entropy_grad with the global
+// lse), as Megatron's backward, which needs no communication.
+def Model_CeLocalMaxOp : Model_Op<"ce_local_max"> {
+  let summary = "Row max over this vocabulary shard's valid columns (logits [N, V] -> [N])";
+  let arguments = (ins FloatTensor:$logits, DefaultValuedAttr<I64Attr, "0">:$vocab_start,
+                   DefaultValuedAttr<I64Attr, "-1">:$valid_vocab);
+  let results = (outs FloatTensor:$result);
+}
+def Model_CeLocalSumExpOp : Model_Op<"ce_local_sumexp"> {
+  let summary = "Row sum of exp(logit - max) over this shard's valid columns ([N, V], [N] -> [N])";
+  let arguments = (ins FloatTensor:$logits, FloatTensor:$max,
+                   DefaultValuedAttr<I64Attr, "0">:$vocab_start,
+                   DefaultValuedAttr<I64Attr, "-1">:$valid_vocab);
+  let results = (outs FloatTensor:$result);
+}
+def Model_CeTargetLogitOp : Model_Op<"ce_target_logit"> {
+  let summary = "The label's logit when it is a valid column of this shard, else 0 ([N, V], [N] -> [N])";
+  let arguments = (ins FloatTensor:$logits, IdTensor:$labels,
+                   DefaultValuedAttr<I64Attr, "0">:$vocab_start,
+                   DefaultValuedAttr<I64Attr, "-1">:$valid_vocab);
+  let results = (outs FloatTensor:$result);
+}
+def Model_CeCombineOp : Model_Op<"ce_combine", [DeclareOpInterfaceMethods<Model_VJPOpInterface>]> {
+  let summary = "(loss_sum, num_tokens, lse) of a vocab-parallel cross entropy from the global "
+                "max, sum-exp and target logit";
+  let description = [{
+    lse = max + log(sumexp), loss_sum = sum mask * (lse - target), num_tokens = sum mask. The
+    logits and labels of this rank's shard are operands only for the VJP:
+    dlogits = cross_entropy_grad(logits, labels, mask, lse, dloss) with this shard's vocab_start.
+    ```mlir
+    %l, %n, %lse = model.ce_combine %logits, %labels, %mask, %max, %sumexp, %target {vocab_start = 0 : i64}
+        : (tensor<18x32xf32>, tensor<18xi32>, tensor<18xf32>, tensor<18xf32>, tensor<18xf32>, tensor<18xf32>) -> (tensor<f32>, tensor<f32>, tensor<18xf32>)
+    ```
+  }];
+  let arguments = (ins FloatTensor:$logits, IdTensor:$labels, FloatTensor:$loss_mask,
+                   FloatTensor:$max, FloatTensor:$sumexp, FloatTensor:$target,
                    DefaultValuedAttr<I64Attr, "0">:$vocab_start,
                    DefaultValuedAttr<I64Attr, "-1">:$valid_vocab);
   let results = (outs FloatTensor:$loss_sum, FloatTensor:$num_tokens, FloatTensor:$lse);

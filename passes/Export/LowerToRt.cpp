@@ -68,11 +68,11 @@ struct StashLayout {
 /// A sum collective of `kind` on the communicator group `group` (a mesh axis name); async with
 /// `token` >= 0, synchronous with -1.
 void createCollective(OpBuilder &b, Location loc, StringRef kind, StringRef group, Value in,
-                      Value out, int64_t token) {
+                      Value out, int64_t token, rt::ReduceOp reduce = rt::ReduceOp::sum) {
   MLIRContext *ctx = b.getContext();
   b.create<rt::CollectiveOp>(loc, rt::CollectiveKindAttr::get(ctx, *rt::symbolizeCollectiveKind(kind)),
                              b.getStringAttr(group), ValueRange{in}, ValueRange{out},
-                             rt::ReduceOpAttr::get(ctx, rt::ReduceOp::sum),
+                             rt::ReduceOpAttr::get(ctx, reduce),
                              b.getI64IntegerAttr(token));
 }
 
@@ -82,6 +82,9 @@ struct ParamInfo {
   /// The parameter's value and main grad: a whole buffer (offset -1) or a range of one.
   rt::BufferOp value, grad, expAvg, expAvgSq;
   int64_t valueOffset = -1, gradOffset = -1;
+  /// Sharded by tensor parallelism (its declaration has a split): each TP rank holds a distinct
+  /// part, where replicated parameters are the same on every TP rank.
+  bool tpSplit = false;
 };
 
 /// The main-grad layout of trainc-grad-buckets (GradLayout.h). The lowering is the same for
@@ -174,6 +177,9 @@ private:
   /// arguments. Fails, with an error on `user`, when it comes from no start.
   FailureOr<int64_t> tokenId(Value token, Operation *user);
   void lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm);
+  /// The grad norm's sum of squares into `sumsq` with the distributed optimizer and TP-sharded
+  /// parameters.
+  void lowerTensorParallelShardNorm(OpBuilder &ob, Location loc, Value sumsq);
   LogicalResult lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp adam);
   void reduceLosses(OpBuilder &ob, Location loc) {
     for (StringRef n : {"loss_sum", "num_tokens"}) {
@@ -323,8 +329,10 @@ LogicalResult Lowering::collectParams() {
         p.gradType = MemRefType::get(cast<ShapedType>(t).getShape(),
                                      model::statsElementType(cast<ShapedType>(t).getElementType()));
         SmallVector<NamedAttribute> info{b.getNamedAttr("name", name)};
-        if (DictionaryAttr declared = model::parameterAttrs(symbols, module, fn, i))
+        if (DictionaryAttr declared = model::parameterAttrs(symbols, module, fn, i)) {
           info.append(declared.begin(), declared.end());
+          p.tpSplit = bool(declared.get("split_dim"));
+        }
         auto it = layoutIndex.find(p.name);
         if (layout.op && it == layoutIndex.end())
           return fn.emitOpError() << "parameter '" << p.name
@@ -467,12 +475,15 @@ public:
   void aliasResult(unsigned i, Value buffer) override { map.map(op->getResult(i), buffer); }
   void kernel(StringRef name, ValueRange inputs, ValueRange outputs,
               ArrayRef<NamedAttribute> attrs, ArrayRef<int32_t> inPlace) override {
-    b.create<rt::KernelOp>(op->getLoc(), name, inputs, outputs, b.getDictionaryAttr(attrs),
+    auto k = b.create<rt::KernelOp>(op->getLoc(), name, inputs, outputs, b.getDictionaryAttr(attrs),
                            inPlace.empty() ? DenseI32ArrayAttr() : b.getDenseI32ArrayAttr(inPlace));
+    // Rank-dependent attributes travel to the kernel; the export records them per rank.
+    model::copyRankOffsets(op, k);
   }
-  void collective(StringRef kind, StringRef axis, Value input, Value output) override {
+  void collective(StringRef kind, StringRef axis, Value input, Value output, bool max) override {
     // Synchronous: the tensor value is complete when the op returns.
-    createCollective(b, op->getLoc(), kind, axis, input, output, /*token=*/-1);
+    createCollective(b, op->getLoc(), kind, axis, input, output, /*token=*/-1,
+                     max ? rt::ReduceOp::max : rt::ReduceOp::sum);
   }
   void pointToPoint(bool send, StringRef axis, int64_t peer, Value buffer) override {
     if (send)
@@ -1048,21 +1059,77 @@ FailureOr<int64_t> Lowering::tokenId(Value token, Operation *user) {
                                 "sched.param_gather_start";
 }
 
+void Lowering::lowerTensorParallelShardNorm(OpBuilder &ob, Location loc, Value sumsq) {
+  // The distributed optimizer under tensor parallelism: each bucket shard holds TP-sharded and
+  // replicated parameters' ranges, which depend on the dp coordinate. Two sums per shard with
+  // `segments` (rt.shard_segments: the export writes each DP rank's), the sharded one summed
+  // over DP and TP, the replicated one over DP only (counted once, Megatron's
+  // param_is_not_tensor_parallel_duplicate).
+  std::map<int64_t, std::array<SmallVector<int64_t>, 2>> segments; // bucket -> (replicated, split)
+  for (const ParamInfo &p : params) {
+    size_t i = layoutIndex.lookup(p.name);
+    int64_t k = layout.bucketOf(i), lo = layout.bound(k);
+    segments[k][p.tpSplit].append(
+        {layout.geo.offsets[i] - lo, layout.geo.offsets[i] + layout.geo.sizes[i] - lo, 1});
+  }
+  Value split = ref(ob, loc, scalar("grad_sumsq_tp", "workspace"));
+  for (int64_t k = 0; k < layout.numBuckets(); ++k)
+    for (int cls = 0; cls < 2; ++cls) {
+      // The bucket's ranges of this class in ascending order (shardSegments' input).
+      SmallVector<int64_t> sorted;
+      SmallVector<std::array<int64_t, 3>> triples;
+      const SmallVector<int64_t> &src = segments[k][cls];
+      for (size_t s = 0; s + 2 < src.size(); s += 3)
+        triples.push_back({src[s], src[s + 1], src[s + 2]});
+      llvm::sort(triples);
+      for (auto &t : triples)
+        sorted.append(t.begin(), t.end());
+      auto sum = kernel(ob, loc, "sum_squares", {shardOf(ob, loc, layout.mainGrad, k)},
+                        {cls ? split : sumsq},
+                        {f64("beta", k == 0 ? 0.0 : 1.0),
+                         b.getNamedAttr("segments", b.getDenseI64ArrayAttr(rt::shardSegments(
+                                                        sorted, 0, layout.shardSize(k))))});
+      sum->setAttr("rt.shard_segments", b.getDenseI64ArrayAttr(sorted));
+    }
+  if (layout.dp() > 1) {
+    collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
+    collective(ob, loc, "all_reduce", split, split, -1);
+  }
+  createCollective(ob, loc, "all_reduce", "tp", split, split, -1);
+  kernel(ob, loc, "add", {sumsq, split}, {sumsq}, {}, {0});
+}
+
 void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
   Value sumsq = ref(ob, loc, scalar("grad_sumsq", "workspace"));
   if (!layout.distributed()) {
     // Every rank holds the whole reduced gradient: sum over every parameter (a copy shared
-    // across pipeline stages counts once, on the first stage).
-    bool firstTerm = true;
-    for (ParamInfo &p : params) {
+    // across pipeline stages counts once, on the first stage). Under tensor parallelism the
+    // sharded parameters' sum is summed over TP and the replicated ones are counted once
+    // (Megatron's param_is_not_tensor_parallel_duplicate).
+    bool anySplit = llvm::any_of(params, [](const ParamInfo &p) { return p.tpSplit; });
+    Value split = anySplit ? ref(ob, loc, scalar("grad_sumsq_tp", "workspace")) : sumsq;
+    bool firstSplit = true, firstReplicated = true;
+    for (const ParamInfo &p : params) {
       if (pipelineStage() > 0 && isSharedAcrossStages(p.name))
         continue;
-      kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {sumsq},
-             {f64("beta", firstTerm ? 0.0 : 1.0)});
-      firstTerm = false;
+      bool &first = p.tpSplit && anySplit ? firstSplit : firstReplicated;
+      kernel(ob, loc, "sum_squares", {gradRef(ob, loc, p)}, {p.tpSplit ? split : sumsq},
+             {f64("beta", first ? 0.0 : 1.0)});
+      first = false;
     }
-    if (firstTerm)
+    if (anySplit) {
+      if (firstSplit) // every sharded parameter skipped
+        kernel(ob, loc, "fill", {}, {split});
+      createCollective(ob, loc, "all_reduce", "tp", split, split, -1);
+      if (firstReplicated) // no replicated parameter
+        kernel(ob, loc, "copy", {split}, {sumsq});
+      else
+        kernel(ob, loc, "add", {sumsq, split}, {sumsq}, {}, {0});
+    } else if (firstReplicated) {
       kernel(ob, loc, "fill", {}, {sumsq});
+    }
+  } else if (llvm::any_of(params, [](const ParamInfo &p) { return p.tpSplit; })) {
+    lowerTensorParallelShardNorm(ob, loc, sumsq);
   } else {
     // This rank's shard of every bucket (each element once over DP; the padding's gradients are
     // zero), then the sum over DP.

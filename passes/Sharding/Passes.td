@@ -17,4 +17,27 @@ def CheckShardingRulesPass : Pass<"trainc-check-sharding-rules", "::mlir::Module
   ];
 }
 
+def ShardTensorParallelPass : Pass<"trainc-shard", "::mlir::ModuleOp"> {
+  let summary = "Tensor parallelism: Megatron's column/row-parallel layouts and their collectives";
+  let description = [{
+    Runs on the model-level IR, before autodiff, when the plan's tp > 1 (mesh axis 0 of @mesh).
+    Parameters take Megatron's layouts by name: q/k/v and fc1 (SwiGLU's gate and up halves split
+    consistently) and the output layer column-parallel, linear_proj and fc2 row-parallel, the word
+    embeddings vocab-parallel; every other op takes the split its sharding rule gives
+    (attention by heads with kv groups, rope by heads, swiglu by f, reshapes keeping the split
+    dim). Inserted: model.copy_to_region before each replicated input of column-parallel
+    linears (one per value), mesh.all_reduce after row-parallel linears (their bias added after
+    it with model.bias_add) and after the vocab-parallel embedding, and the vocab-parallel cross
+    entropy (ce_local_max, all-reduce max, ce_local_sumexp, ce_target_logit, two all-reduce sums,
+    ce_combine). A sharded parameter's declaration gets its local type and global_shape /
+    split_dim / split_axis; a shard's vocab_start gets a model.rank_offsets entry.
+    Errors: a parameter dim not divisible by tp (names the parameter, dim, extent and tp), a
+    layout an op's rule cannot split, hidden dropout on a shard. Attention on a head shard gets
+    `model.global_heads` and a head_start rank offset (its dropout mask is the single-rank one).
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", "1", "Tensor-parallel size (default: the plan's tp)">,
+  ];
+}
+
 #endif

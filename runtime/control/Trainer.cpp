@@ -9,6 +9,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/control/Dataset.h"
 #include "runtime/control/LrSchedule.h"
+#include "runtime/control/ShardedTensors.h"
 #include "runtime/core/Executor.h"
 #include "runtime/core/Init.h"
 #include "runtime/core/Program.h"
@@ -629,12 +630,17 @@ struct Trainer::Impl {
 
   /// Megatron's calc_params_l2_norm after the step: sqrt of the sum of squares of every
   /// parameter element this rank holds (each parameter once; a tied embedding is one parameter).
-  /// Every rank holds whole parameters (data parallelism replicates them; the distributed
+  /// Tensor-parallel slices' sums are added over the tp group (an all-reduce outside the
+  /// iteration). Otherwise every rank holds whole parameters (data parallelism replicates them; the distributed
   /// optimizer all-gathers them), so no reduction is needed; reading drains carried all-gathers.
   double paramsNorm() const {
     std::map<int, std::vector<double>> bufs;
-    double sumsq = 0;
+    // Tensor-parallel slices are summed over the tp group, replicated parameters counted once.
+    double sumsq = 0, sliced = 0;
+    const int tpGroup = tensorParallelGroup(program).first;
     for (const schema::Parameter &p : program.parameters()) {
+      absl::StatusOr<int> dim = splitDimOf(p);
+      double &acc = tpGroup >= 0 && dim.ok() && *dim >= 0 ? sliced : sumsq;
       auto it = bufs.find(int(p.buffer()));
       if (it == bufs.end())
         it = bufs.emplace(int(p.buffer()), readAsDoubles(int(p.buffer()))).first;
@@ -643,10 +649,18 @@ struct Trainer::Impl {
         numel *= d;
       for (int64_t i = 0; i < numel && p.buffer_offset() + uint64_t(i) < it->second.size(); ++i) {
         double v = it->second[size_t(p.buffer_offset() + uint64_t(i))];
-        sumsq += v * v;
+        acc += v * v;
       }
     }
-    return std::sqrt(sumsq);
+    if (tpGroup >= 0) {
+      ex->drainCommunication();
+      try {
+        comm->allReduce(tpGroup, &sliced, &sliced, 1, DType::F64, ReduceOp::Sum);
+      } catch (const std::exception &) {
+        return std::nan("");
+      }
+    }
+    return std::sqrt(sumsq + sliced);
   }
 
   /// Megatron's count_zeros (--log-num-zeros-in-grad): main-gradient elements equal to zero after
@@ -852,14 +866,22 @@ struct Trainer::Impl {
     return absl::OkStatus();
   }
 
-  std::vector<NamedTensor> parameters() const {
+  /// Every parameter as its global tensor: a tensor-parallel slice is all-gathered over the tp
+  /// group (every rank of the group calls this at the same point), so a TP plan's weights compare
+  /// directly with a single-rank plan's.
+  absl::StatusOr<std::vector<NamedTensor>> parameters() const {
     std::vector<NamedTensor> out;
+    if (tensorParallelGroup(program).first >= 0)
+      ex->drainCommunication();
     for (const schema::Parameter &p : program.parameters()) {
       const schema::Buffer &b = program.buffers(int(p.buffer()));
       NamedTensor t;
       t.name = p.name();
       t.dtype = b.dtype() == schema::F64 ? "F64" : "F32";
-      t.shape.assign(p.global_shape().begin(), p.global_shape().end());
+      if (p.tensor_shape_size() > 0)
+        t.shape.assign(p.tensor_shape().begin(), p.tensor_shape().end());
+      else
+        t.shape.assign(p.global_shape().begin(), p.global_shape().end());
       int64_t numel = 1;
       for (int64_t d : p.slice_size())
         numel *= d;
@@ -870,6 +892,10 @@ struct Trainer::Impl {
       std::string all(b.byte_size(), '\0');
       (void)ex->readBuffer(int(p.buffer()), all.data(), all.size());
       std::memcpy(t.bytes.data(), all.data() + p.buffer_offset() * esize, t.bytes.size());
+      absl::StatusOr<std::string> global = gatherGlobal(*comm, program, p, t.bytes, esize);
+      if (!global.ok())
+        return global.status();
+      t.bytes = std::move(*global);
       out.push_back(std::move(t));
     }
     return out;
@@ -1262,8 +1288,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
       return absl::PermissionDeniedError(
           absl::StrCat("cannot create --dump-dir '", options.dumpDir, "': ", ec.message()));
     std::string sfx = im->dumpSuffix();
+    absl::StatusOr<std::vector<NamedTensor>> initial = im->parameters();
+    if (!initial.ok())
+      return initial.status();
     if (absl::Status s = writeSafetensors(
-            options.dumpDir + "/initial_weights" + sfx + ".safetensors", im->parameters()).status();
+            options.dumpDir + "/initial_weights" + sfx + ".safetensors", *initial).status();
         !s.ok())
       return s;
     if (absl::Status s = im->batchesOut.open(options.dumpDir + "/batches" + sfx + ".bin");
@@ -1557,9 +1586,11 @@ absl::Status Trainer::train() {
   }
   if (!o.dumpDir.empty()) {
     std::string sfx = im.dumpSuffix();
+    absl::StatusOr<std::vector<NamedTensor>> final = im.parameters();
+    if (!final.ok())
+      return final.status();
     if (absl::Status w =
-            writeSafetensors(o.dumpDir + "/final_weights" + sfx + ".safetensors", im.parameters())
-                .status();
+            writeSafetensors(o.dumpDir + "/final_weights" + sfx + ".safetensors", *final).status();
         !w.ok())
       return w;
   }

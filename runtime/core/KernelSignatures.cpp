@@ -630,6 +630,23 @@ std::string verifyCeCombine(const KernelCtx &c) {
   return k.result();
 }
 
+/// `segments` of adamw and sum_squares: (begin, end, `flag`) triples, ascending and disjoint,
+/// inside the n elements of the operands (empty: every element).
+void checkSegments(Check &k, const std::vector<int64_t> &seg, int64_t n, const char *flag) {
+  if (seg.empty())
+    return;
+  k.attrCond(seg.size() % 3 == 0, "segments: " + std::to_string(seg.size()) +
+                                       " values, expected (begin, end, " + flag + ") triples");
+  int64_t prev = 0;
+  for (size_t s = 0; s + 2 < seg.size() && k.ok(); s += 3) {
+    k.attrCond(seg[s] >= prev && seg[s] <= seg[s + 1] && seg[s + 1] <= n,
+               "segments: segment " + std::to_string(s / 3) + " [" + std::to_string(seg[s]) +
+                   ", " + std::to_string(seg[s + 1]) + ") is reversed, out of order or outside "
+                   "the " + std::to_string(n) + " elements");
+    prev = seg[s + 1];
+  }
+}
+
 std::string verifyAdamW(const KernelCtx &c) {
   // param, grad, exp_avg, exp_avg_sq, lr[], weight_decay[], step[], grad_scale[], update[]
   //   -> param, exp_avg, exp_avg_sq (in place of inputs 0, 2, 3)
@@ -655,24 +672,12 @@ std::string verifyAdamW(const KernelCtx &c) {
   k.attrCond(eps > 0, "eps = " + std::to_string(eps) + ", expected > 0");
   // segments: (begin, end, decay) triples, ascending and disjoint, inside the operands; only those
   // elements are updated, each with its own weight-decay flag ((0, 0, 0) alone: none).
-  const std::vector<int64_t> &seg = c.attrs->ints(4);
-  if (!seg.empty()) {
-    k.attrCond(seg.size() % 3 == 0, "segments: " + std::to_string(seg.size()) +
-                                         " values, expected (begin, end, decay) triples");
-    int64_t n = c.in[0].numel, prev = 0;
-    for (size_t s = 0; s + 2 < seg.size() && k.ok(); s += 3) {
-      k.attrCond(seg[s] >= prev && seg[s] <= seg[s + 1] && seg[s + 1] <= n,
-                 "segments: segment " + std::to_string(s / 3) + " [" + std::to_string(seg[s]) +
-                     ", " + std::to_string(seg[s + 1]) + ") is reversed, out of order or outside "
-                     "the " + std::to_string(n) + " elements");
-      prev = seg[s + 1];
-    }
-  }
+  checkSegments(k, c.attrs->ints(4), c.in[0].numel, "decay");
   return k.result();
 }
 
 std::string verifySumSquares(const KernelCtx &c) {
-  // x -> out[] (S)
+  // x -> out[] (S); segments as adamw's (only the ranges with a non-zero flag are summed)
   Check k(c);
   k.floatT(I, 0);
   if (!k.ok())
@@ -680,6 +685,7 @@ std::string verifySumSquares(const KernelCtx &c) {
   k.dtype(O, 0, statsDType(c.in[0].dtype));
   k.scalar(O, 0);
   k.attrCond(c.attrs->f(0) == 0 || c.attrs->f(0) == 1, "beta: expected 0 or 1");
+  checkSegments(k, c.attrs->ints(1), c.in[0].numel, "flag");
   return k.result();
 }
 
@@ -741,12 +747,14 @@ std::vector<KernelSignature> buildTable() {
       {"attention_backward", 6, 3, {A{"causal", Int, 1}, A{"scale", Flt, 0}},
        verifyAttentionBackward, "dq, dk, dv, recomputing probabilities from the log-sum-exp"},
       {"attention_dropout", 4, 2,
-       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0}},
+       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0},
+        A{"head_start", Int, 0}, A{"num_heads", Int, 0}},
        verifyAttentionDropout,
        "attention with dropout on the probabilities, mask from Philox(seed, op_id, iteration, "
-       "global (b, h, i, j))"},
+       "global (b, head_start + h of num_heads, i, j))"},
       {"attention_dropout_backward", 7, 3,
-       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0}},
+       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0},
+        A{"head_start", Int, 0}, A{"num_heads", Int, 0}},
        verifyAttentionDropoutBackward, "dq, dk, dv of attention_dropout, regenerating the mask"},
       {"gelu", 1, 1, {A{"approximate", Int, 0}}, verifyUnarySame,
        "gelu (erf form; tanh form when approximate = 1)"},
@@ -779,8 +787,9 @@ std::vector<KernelSignature> buildTable() {
        verifyAdamW,
        "AdamW step with decoupled weight decay and bias correction, predicated on update; with "
        "segments only the (begin, end, decay) ranges"},
-      {"sum_squares", 1, 1, {A{"beta", Flt, 0}}, verifySumSquares,
-       "out = sum(x^2) (+ out when beta = 1)", "beta"},
+      {"sum_squares", 1, 1, {A{"beta", Flt, 0}, A{"segments", AttrType::Ints}}, verifySumSquares,
+       "out = sum(x^2) (+ out when beta = 1); with segments only the (begin, end, flag != 0) "
+       "ranges", "beta"},
       {"grad_norm_finalize", 1, 3, {A{"max_norm", Flt, 0}}, verifyGradNormFinalize,
        "norm = sqrt(sumsq); grad_scale = min(1, max_norm/(norm+1e-6)); update = isfinite(norm)"},
   };

@@ -65,6 +65,10 @@ struct AttnDropout {
   bool on = false;
   double p = 0;
   uint64_t seed = 0, first = 0;
+  /// Under tensor parallelism: the first head of this rank's shard and the global head count
+  /// (head_start, num_heads attributes; the local count when num_heads is 0), so that the mask
+  /// is the single-rank plan's.
+  uint64_t headStart = 0, heads = 0;
   uint32_t opId = 0, iteration = 0;
 };
 
@@ -127,7 +131,8 @@ template <typename A> void dropoutRow(const AttnDropout &d, uint64_t g0, int n, 
 
 /// Global index of probability (b, h, i, j0) of the microbatch.
 inline uint64_t dropIndex(const AttnShape &s, int64_t b, int64_t h, int64_t i, int64_t j0) {
-  return ((uint64_t(s.drop.first) + uint64_t(b)) * uint64_t(s.NH) + uint64_t(h)) * uint64_t(s.S) *
+  return ((uint64_t(s.drop.first) + uint64_t(b)) * s.drop.heads + s.drop.headStart + uint64_t(h)) *
+             uint64_t(s.S) *
              uint64_t(s.S) +
          uint64_t(i) * uint64_t(s.S) + uint64_t(j0);
 }
@@ -147,7 +152,8 @@ AttnShape attnShape(const KernelCtx &c) {
   return s;
 }
 
-/// attention_dropout / attention_dropout_backward: attrs (causal, scale, p, op_id), the rng key
+/// attention_dropout / attention_dropout_backward: attrs (causal, scale, p, op_id, head_start,
+/// num_heads), the rng key
 /// (seed, iteration, first sample[, op id offset]) is input `rngInput`.
 AttnShape attnDropoutShape(const KernelCtx &c, int rngInput) {
   AttnShape s = attnShape(c);
@@ -159,6 +165,8 @@ AttnShape attnDropoutShape(const KernelCtx &c, int rngInput) {
   s.drop.iteration = uint32_t(rng[1]);
   s.drop.first = uint64_t(rng[2]);
   s.drop.opId = uint32_t(c.attrs->i(3) + (key.numel == 4 ? rng[3] : 0));
+  s.drop.headStart = uint64_t(c.attrs->i(4));
+  s.drop.heads = c.attrs->i(5) > 0 ? uint64_t(c.attrs->i(5)) : uint64_t(s.NH);
   return s;
 }
 

@@ -176,32 +176,46 @@ template <typename T> double blockSumSquares(const T *x, int64_t n) {
   return s;
 }
 
+/// The sum of squares of x[0, n) in double (the blocking described above).
+template <typename T> double sumSquares(const T *x, int64_t n) {
+  double acc = 0;
+  if constexpr (std::is_same_v<T, double>) {
+    // f64 (gradient checks): one sequential double sum.
+    for (int64_t i = 0; i < n; ++i)
+      acc += x[i] * x[i];
+  } else {
+    // f32 / bf16: fixed blocks of kSumSqBlock elements, each summed in double into 8 partial
+    // sums (lane k takes the elements i = k mod 8, then the 8 are added in order); the block sums
+    // are added in block order. The blocks do not depend on the thread count, so neither does
+    // the result; its double rounding error is far below the final rounding to f32.
+    int64_t blocks = (n + kSumSqBlock - 1) / kSumSqBlock;
+    std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      int64_t b = blk * kSumSqBlock, e = std::min(n, b + kSumSqBlock);
+      partial[size_t(blk)] = blockSumSquares(x + b, e - b);
+    }
+    for (double p : partial)
+      acc += p;
+  }
+  return acc;
+}
+
+// With `segments` ((begin, end, flag) triples, the distributed optimizer's view of one bucket
+// shard under tensor parallelism), only the ranges with a non-zero flag, each summed as above,
+// in segment order.
 void sumSquaresKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = Stat<T>;
     const T *x = c.in[0].as<T>();
-    int64_t n = c.in[0].numel;
+    const std::vector<int64_t> &segments = c.attrs->ints(1);
     double acc = 0;
-    if constexpr (std::is_same_v<T, double>) {
-      // f64 (gradient checks): one sequential double sum.
-      for (int64_t i = 0; i < n; ++i)
-        acc += x[i] * x[i];
-    } else {
-      // f32 / bf16: fixed blocks of kSumSqBlock elements, each summed in double into 8 partial
-      // sums (lane k takes the elements i = k mod 8, then the 8 are added in order); the block sums
-      // are added in block order. The blocks do not depend on the thread count, so neither does
-      // the result; its double rounding error is far below the final rounding to f32.
-      int64_t blocks = (n + kSumSqBlock - 1) / kSumSqBlock;
-      std::vector<double> partial(static_cast<size_t>(blocks));
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        int64_t b = blk * kSumSqBlock, e = std::min(n, b + kSumSqBlock);
-        partial[size_t(blk)] = blockSumSquares(x + b, e - b);
-      }
-      for (double p : partial)
-        acc += p;
-    }
+    if (segments.empty())
+      acc = sumSquares(x, c.in[0].numel);
+    for (size_t s = 0; s + 2 < segments.size(); s += 3)
+      if (segments[s + 2] != 0)
+        acc += sumSquares(x + segments[s], segments[s + 1] - segments[s]);
     S *out = c.out[0].as<S>();
     if (c.attrs->f(0) != 0)
       acc = double(out[0]) + acc;

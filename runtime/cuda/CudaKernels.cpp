@@ -493,11 +493,25 @@ void sumSquaresKernel(const KernelCtx &c) {
   const KernelData &kd = KD(c);
   DType t = c.in[0].dtype;
   double *partials = static_cast<double *>(kd.scratch->get(*kd.api, kd.stream, kSumSqBlocks * 8));
-  launch(kd, kname("sumsq_partial", t).c_str(), dim3(kSumSqBlocks), dim3(256), 0, c.in[0].data,
-         c.in[0].numel, partials);
-  launch(kd, sname("sumsq_final", t).c_str(), dim3(1), dim3(32), 0,
-         static_cast<const double *>(partials), int(kSumSqBlocks), c.out[0].data,
-         int(c.attrs->f(0) != 0));
+  // With segments (CPU kernel's semantics): one pass per flagged range, accumulating after the
+  // first. (Not run on a GPU yet.)
+  const std::vector<int64_t> &seg = c.attrs->ints(1);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  if (seg.empty())
+    ranges.push_back({0, c.in[0].numel});
+  for (size_t s = 0; s + 2 < seg.size(); s += 3)
+    if (seg[s + 2] != 0 && seg[s + 1] > seg[s])
+      ranges.push_back({seg[s], seg[s + 1]});
+  if (ranges.empty())
+    ranges.push_back({0, 0}); // writes 0 (or keeps out with beta = 1)
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const char *base = static_cast<const char *>(c.in[0].data) + ranges[r].first * dtypeSize(t);
+    launch(kd, kname("sumsq_partial", t).c_str(), dim3(kSumSqBlocks), dim3(256), 0,
+           static_cast<const void *>(base), ranges[r].second - ranges[r].first, partials);
+    launch(kd, sname("sumsq_final", t).c_str(), dim3(1), dim3(32), 0,
+           static_cast<const double *>(partials), int(kSumSqBlocks), c.out[0].data,
+           int(r > 0 || c.attrs->f(0) != 0));
+  }
 }
 
 void gradNormFinalizeKernel(const KernelCtx &c) {

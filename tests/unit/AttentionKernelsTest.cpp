@@ -530,6 +530,39 @@ TEST(AttentionDropout, MaskIsKeyedByTheGlobalSample) {
   EXPECT_GT(relError(o2[0], both[0]), 1e-3);
 }
 
+TEST(AttentionDropout, HeadShardDrawsTheGlobalMask) {
+  // Tensor parallelism: the heads [2, 4) of 4 (with their kv group) as a shard with
+  // head_start = 2 and num_heads = 4 give exactly those heads of the unsharded kernel.
+  const AttnDims all{2, 9, 4, 2, 4}, shard{2, 9, 2, 1, 4};
+  AttnInputs in = randomInputs(all, DType::F64, 73, 2.0);
+  DropKey d = withKey(0.4, 3, -1);
+  std::vector<HostTensor> full = runDropForward(all, true, 0, d, in.q, in.k, in.v);
+  auto heads = [](const HostTensor &t, int64_t from, int64_t n) { // [B, S, H, D] -> heads
+    HostTensor r(t.dtype, {t.shape[0], t.shape[1], n, t.shape[3]});
+    for (int64_t b = 0; b < t.shape[0]; ++b)
+      for (int64_t i = 0; i < t.shape[1]; ++i)
+        for (int64_t h = 0; h < n; ++h)
+          for (int64_t e = 0; e < t.shape[3]; ++e)
+            r.set(((b * t.shape[1] + i) * n + h) * t.shape[3] + e,
+                  t.get(((b * t.shape[1] + i) * t.shape[2] + from + h) * t.shape[3] + e));
+    return r;
+  };
+  HostTensor q = heads(in.q, 2, 2), k = heads(in.k, 1, 1), v = heads(in.v, 1, 1);
+  HostTensor o(DType::F64, {2, 9, 2, 4}), lse(DType::F64, {2, 2, 9}), rng = keyTensor(d);
+  std::vector<AttrArg> attrs = dropAttrs(true, 0, d);
+  attrs.push_back(AttrArg("head_start", 2));
+  attrs.push_back(AttrArg("num_heads", 4));
+  runKernel("attention_dropout", {&q, &k, &v, &rng}, {&o, &lse}, attrs);
+  HostTensor want = heads(full[0], 2, 2);
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_EQ(o.get(i), want.get(i)) << "element " << i;
+  // Without head_start the shard draws heads 0 and 1's mask: another output.
+  HostTensor o0(DType::F64, {2, 9, 2, 4}), lse0(DType::F64, {2, 2, 9});
+  runKernel("attention_dropout", {&q, &k, &v, &rng}, {&o0, &lse0}, dropAttrs(true, 0, d));
+  EXPECT_GT(relError(o0, want), 1e-3);
+  (void)shard;
+}
+
 TEST(AttentionDropout, ZeroProbabilityEqualsAttention) {
   const AttnDims p{2, 7, 4, 2, 12};
   AttnInputs in = randomInputs(p, DType::F32, 81, 2.0);

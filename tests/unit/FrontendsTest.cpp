@@ -834,7 +834,8 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
     std::string message;
   };
   std::vector<Case> cases = {
-      {"--tensor-model-parallel-size 2", "not supported yet: --tensor-model-parallel-size 2"},
+      {"--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2",
+       "not supported yet: --tensor-model-parallel-size 2 with --pipeline-model-parallel-size 2"},
       {"--bf16", "not supported yet: --bf16"},
       {"--fp16", "not supported yet: --fp16"},
       {"--optimizer sgd", "not supported yet: --optimizer sgd"},
@@ -844,11 +845,16 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   for (const Case &c : cases)
     EXPECT_EQ(parseError(std::string(kMinimal) + " " + c.flags), c.message) << c.flags;
 
-  // Features that need another one report both, one per line.
-  EXPECT_EQ(
-      parseError(std::string(kMinimal) + " --tensor-model-parallel-size 2 --sequence-parallel"),
-      "not supported yet: --tensor-model-parallel-size 2\n"
-      "not supported yet: --sequence-parallel");
+  // Several unsupported features are reported one per line.
+  EXPECT_EQ(parseError(std::string(kMinimal) +
+                       " --tensor-model-parallel-size 2 --sequence-parallel --optimizer sgd"),
+            "not supported yet: --sequence-parallel\n"
+            "not supported yet: --optimizer sgd");
+  // Tensor parallelism: Megatron's requirement on the query groups.
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --group-query-attention --num-query-groups 1 "
+                                               "--tensor-model-parallel-size 2"),
+            "--num-query-groups 1 is not divisible by --tensor-model-parallel-size 2 (Megatron "
+            "requires num_query_groups % tensor_model_parallel_size == 0)");
   EXPECT_CONTAINS(parseError("--num-layers 4 --hidden-size 16 --num-attention-heads 4 "
                              "--seq-length 8 --vocab-size 37 --micro-batch-size 1 "
                              "--pipeline-model-parallel-size 2 "
@@ -859,6 +865,9 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   parseOk(std::string(kMinimal) + " --tensor-model-parallel-size 1 "
                                   "--pipeline-model-parallel-size 1 --data-parallel-size 1 "
                                   "--virtual-pipeline-model-parallel-size 1");
+  // Tensor parallelism is supported, also with data parallelism and attention dropout.
+  parseOk(std::string(kMinimal) + " --tensor-model-parallel-size 2 --data-parallel-size 2 "
+                                  "--use-distributed-optimizer --attention-dropout 0.1");
   // Data parallelism and the distributed optimizer are supported.
   parseOk(std::string(kMinimal) + " --data-parallel-size 2 --use-distributed-optimizer "
                                   "--overlap-grad-reduce --overlap-param-gather "
@@ -872,7 +881,8 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
 TEST(MegatronFlagsTest, FullCommandLineIsRejectedForItsUnsupportedFeatures) {
   std::string error = parseError(kFullCommandLine);
   EXPECT_EQ(error.rfind("not supported yet: ", 0), 0u) << error;
-  for (const char *feature : {"--tensor-model-parallel-size 2", "--sequence-parallel", "--bf16"})
+  for (const char *feature : {"--tensor-model-parallel-size 2 with --pipeline-model-parallel-size 2",
+                              "--sequence-parallel", "--bf16"})
     EXPECT_CONTAINS(error, std::string("not supported yet: ") + feature);
   // Pipeline parallelism is supported.
   EXPECT_EQ(error.find("--pipeline-model-parallel-size"), std::string::npos) << error;

@@ -660,6 +660,34 @@ TEST(SumSquares, AccumulatesInDoubleSequentially) {
   EXPECT_EQ(out.get(0), 19.0);
 }
 
+TEST(SumSquares, SegmentsSumOnlyFlaggedRanges) {
+  // The distributed optimizer's bucket shard under tensor parallelism: only the ranges with a
+  // non-zero flag, each summed as a whole tensor would be; (0, 0, 0) alone sums nothing.
+  for (DType t : {DType::F64, DType::F32}) {
+    SCOPED_TRACE(dtypeName(t));
+    HostTensor x = randomTensor(t, {40}, 103, -1, 1);
+    double ref = 0;
+    for (int64_t i : {2, 3, 4, 5, 6, 20, 21, 22})
+      ref += x.get(i) * x.get(i);
+    DType s = statsDType(t);
+    HostTensor out = scalarOf(s, 7.0);
+    runKernel("sum_squares", {&x}, {&out},
+              {AttrArg("segments", std::vector<int64_t>{2, 7, 1, 9, 16, 0, 20, 23, 1})});
+    EXPECT_NEAR(out.get(0), ref, 1e-6 * ref);
+    HostTensor none = scalarOf(s, 7.0);
+    runKernel("sum_squares", {&x}, {&none}, {AttrArg("segments", std::vector<int64_t>{0, 0, 0})});
+    EXPECT_EQ(none.get(0), 0.0);
+    HostTensor acc = scalarOf(s, 2.0);
+    runKernel("sum_squares", {&x}, {&acc},
+              {AttrArg("beta", 1.0), AttrArg("segments", std::vector<int64_t>{0, 0, 0})});
+    EXPECT_EQ(acc.get(0), 2.0);
+  }
+  HostTensor x(DType::F32, {8}), out(DType::F32, {});
+  EXPECT_NE(verifyKernel("sum_squares", {&x}, {&out},
+                         {AttrArg("segments", std::vector<int64_t>{4, 9, 1})}),
+            "");
+}
+
 TEST(GradNormFinalize, NormClipCoefficientAndUpdatePredicate) {
   for (DType s : {DType::F64, DType::F32}) {
     SCOPED_TRACE(dtypeName(s));
