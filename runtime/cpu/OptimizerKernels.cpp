@@ -150,6 +150,25 @@ void adamwKernel(const KernelCtx &c) {
 }
 
 //===----------------------------------------------------------------------===//
+// adamw_master: adamw's inputs with f32 master weights as input 0 -> master, exp_avg, exp_avg_sq,
+// param (bf16). Megatron's Float16OptimizerWithFloat16Params step: the update runs on the fp32
+// master weights (exactly adamw<float>), then _copy_main_params_to_model_params writes the bf16
+// model parameters, param = bf16(master) rounded to nearest even, over every element (also on a
+// skipped step and outside the segments: the copy of an unchanged master is the unchanged param,
+// since param = bf16(master) holds from initialisation on).
+//===----------------------------------------------------------------------===//
+
+void adamwMasterKernel(const KernelCtx &c) {
+  adamw<float>(c);
+  const float *master = c.out[0].as<float>();
+  bf16 *param = c.out[3].as<bf16>();
+  int64_t n = c.out[0].numel;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    param[i] = bf16(master[i]);
+}
+
+//===----------------------------------------------------------------------===//
 // sum_squares: x (T) -> out[] (S) = sum x^2 (+ out when beta = 1). Squares and the sum are taken
 // in double whatever T is: sequentially for f64, in fixed blocks for f32/bf16 (threaded). The
 // result is deterministic, independent of the thread count, and exact to the final rounding to S
@@ -238,6 +257,7 @@ void gradNormFinalizeKernel(const KernelCtx &c) {
 
 void registerOptimizerKernels(KernelTable &t) {
   t["adamw"] = adamwKernel;
+  t["adamw_master"] = adamwMasterKernel;
   t["sum_squares"] = sumSquaresKernel;
   t["grad_norm_finalize"] = gradNormFinalizeKernel;
 }

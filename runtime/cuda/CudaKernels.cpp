@@ -640,6 +640,10 @@ void matmulKernel(const KernelCtx &c) {
   for (int d = 0; d + 2 < a.rank; ++d)
     batch *= a.dims[d];
   double alpha = c.attrs->f(2), beta = c.attrs->f(3);
+  if (o.dtype != a.dtype) // bf16 x bf16 -> f32 (docs/kernels.md): CPU backend only so far
+    throw std::runtime_error("CUDA matmul: output dtype " + std::string(dtypeName(o.dtype)) +
+                             " differs from the inputs' " + dtypeName(a.dtype) +
+                             " (mixed-precision matmul is implemented on the CPU backend only)");
   if (M == 0 || N == 0 || batch == 0)
     return;
   if (K == 0) {
