@@ -691,6 +691,28 @@ std::string verifyAdamWMaster(const KernelCtx &c) {
   return k.result();
 }
 
+std::string verifyLossScaleUpdate(const KernelCtx &c) {
+  // update[], scale[], growth_tracker[], hysteresis_tracker[] (f32) -> scale, growth, hysteresis
+  Check k(c);
+  for (int i = 0; i < 4; ++i) {
+    k.dtype(I, i, DType::F32);
+    k.scalar(I, i);
+  }
+  for (int o = 0; o < 3; ++o) {
+    k.dtype(O, o, DType::F32);
+    k.scalar(O, o);
+  }
+  double growth = c.attrs->f(0), backoff = c.attrs->f(1), minScale = c.attrs->f(4);
+  k.attrCond(growth > 1, "growth_factor = " + std::to_string(growth) + ", expected > 1");
+  k.attrCond(backoff > 0 && backoff < 1,
+             "backoff_factor = " + std::to_string(backoff) + ", expected 0 < backoff_factor < 1");
+  k.attrCond(c.attrs->i(2) > 0,
+             "growth_interval = " + std::to_string(c.attrs->i(2)) + ", expected > 0");
+  k.attrCond(c.attrs->i(3) > 0, "hysteresis = " + std::to_string(c.attrs->i(3)) + ", expected > 0");
+  k.attrCond(minScale > 0, "min_scale = " + std::to_string(minScale) + ", expected > 0");
+  return k.result();
+}
+
 std::string verifySumSquares(const KernelCtx &c) {
   // x -> out[] (S)
   Check k(c);
@@ -807,6 +829,13 @@ std::vector<KernelSignature> buildTable() {
        verifyAdamWMaster,
        "adamw on f32 master weights (input 0), then param = bf16(master) (round to nearest even) "
        "over all elements, also on a skipped step"},
+      {"loss_scale_update",
+       4,
+       3,
+       {A{"growth_factor", Flt, 2.0}, A{"backoff_factor", Flt, 0.5},
+        A{"growth_interval", Int, 1000}, A{"hysteresis", Int, 2}, A{"min_scale", Flt, 1.0}},
+       verifyLossScaleUpdate,
+       "Megatron's DynamicGradScaler.update(found_inf = update == 0) on device scalars"},
       {"sum_squares", 1, 1, {A{"beta", Flt, 0}}, verifySumSquares,
        "out = sum(x^2) (+ out when beta = 1)", "beta"},
       {"grad_norm_finalize", 1, 3, {A{"max_norm", Flt, 0}}, verifyGradNormFinalize,

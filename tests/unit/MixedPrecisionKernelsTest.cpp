@@ -194,3 +194,66 @@ TEST(AdamWMaster, SignatureNamesTheOperand) {
 }
 
 } // namespace
+
+namespace {
+
+// Megatron's DynamicGradScaler on device scalars, driven by an injected sequence of steps with
+// inf gradients (update = 0), against hand-derived values: growth after `growth_interval`
+// finite steps, backoff only once `hysteresis` infs have been seen, and the min scale floor.
+struct Scaler {
+  HostTensor scale = scalarF32(0), growth = scalarF32(0), hyst = scalarF32(0);
+  std::vector<AttrArg> attrs;
+  Scaler(double s0, int64_t interval, int64_t hysteresis, double minScale) {
+    scale.set(0, s0);
+    hyst.set(0, double(hysteresis));
+    attrs = {AttrArg("growth_interval", interval), AttrArg("hysteresis", hysteresis),
+             AttrArg("min_scale", minScale)};
+  }
+  void step(bool inf) {
+    HostTensor upd = scalarF32(inf ? 0 : 1);
+    runKernel("loss_scale_update", {&upd, &scale, &growth, &hyst}, {&scale, &growth, &hyst}, attrs);
+  }
+};
+
+TEST(LossScaleUpdate, GrowthBackoffHysteresisAndMinScale) {
+  Scaler s(65536, 3, 2, 1);
+  const bool infs[] = {false, false, false, true, true, true, false, false, false};
+  const double want[] = {65536, 65536, 131072, 131072, 65536, 32768, 32768, 32768, 65536};
+  const double wantGrowth[] = {1, 2, 0, 0, 0, 0, 1, 2, 0};
+  const double wantHyst[] = {2, 2, 2, 1, 0, -1, -1, -1, 2};
+  for (int i = 0; i < 9; ++i) {
+    s.step(infs[i]);
+    EXPECT_EQ(s.scale.get(0), want[i]) << "step " << i + 1;
+    EXPECT_EQ(s.growth.get(0), wantGrowth[i]) << "step " << i + 1;
+    EXPECT_EQ(s.hyst.get(0), wantHyst[i]) << "step " << i + 1;
+  }
+  // Only finite steps: scale = s0 * 2^floor(n / interval).
+  Scaler g(1024, 4, 2, 1);
+  for (int n = 1; n <= 21; ++n) {
+    g.step(false);
+    EXPECT_EQ(g.scale.get(0), 1024.0 * std::ldexp(1.0, n / 4)) << n;
+  }
+  // The floor: hysteresis 1 backs off at every inf, never below min_scale.
+  Scaler m(4096, 1000, 1, 1024);
+  const double floorWant[] = {2048, 1024, 1024, 1024};
+  for (double w : floorWant) {
+    m.step(true);
+    EXPECT_EQ(m.scale.get(0), w);
+  }
+}
+
+TEST(LossScaleUpdate, BadAttributesAreNamed) {
+  HostTensor s = scalarF32(1);
+  auto err = [&](std::vector<AttrArg> a) {
+    return verifyKernel("loss_scale_update", {&s, &s, &s, &s}, {&s, &s, &s}, a);
+  };
+  EXPECT_EQ(err({AttrArg("min_scale", 0.0)}), "attribute min_scale = 0.000000, expected > 0");
+  EXPECT_EQ(err({AttrArg("hysteresis", int64_t(0))}), "attribute hysteresis = 0, expected > 0");
+  EXPECT_EQ(err({AttrArg("growth_interval", int64_t(-1))}),
+            "attribute growth_interval = -1, expected > 0");
+  EXPECT_EQ(err({AttrArg("backoff_factor", 1.0)}),
+            "attribute backoff_factor = 1.000000, expected 0 < backoff_factor < 1");
+  EXPECT_EQ(err({}), "");
+}
+
+} // namespace
