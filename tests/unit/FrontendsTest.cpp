@@ -827,7 +827,6 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   std::vector<Case> cases = {
       {"--tensor-model-parallel-size 2", "not supported yet: --tensor-model-parallel-size 2"},
       {"--pipeline-model-parallel-size 2", "not supported yet: --pipeline-model-parallel-size 2"},
-      {"--bf16", "not supported yet: --bf16"},
       {"--fp16", "not supported yet: --fp16"},
       {"--optimizer sgd", "not supported yet: --optimizer sgd"},
       {"--recompute-activations", "not supported yet: --recompute-granularity selective"},
@@ -854,10 +853,14 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   parseOk(std::string(kMinimal) + " --tensor-model-parallel-size 1 "
                                   "--pipeline-model-parallel-size 1 --data-parallel-size 1 "
                                   "--virtual-pipeline-model-parallel-size 1");
-  // Data parallelism and the distributed optimizer are supported.
+  // Data parallelism and the distributed optimizer are supported, with bf16 parameters too.
   parseOk(std::string(kMinimal) + " --data-parallel-size 2 --use-distributed-optimizer "
                                   "--overlap-grad-reduce --overlap-param-gather "
                                   "--ddp-bucket-size 1000");
+  EXPECT_EQ(parseOk(std::string(kMinimal) + " --bf16 --data-parallel-size 2 "
+                                            "--use-distributed-optimizer")
+                .training.params_dtype,
+            "bf16");
 }
 
 //===----------------------------------------------------------------------===//
@@ -868,9 +871,9 @@ TEST(MegatronFlagsTest, FullCommandLineIsRejectedForItsUnsupportedFeatures) {
   std::string error = parseError(kFullCommandLine);
   EXPECT_EQ(error.rfind("not supported yet: ", 0), 0u) << error;
   for (const char *feature :
-       {"--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2", "--sequence-parallel",
-        "--bf16"})
+       {"--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2", "--sequence-parallel"})
     EXPECT_CONTAINS(error, std::string("not supported yet: ") + feature);
+  EXPECT_EQ(error.find("--bf16"), std::string::npos) << error; // supported (issue 12)
 }
 
 TEST(MegatronFlagsTest, FullCommandLineRecordsEveryValue) {
