@@ -34,6 +34,10 @@ struct CompileOptions {
   std::map<std::string, std::string> metadata;
 };
 
+/// The element type of the model's parameters and activations: "bf16" with --bf16, else
+/// options.dtype ("fp32", or "fp64" for gradient checks).
+std::string modelDtype(const ::trainc::config::PlanConfig &cfg, const CompileOptions &options);
+
 /// The plan attribute (`#sched.plan`) of a finalized config: model shape, parallel sizes,
 /// batch, optimizer, loss mode, buckets, schedule. Set on the module by compileModule. Null after
 /// an error (an inconsistent config; the frontends' finalize() refuses those first).

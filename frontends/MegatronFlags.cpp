@@ -132,6 +132,22 @@ FlagSpec number(StringRef name, Field<double> field) {
           "X", [field](PlanConfig &c) { return showNumber(field(c)); }};
 }
 
+/// A number that must be > 0 (`what` says what it is in the error).
+FlagSpec positiveNumber(StringRef name, Field<double> field, StringRef what) {
+  FlagSpec f = number(name, field);
+  std::string w = what.str();
+  f.apply = [field, w](PlanConfig &c, StringRef flag, ArrayRef<StringRef> v) -> Error {
+    double value;
+    if (Error e = parseNumber(flag, v[0], value))
+      return e;
+    if (!(value > 0))
+      return makeError(flag + " expects a positive number (" + w + "), got '" + v[0] + "'");
+    field(c) = value;
+    return Error::success();
+  };
+  return f;
+}
+
 /// A number whose absence means something (the default shown is `unset`).
 FlagSpec optionalNumber(StringRef name, std::optional<double> RuntimeDefaults::*member,
                         StringRef unset = "--weight-decay") {
@@ -276,6 +292,14 @@ const std::vector<FlagSpec> &flagTable() {
       number("--adam-beta2", training(&TrainingConfig::adam_beta2)),
       number("--adam-eps", training(&TrainingConfig::adam_eps)),
       number("--clip-grad", training(&TrainingConfig::clip_grad)),
+      positiveNumber("--loss-scale", training(&TrainingConfig::loss_scale),
+                     "a static fp16 loss scale"),
+      positiveNumber("--initial-loss-scale", training(&TrainingConfig::initial_loss_scale),
+                     "the dynamic loss scale's start"),
+      positiveNumber("--min-loss-scale", training(&TrainingConfig::min_loss_scale),
+                     "the dynamic loss scale's floor"),
+      positive("--loss-scale-window", training(&TrainingConfig::loss_scale_window)),
+      positive("--hysteresis", training(&TrainingConfig::hysteresis)),
       withKind(number("--weight-decay", training(&TrainingConfig::weight_decay)),
                FlagKind::RunTimeDefault), // a device scalar trainrun writes every iteration
       setBool("--calculate-per-token-loss", training(&TrainingConfig::calculate_per_token_loss)),
@@ -458,6 +482,7 @@ std::vector<FlagInfo> megatronFlagTable() {
       {"--train-samples", "none"},
       {"--recompute-num-layers", "none"},
       {"--recompute-memory-budget", "none (bytes of a rank's arena; the compiler chooses)"},
+      {"--loss-scale", "none (dynamic)"},
       {"--virtual-pipeline-model-parallel-size", "none"},
       {"--num-layers-per-virtual-pipeline-stage", "none"},
   };

@@ -534,6 +534,9 @@ Error finalizeTraining(PlanConfig &c) {
     return e;
   if (Error e = checkNonNegative("--clip-grad", t.clip_grad))
     return e;
+  if (t.min_loss_scale > t.initial_loss_scale)
+    return makeError("--min-loss-scale " + formatNumber(t.min_loss_scale) +
+                     " is above --initial-loss-scale " + formatNumber(t.initial_loss_scale));
   if (Error e = checkNonNegative("--weight-decay", t.weight_decay))
     return e;
 
@@ -716,8 +719,15 @@ Error checkSupported(const PlanConfig &config) {
   // Data parallelism, the distributed optimizer, --overlap-grad-reduce and
   // --overlap-param-gather are supported; the gradient reduction always overlaps backward
   // (trainc-grad-buckets places it), so --overlap-grad-reduce changes nothing.
-  if (t.params_dtype != "fp32")
+  // --bf16: bf16 parameters with fp32 main grads and master weights (docs/design.md "Mixed
+  // precision"); --fp16 (loss scaling) is not implemented yet.
+  if (t.params_dtype != "fp32" && t.params_dtype != "bf16")
     reject("--" + t.params_dtype);
+  // bf16 has been checked on one rank and across DP only.
+  if (t.params_dtype == "bf16" && tp > 1)
+    reject("--bf16 with --tensor-model-parallel-size " + Twine(tp));
+  if (t.params_dtype == "bf16" && p.pipeline_model_parallel_size > 1)
+    reject("--bf16 with --pipeline-model-parallel-size " + Twine(p.pipeline_model_parallel_size));
   if (t.optimizer != "adam")
     reject("--optimizer " + t.optimizer);
   if (config.model.use_rope_scaling)

@@ -138,6 +138,13 @@ struct TrainingConfig {
   double adam_eps = 1e-8;
   /// Gradient-norm clipping threshold; 0 = no clipping.
   double clip_grad = 1.0;
+  /// fp16 loss scaling (Megatron's): --loss-scale, a static scale (0 = unset: dynamic), and the
+  /// DynamicGradScaler's --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis.
+  double loss_scale = 0;
+  double initial_loss_scale = 4294967296.0; // 2^32
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
   double weight_decay = 0.01;
   /// true (trainc's default): the loss is the exact per-token mean over the whole global
   /// batch (Megatron's --calculate-per-token-loss). false (--no-calculate-per-token-loss):

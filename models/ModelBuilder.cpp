@@ -20,7 +20,9 @@ public:
   ModelIRBuilder(ModuleOp module, const ModelConfig &cfg, const BuildOptions &o)
       : module(module), cfg(cfg), opts(o), b(module.getContext()),
         loc(FileLineColLoc::get(module.getContext(), cfg.family + ".model", 0, 0)) {
-    elt = o.dtype == "fp64" ? Type(b.getF64Type()) : Type(b.getF32Type());
+    elt = o.dtype == "fp64"   ? Type(b.getF64Type())
+          : o.dtype == "bf16" ? Type(b.getBF16Type())
+                              : Type(b.getF32Type());
     stats = model::statsElementType(elt);
   }
 
@@ -312,6 +314,9 @@ LogicalResult ModelIRBuilder::build() {
   Value hf = norm(x, P(lnf), rms ? Value() : P(lnfb), at("decoder.final_layernorm", line++));
   Value logits = reshape(linear(hf, P(wout), Value(), V, lo), {B * S, V}, lo);
   Location lc = at("loss", line++);
+  // bf16: the loss on fp32 logits (Megatron's output.float() before the cross entropy).
+  if (elt != stats)
+    logits = b.create<model::CastOp>(lc, t({B * S, V}, stats), logits);
   auto ce = b.create<model::CrossEntropyOp>(
       lc, TypeRange{scalar, scalar, t({B * S}, stats)}, logits, reshape(labels, {B * S}, lc),
       reshape(mask, {B * S}, lc), b.getI64IntegerAttr(0),
@@ -324,7 +329,8 @@ LogicalResult ModelIRBuilder::build() {
 
 LogicalResult mlir::trainc::buildModel(ModuleOp module, const ModelConfig &cfg,
                                        const BuildOptions &options) {
-  if (options.dtype != "fp32" && options.dtype != "fp64")
-    return module.emitError() << "model dtype '" << options.dtype << "' is not fp32 or fp64";
+  if (options.dtype != "fp32" && options.dtype != "fp64" && options.dtype != "bf16")
+    return module.emitError() << "model dtype '" << options.dtype
+                              << "' is not fp32, fp64 or bf16";
   return ModelIRBuilder(module, cfg, options).build();
 }

@@ -45,6 +45,10 @@ void mlir::trainc::loadTraincDialects(MLIRContext &ctx) {
                   rt::RtDialect>();
 }
 
+std::string mlir::trainc::modelDtype(const cfgns::PlanConfig &cfg, const CompileOptions &options) {
+  return cfg.training.params_dtype == "bf16" ? "bf16" : options.dtype;
+}
+
 OwningOpRef<ModuleOp> mlir::trainc::buildModelModule(MLIRContext &ctx,
                                                      const cfgns::PlanConfig &cfg,
                                                      const CompileOptions &options) {
@@ -52,7 +56,7 @@ OwningOpRef<ModuleOp> mlir::trainc::buildModelModule(MLIRContext &ctx,
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&ctx));
   BuildOptions b;
   b.microBatchSize = cfg.training.micro_batch_size;
-  b.dtype = options.dtype;
+  b.dtype = modelDtype(cfg, options);
   if (failed(buildModel(*module, cfg.model, b)) || failed(verify(*module)))
     return nullptr;
   // Megatron's FLOPs count of the model the builder built (a .mlir model has none).
@@ -92,7 +96,7 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
       m.seq_length, m.padded_vocab_size, par.tensor_model_parallel_size, /*cp=*/one, /*ep=*/one,
       par.data_parallel_size, par.pipeline_model_parallel_size,
       std::max<int64_t>(1, par.virtual_pipeline_model_parallel_size), t.micro_batch_size,
-      t.global_batch_size, t.num_microbatches, StringRef(options.dtype), StringRef(t.optimizer),
+      t.global_batch_size, t.num_microbatches, StringRef(modelDtype(cfg, options)), StringRef(t.optimizer),
       f64(t.adam_beta1), f64(t.adam_beta2), f64(t.adam_eps), f64(t.clip_grad),
       f64(t.weight_decay), lossMode, par.ddp_bucket_size,
       b.getBoolAttr(par.use_distributed_optimizer),

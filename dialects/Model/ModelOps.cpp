@@ -242,7 +242,11 @@ SmallVector<Value> LinearOp::buildVJP(OpBuilder &b, ValueRange g) {
     return SmallVector<Value>(getNumOperands(), Value());
   SmallVector<Value> r;
   r.push_back(b.create<LinearGradInputOp>(getLoc(), getInput().getType(), g[0], getWeight()));
-  r.push_back(b.create<LinearGradWeightOp>(getLoc(), getWeight().getType(), g[0], getInput()));
+  // bf16 weights: the weight-gradient GEMM writes fp32 (bf16 products accumulated in fp32, no
+  // bf16 temporary), the dtype of the main grad it is accumulated into.
+  auto wt = cast<RankedTensorType>(getWeight().getType());
+  auto gradType = RankedTensorType::get(wt.getShape(), statsElementType(wt.getElementType()));
+  r.push_back(b.create<LinearGradWeightOp>(getLoc(), gradType, g[0], getInput()));
   if (getBias())
     r.push_back(b.create<BiasGradOp>(getLoc(), getBias().getType(), g[0]));
   return r;
@@ -632,6 +636,18 @@ void AddOp::emitKernels(KernelEmitter &e) {
   e.kernel("add", {e.operand(0), e.operand(1)}, {e.result(0)});
 }
 SmallVector<Value> AddOp::buildVJP(OpBuilder &b, ValueRange g) { return {g[0], g[0]}; }
+
+LogicalResult CastOp::verify() {
+  return expectShape(*this, getResult(), shapeOf(getInput()), "result");
+}
+double CastOp::getFlops() { return 0; }
+double CastOp::getBytesMoved() { return bytesOf(*this); }
+void CastOp::emitKernels(KernelEmitter &e) { e.kernel("cast", {e.operand(0)}, {e.result(0)}); }
+SmallVector<Value> CastOp::buildVJP(OpBuilder &b, ValueRange g) {
+  if (!g[0])
+    return {Value()};
+  return {b.create<CastOp>(getLoc(), getInput().getType(), g[0])};
+}
 
 /// Checks that `rng` is a dropout key: tensor<3xi64> or rng_offset's tensor<4xi64>.
 bool mlir::trainc::model::isCheaperToRecompute(Operation *op) {
@@ -1332,6 +1348,7 @@ ShardingRule AttentionOp::getShardingRule() {
 
 ShardingRule GeluOp::getShardingRule() { return elementwise(*this); }
 ShardingRule AddOp::getShardingRule() { return elementwise(*this); }
+ShardingRule CastOp::getShardingRule() { return elementwise(*this); }
 ShardingRule DropoutOp::getShardingRule() {
   // The mask is keyed by the global element index: the same for any split.
   return elementwise(*this);

@@ -221,6 +221,20 @@ def Model_AddOp : Model_FwdOp<"add"> {
   let results = (outs FloatTensor:$result);
 }
 
+def Model_CastOp : Model_FwdOp<"cast"> {
+  let summary = "Converts a tensor to another float element type (mixed precision)";
+  let description = [{
+    Round to nearest even when narrowing (f32 -> bf16). Its VJP casts the gradient back to the
+    input's type. With `--bf16` the logits are cast to f32 before cross entropy, as Megatron's
+    loss computes on `output.float()`.
+    ```mlir
+    %y = model.cast %x : (tensor<2x9x16xbf16>) -> tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins FloatTensor:$input);
+  let results = (outs FloatTensor:$result);
+}
+
 def Model_DropoutOp : Model_FwdOp<"dropout"> {
   let summary = "Dropout with a counter-based mask keyed by (seed, iteration, microbatch, op_id, index)";
   let description = [{

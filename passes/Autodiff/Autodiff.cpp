@@ -110,7 +110,21 @@ void Differentiator::addGrad(llvm::DenseMap<Value, Value> &grads, Value v, Value
     grads[v] = g;
     return;
   }
-  it->second = b.create<model::AddOp>(g.getLoc(), g.getType(), it->second, g);
+  // Mixed precision: a bf16 contribution meets an fp32 one (a tied embedding's bf16 table
+  // gradient and the output layer's fp32 weight gradient): the sum is taken in fp32.
+  Value acc = it->second;
+  if (acc.getType() != g.getType()) {
+    auto widen = [&](Value x) -> Value {
+      auto t = cast<RankedTensorType>(x.getType());
+      Type s = model::statsElementType(t.getElementType());
+      return t.getElementType() == s
+                 ? x
+                 : b.create<model::CastOp>(x.getLoc(), RankedTensorType::get(t.getShape(), s), x);
+    };
+    acc = widen(acc);
+    g = widen(g);
+  }
+  it->second = b.create<model::AddOp>(g.getLoc(), g.getType(), acc, g);
 }
 
 LogicalResult Differentiator::sweep(Block &body, Operation *boundary, Operation *ip,
@@ -428,7 +442,7 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
       if (!g) // unused parameter: zero gradient
         g = b.create<model::FillOp>(ret.getLoc(), arg.getType(), b.getF64FloatAttr(0.0));
       results.push_back(g);
-      types.push_back(arg.getType());
+      types.push_back(g.getType()); // f32 for a bf16 weight's GEMM gradient (mixed precision)
       resultAttrs.push_back(b.getDictionaryAttr({b.getNamedAttr("model.grad_of", name)}));
     }
     b.create<func::ReturnOp>(ret.getLoc(), results);

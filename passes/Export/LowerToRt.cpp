@@ -81,6 +81,8 @@ struct ParamInfo {
   MemRefType type, gradType;
   /// The parameter's value and main grad: a whole buffer (offset -1) or a range of one.
   rt::BufferOp value, grad, expAvg, expAvgSq;
+  /// bf16 parameters: their fp32 master weights (without the distributed optimizer).
+  rt::BufferOp master;
   int64_t valueOffset = -1, gradOffset = -1;
   /// Sharded by tensor parallelism (its declaration has a split): each TP rank holds a distinct
   /// part, where replicated parameters are the same on every TP rank.
@@ -94,6 +96,8 @@ struct DpLayout {
   sched::GradBufferOp op;
   ::trainc::grad::GradLayout geo;
   rt::BufferOp mainGrad, params, expAvg, expAvgSq;
+  /// bf16 parameters: the fp32 master weights of this rank's shards (like exp_avg).
+  rt::BufferOp master;
   int64_t dp() const { return geo.dp; }
   bool distributed() const { return geo.distributed; }
   int64_t bound(int64_t b) const { return geo.bounds[size_t(b)]; }
@@ -374,6 +378,8 @@ LogicalResult Lowering::collectParams() {
         if (!layout.distributed()) {
           p.expAvg = addBuffer(p.name + ".exp_avg", p.gradType, "optimizer_state");
           p.expAvgSq = addBuffer(p.name + ".exp_avg_sq", p.gradType, "optimizer_state");
+          if (p.type.getElementType() != p.gradType.getElementType())
+            p.master = addBuffer(p.name + ".master", p.gradType, "master_param");
         }
         paramIndex[p.name] = params.size();
         params.push_back(p);
@@ -400,6 +406,8 @@ LogicalResult Lowering::collectParams() {
                              layout.mainGrad.getType().getElementType());
     layout.expAvg = addBuffer("exp_avg", t, "optimizer_state");
     layout.expAvgSq = addBuffer("exp_avg_sq", t, "optimizer_state");
+    if (layout.params.getType().getElementType() != t.getElementType())
+      layout.master = addBuffer("master_params", t, "master_param");
   }
   if (!statsType)
     statsType = Float32Type::get(module.getContext());
@@ -1155,20 +1163,25 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
   if (it == paramIndex.end())
     return adam.emitOpError() << "names unknown parameter '" << adam.getParam() << "'";
   ParamInfo &p = params[it->second];
-  if (p.type.getElementType() != statsType)
+  const bool mixed = p.type.getElementType() != statsType;
+  if (mixed && !p.type.getElementType().isBF16())
     return adam.emitOpError() << "parameter '" << p.name << "' has element type "
                               << p.type.getElementType()
-                              << "; mixed precision (fp32 master weights) is not supported yet";
+                              << "; master weights exist for bf16 parameters only";
   SmallVector<NamedAttribute> attrs{f64("beta1", adam.getBeta1().convertToDouble()),
                                     f64("beta2", adam.getBeta2().convertToDouble()),
                                     f64("eps", adam.getEps().convertToDouble())};
-  auto update = [&](Value w, Value g, Value m, Value v) {
-    return kernel(ob, loc, "adamw",
-           {w, g, m, v, ref(ob, loc, scalar("lr", "scalar")),
-            ref(ob, loc, scalar("weight_decay", "scalar")), ref(ob, loc, scalar("step", "scalar")),
-            ref(ob, loc, scalar("grad_scale", "workspace")),
-            ref(ob, loc, scalar("update_successful", "output"))},
-           {w, m, v}, attrs, {0, 2, 3});
+  // bf16 parameters: AdamW on the fp32 master weights `master`, which also writes w = bf16(master)
+  // (Megatron's Float16OptimizerWithFloat16Params).
+  auto update = [&](Value w, Value g, Value m, Value v, Value master = {}) {
+    SmallVector<Value> ins{master ? master : w, g, m, v, ref(ob, loc, scalar("lr", "scalar")),
+                           ref(ob, loc, scalar("weight_decay", "scalar")),
+                           ref(ob, loc, scalar("step", "scalar")),
+                           ref(ob, loc, scalar("grad_scale", "workspace")),
+                           ref(ob, loc, scalar("update_successful", "output"))};
+    if (master)
+      return kernel(ob, loc, "adamw_master", ins, {master, m, v, w}, attrs, {0, 2, 3, -1});
+    return kernel(ob, loc, "adamw", ins, {w, m, v}, attrs, {0, 2, 3});
   };
   if (!layout.distributed()) {
     // One statement per operand: the order of the refs in the IR is fixed.
@@ -1177,7 +1190,7 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
     Value v = ref(ob, loc, p.expAvgSq);
     Value g = gradRef(ob, loc, p);
     attrs.push_back(i64("decay", adam.getDecay() ? 1 : 0));
-    update(w, g, m, v);
+    update(w, g, m, v, mixed ? ref(ob, loc, p.master) : Value());
     return success();
   }
   // ZeRO-1: one update per bucket shard, at the bucket's last sched.adamw, over this rank's shard;
@@ -1199,7 +1212,8 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
   Value m = range(ob, loc, layout.expAvg, state, state + size);
   Value v = range(ob, loc, layout.expAvgSq, state, state + size);
   Value g = shardOf(ob, loc, layout.mainGrad, k);
-  update(w, g, m, v)->setAttr("rt.shard_segments", b.getDenseI64ArrayAttr(bucketSegments));
+  Value master = mixed ? range(ob, loc, layout.master, state, state + size) : Value();
+  update(w, g, m, v, master)->setAttr("rt.shard_segments", b.getDenseI64ArrayAttr(bucketSegments));
   return success();
 }
 

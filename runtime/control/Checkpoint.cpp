@@ -245,6 +245,10 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
   for (const schema::Function &fn : p.functions())
     for (int k = 0; k < fn.body_size(); ++k) {
       const schema::Instruction &ins = fn.body(k);
+      if (ins.op_case() == schema::Instruction::kKernel && ins.kernel().kernel() == "adamw_master")
+        return absl::UnimplementedError(absl::StrCat(
+            "function '", fn.name(), "' instruction ", k, " (adamw_master): checkpoints of fp32 "
+            "master weights (--bf16) are not supported yet"));
       if (ins.op_case() != schema::Instruction::kKernel || ins.kernel().kernel() != "adamw")
         continue;
       const schema::KernelCall &kc = ins.kernel();
@@ -377,6 +381,9 @@ struct Checkpointer::Impl {
   LrSchedulerConfig schedule;
   int64_t rngSeed = 0, dataSeed = 0;
   std::vector<Piece> pieces;
+  /// Why this program cannot be checkpointed (e.g. bf16 master weights); reported by save and
+  /// load only, so that a run without --save / --load trains.
+  absl::Status piecesError;
   int64_t dpRank = 0;
   int64_t lastSaved = -1;
   Clock::time_point start = Clock::now();
@@ -1097,9 +1104,12 @@ Checkpointer::create(const schema::Program &program, Executor &ex, Communicator 
     if (program.mesh().axis_names(a) == "dp")
       im->dpRank = program.mesh().coords(a);
   absl::StatusOr<std::vector<Piece>> pieces = collectPieces(program, im->dpRank);
-  if (!pieces.ok())
+  if (!pieces.ok() && (!options.save.empty() || !options.load.empty()))
     return pieces.status();
-  im->pieces = std::move(*pieces);
+  if (pieces.ok())
+    im->pieces = std::move(*pieces);
+  else
+    im->piecesError = pieces.status();
   if (options.exitSignalHandler) {
     gExitSignal = 0;
     struct sigaction sa {};
@@ -1116,10 +1126,16 @@ Checkpointer::create(const schema::Program &program, Executor &ex, Communicator 
 absl::Status Checkpointer::load(TrainState &state, int64_t &rngSeed) {
   if (impl_->opts.load.empty())
     return absl::OkStatus();
+  if (!impl_->piecesError.ok())
+    return impl_->piecesError;
   return impl_->load(state, rngSeed);
 }
 
-absl::Status Checkpointer::save(const TrainState &state) { return impl_->save(state); }
+absl::Status Checkpointer::save(const TrainState &state) {
+  if (!impl_->piecesError.ok())
+    return impl_->piecesError;
+  return impl_->save(state);
+}
 
 absl::StatusOr<bool> Checkpointer::afterIteration(const TrainState &st) {
   Impl &im = *impl_;

@@ -3,6 +3,7 @@
 #include "runtime/core/Init.h"
 
 #include "runtime/core/Philox.h"
+#include "runtime/core/Resolve.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -251,7 +252,49 @@ absl::Status initializeParameters(Executor &ex, uint64_t seed) {
     for (int64_t ch = 0; ch < chunks; ++ch)
       initRange(p, t, seed, key, ch * kChunk, std::min(n, (ch + 1) * kChunk), base);
   }
-  return flush();
+  if (absl::Status s = flush(); !s.ok())
+    return s;
+  return initializeMasterWeights(ex);
+}
+
+absl::Status initializeMasterWeights(Executor &ex) {
+  const schema::Program &prog = ex.program();
+  for (const schema::Function &fn : prog.functions())
+    for (int k = 0; k < fn.body_size(); ++k) {
+      const schema::Instruction &ins = fn.body(k);
+      if (ins.op_case() != schema::Instruction::kKernel ||
+          ins.kernel().kernel() != "adamw_master")
+        continue;
+      const schema::KernelCall &kc = ins.kernel();
+      std::string where = absl::StrCat("function '", fn.name(), "' instruction ", k,
+                                       " (adamw_master)");
+      ResolvedOperand master, param;
+      if (kc.inputs_size() < 1 || kc.outputs_size() < 4)
+        return absl::InvalidArgumentError(where + ": expected 9 inputs and 4 outputs");
+      std::string e = resolveOperand(prog, fn, kc.inputs(0), master);
+      if (e.empty())
+        e = resolveOperand(prog, fn, kc.outputs(3), param);
+      if (e.empty() && (master.isArg || param.isArg))
+        e = "the master weights and the parameter must be buffers, not function arguments";
+      if (e.empty() && (master.view.dtype != DType::F32 || param.view.dtype != DType::BF16 ||
+                        master.view.numel != param.view.numel))
+        e = "expected f32 master weights and a bf16 parameter of as many elements";
+      if (!e.empty())
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", e));
+      const schema::Buffer &mb = prog.buffers(int(master.base)), &pb = prog.buffers(int(param.base));
+      std::vector<char> mbytes(mb.byte_size()), pbytes(pb.byte_size());
+      if (absl::Status s = ex.readBuffer(int(master.base), mbytes.data(), mbytes.size()); !s.ok())
+        return s;
+      if (absl::Status s = ex.readBuffer(int(param.base), pbytes.data(), pbytes.size()); !s.ok())
+        return s;
+      float *m = reinterpret_cast<float *>(mbytes.data()) + master.elemOffset;
+      const bf16 *pp = reinterpret_cast<const bf16 *>(pbytes.data()) + param.elemOffset;
+      for (int64_t i = 0; i < master.view.numel; ++i)
+        m[i] = float(pp[i]);
+      if (absl::Status s = ex.writeBuffer(int(master.base), mbytes.data(), mbytes.size()); !s.ok())
+        return s;
+    }
+  return absl::OkStatus();
 }
 
 } // namespace trainc::rt

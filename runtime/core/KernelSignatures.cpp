@@ -168,12 +168,18 @@ std::string verifyScalarUnary(const KernelCtx &c) {
   return k.result();
 }
 
-// matmul: c[..., M, N] = alpha * op(a)[..., M, K] @ op(b)[..., K, N] + beta * c.
+// matmul: c[..., M, N] = alpha * op(a)[..., M, K] @ op(b)[..., K, N] + beta * c. c has a's dtype,
+// or f32 when a and b are bf16 (fp32 accumulation into an fp32 output: with beta = 1 the weight
+// gradient GEMM accumulates into an fp32 main grad, Megatron's gradient-accumulation fusion).
 std::string verifyMatmul(const KernelCtx &c) {
   Check k(c);
   k.floatT(I, 0);
   k.sameDType(I, 0, I, 1);
-  k.sameDType(I, 0, O, 0);
+  if (!(c.in[0].dtype == DType::BF16 && c.out[0].dtype == DType::F32) &&
+      c.out[0].dtype != c.in[0].dtype)
+    k.fail("output 0: dtype " + std::string(dtypeName(c.out[0].dtype)) + ", expected " +
+           dtypeName(c.in[0].dtype) + " (as input 0)" +
+           (c.in[0].dtype == DType::BF16 ? " or f32 (fp32 accumulation)" : ""));
   k.minRank(I, 0, 2);
   k.minRank(I, 1, 2);
   k.minRank(O, 0, 2);
@@ -676,6 +682,42 @@ std::string verifyAdamW(const KernelCtx &c) {
   return k.result();
 }
 
+std::string verifyAdamWMaster(const KernelCtx &c) {
+  // adamw's nine inputs (input 0 the f32 master weights) -> master, exp_avg, exp_avg_sq, param
+  KernelCtx base = c;
+  base.numOut = 3;
+  std::string e = verifyAdamW(base);
+  if (!e.empty())
+    return e;
+  Check k(c);
+  k.dtype(I, 0, DType::F32);
+  k.dtype(O, 3, DType::BF16);
+  k.sameNumel(I, 0, O, 3);
+  return k.result();
+}
+
+std::string verifyLossScaleUpdate(const KernelCtx &c) {
+  // update[], scale[], growth_tracker[], hysteresis_tracker[] (f32) -> scale, growth, hysteresis
+  Check k(c);
+  for (int i = 0; i < 4; ++i) {
+    k.dtype(I, i, DType::F32);
+    k.scalar(I, i);
+  }
+  for (int o = 0; o < 3; ++o) {
+    k.dtype(O, o, DType::F32);
+    k.scalar(O, o);
+  }
+  double growth = c.attrs->f(0), backoff = c.attrs->f(1), minScale = c.attrs->f(4);
+  k.attrCond(growth > 1, "growth_factor = " + std::to_string(growth) + ", expected > 1");
+  k.attrCond(backoff > 0 && backoff < 1,
+             "backoff_factor = " + std::to_string(backoff) + ", expected 0 < backoff_factor < 1");
+  k.attrCond(c.attrs->i(2) > 0,
+             "growth_interval = " + std::to_string(c.attrs->i(2)) + ", expected > 0");
+  k.attrCond(c.attrs->i(3) > 0, "hysteresis = " + std::to_string(c.attrs->i(3)) + ", expected > 0");
+  k.attrCond(minScale > 0, "min_scale = " + std::to_string(minScale) + ", expected > 0");
+  return k.result();
+}
+
 std::string verifySumSquares(const KernelCtx &c) {
   // x -> out[] (S); segments as adamw's (only the ranges with a non-zero flag are summed)
   Check k(c);
@@ -787,6 +829,21 @@ std::vector<KernelSignature> buildTable() {
        verifyAdamW,
        "AdamW step with decoupled weight decay and bias correction, predicated on update; with "
        "segments only the (begin, end, decay) ranges"},
+      {"adamw_master",
+       9,
+       4,
+       {A{"beta1", Flt, 0.9}, A{"beta2", Flt, 0.999}, A{"eps", Flt, 1e-8},
+        A{"decay", Int, 1}, A{"segments", AttrType::Ints}},
+       verifyAdamWMaster,
+       "adamw on f32 master weights (input 0), then param = bf16(master) (round to nearest even) "
+       "over all elements, also on a skipped step"},
+      {"loss_scale_update",
+       4,
+       3,
+       {A{"growth_factor", Flt, 2.0}, A{"backoff_factor", Flt, 0.5},
+        A{"growth_interval", Int, 1000}, A{"hysteresis", Int, 2}, A{"min_scale", Flt, 1.0}},
+       verifyLossScaleUpdate,
+       "Megatron's DynamicGradScaler.update(found_inf = update == 0) on device scalars"},
       {"sum_squares", 1, 1, {A{"beta", Flt, 0}, A{"segments", AttrType::Ints}}, verifySumSquares,
        "out = sum(x^2) (+ out when beta = 1); with segments only the (begin, end, flag != 0) "
        "ranges", "beta"},

@@ -4,7 +4,9 @@
 // trans_a / trans_b is set and b either batched like a or a single [K, N] matrix shared by all
 // batches (a linear layer's weight). f32 and bf16 go through oneDNN's matmul primitive (cached per
 // shape); f64, which oneDNN's CPU matmul does not support, uses a blocked loop (it serves gradient
-// checks, not speed).
+// checks, not speed). bf16 inputs may write an f32 output (oneDNN accumulates bf16 products in
+// f32 and, with beta = 1, adds the f32 output before one final rounding to f32): the weight
+// gradient GEMM accumulating into an fp32 main grad.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,15 +47,15 @@ MatmulShape matmulShape(const KernelCtx &c) {
   return s;
 }
 
-/// f64 (and fallback) loop: c = alpha * op(a) @ op(b) + beta * c.
-template <typename T>
-void matmulLoop(const MatmulShape &s, const T *a, const T *b, T *c, double alpha, double beta) {
+/// f64 (and fallback) loop: c = alpha * op(a) @ op(b) + beta * c, computed in Acc<T>, stored as C.
+template <typename T, typename C = T>
+void matmulLoop(const MatmulShape &s, const T *a, const T *b, C *c, double alpha, double beta) {
   using A = Acc<T>;
   std::vector<A> row(size_t(s.N));
   for (int64_t bi = 0; bi < s.batch; ++bi) {
     const T *ab = a + bi * s.M * s.K;
     const T *bb = s.bBatched ? b + bi * s.K * s.N : b;
-    T *cb = c + bi * s.M * s.N;
+    C *cb = c + bi * s.M * s.N;
     for (int64_t i = 0; i < s.M; ++i) {
       std::fill(row.begin(), row.end(), A(0));
       for (int64_t k = 0; k < s.K; ++k) {
@@ -88,10 +90,11 @@ public:
   }
 
   /// Runs the matmul; returns false if oneDNN cannot build a primitive for it.
-  bool run(const MatmulShape &s, dnnl::memory::data_type dt, void *a, void *b, void *c,
-           double alpha, double beta) {
+  /// `dt` is a's and b's dtype, `ct` c's.
+  bool run(const MatmulShape &s, dnnl::memory::data_type dt, dnnl::memory::data_type ct, void *a,
+           void *b, void *c, double alpha, double beta) {
     using dnnl::memory;
-    Key key{int(dt), s.batch, s.M, s.N, s.K, s.ta, s.tb, s.bBatched, alpha, beta};
+    Key key{int(dt) * 256 + int(ct), s.batch, s.M, s.N, s.K, s.ta, s.tb, s.bBatched, alpha, beta};
     std::shared_ptr<Entry> e;
     {
       std::lock_guard<std::mutex> l(mu);
@@ -110,7 +113,7 @@ public:
         memory::dims cs = {s.M * s.N, s.N, 1};
         e->a = memory::desc(ad, dt, as);
         e->b = memory::desc(bd, dt, bs);
-        e->c = memory::desc(cd, dt, cs);
+        e->c = memory::desc(cd, ct, cs);
         dnnl::primitive_attr attr;
         // The caller owns the scratchpad: with oneDNN's default (library) mode, distinct
         // primitives share one scratchpad and must not run concurrently (oneDNN's
@@ -178,14 +181,21 @@ void matmulKernel(const KernelCtx &c) {
     return;
   }
   DType t = c.in[0].dtype;
+  using dt = dnnl::memory::data_type;
   if (t == DType::F32 &&
-      Dnnl::get().run(s, dnnl::memory::data_type::f32, c.in[0].data, c.in[1].data, c.out[0].data,
-                      alpha, beta))
+      Dnnl::get().run(s, dt::f32, dt::f32, c.in[0].data, c.in[1].data, c.out[0].data, alpha, beta))
     return;
-  if (t == DType::BF16 &&
-      Dnnl::get().run(s, dnnl::memory::data_type::bf16, c.in[0].data, c.in[1].data,
-                      c.out[0].data, alpha, beta))
-    return;
+  if (t == DType::BF16) {
+    bool f32Out = c.out[0].dtype == DType::F32;
+    if (Dnnl::get().run(s, dt::bf16, f32Out ? dt::f32 : dt::bf16, c.in[0].data, c.in[1].data,
+                        c.out[0].data, alpha, beta))
+      return;
+    if (f32Out) {
+      matmulLoop<bf16, float>(s, c.in[0].as<bf16>(), c.in[1].as<bf16>(), c.out[0].as<float>(),
+                              alpha, beta);
+      return;
+    }
+  }
   dispatchFloat(t, [&](auto tag) {
     using T = decltype(tag);
     matmulLoop<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<T>(), alpha, beta);

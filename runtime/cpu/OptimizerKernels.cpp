@@ -150,6 +150,58 @@ void adamwKernel(const KernelCtx &c) {
 }
 
 //===----------------------------------------------------------------------===//
+// adamw_master: adamw's inputs with f32 master weights as input 0 -> master, exp_avg, exp_avg_sq,
+// param (bf16). Megatron's Float16OptimizerWithFloat16Params step: the update runs on the fp32
+// master weights (exactly adamw<float>), then _copy_main_params_to_model_params writes the bf16
+// model parameters, param = bf16(master) rounded to nearest even, over every element (also on a
+// skipped step and outside the segments: the copy of an unchanged master is the unchanged param,
+// since param = bf16(master) holds from initialisation on).
+//===----------------------------------------------------------------------===//
+
+void adamwMasterKernel(const KernelCtx &c) {
+  adamw<float>(c);
+  const float *master = c.out[0].as<float>();
+  bf16 *param = c.out[3].as<bf16>();
+  int64_t n = c.out[0].numel;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    param[i] = bf16(master[i]);
+}
+
+//===----------------------------------------------------------------------===//
+// loss_scale_update: update[], scale[], growth_tracker[], hysteresis_tracker[] -> scale,
+// growth_tracker, hysteresis_tracker (normally in place of inputs 1..3). Megatron's
+// DynamicGradScaler.update with found_inf = (update == 0), the step's predicate from
+// grad_norm_finalize (a non-finite gradient gives a non-finite norm):
+//   found_inf: growth = 0; hysteresis -= 1; if hysteresis <= 0: scale = max(scale * backoff, min)
+//   else:      growth += 1; if growth == interval: growth = 0, hysteresis = H, scale *= growth_factor
+// The trackers are small integers held exactly in f32. Computed in double, stored as f32.
+//===----------------------------------------------------------------------===//
+
+void lossScaleUpdateKernel(const KernelCtx &c) {
+  const Attrs &a = *c.attrs;
+  bool foundInf = c.in[0].as<float>()[0] == 0.0f;
+  double scale = c.in[1].as<float>()[0], growth = c.in[2].as<float>()[0],
+         hysteresis = c.in[3].as<float>()[0];
+  if (foundInf) {
+    growth = 0;
+    hysteresis -= 1;
+    if (hysteresis <= 0)
+      scale = std::max(scale * a.f(1), a.f(4));
+  } else {
+    growth += 1;
+    if (growth == double(a.i(2))) {
+      growth = 0;
+      hysteresis = double(a.i(3));
+      scale *= a.f(0);
+    }
+  }
+  c.out[0].as<float>()[0] = float(scale);
+  c.out[1].as<float>()[0] = float(growth);
+  c.out[2].as<float>()[0] = float(hysteresis);
+}
+
+//===----------------------------------------------------------------------===//
 // sum_squares: x (T) -> out[] (S) = sum x^2 (+ out when beta = 1). Squares and the sum are taken
 // in double whatever T is: sequentially for f64, in fixed blocks for f32/bf16 (threaded). The
 // result is deterministic, independent of the thread count, and exact to the final rounding to S
@@ -252,6 +304,8 @@ void gradNormFinalizeKernel(const KernelCtx &c) {
 
 void registerOptimizerKernels(KernelTable &t) {
   t["adamw"] = adamwKernel;
+  t["adamw_master"] = adamwMasterKernel;
+  t["loss_scale_update"] = lossScaleUpdateKernel;
   t["sum_squares"] = sumSquaresKernel;
   t["grad_norm_finalize"] = gradNormFinalizeKernel;
 }

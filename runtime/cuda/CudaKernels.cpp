@@ -487,6 +487,26 @@ void adamwKernel(const KernelCtx &c) {
       run(seg[s], seg[s + 1], int(seg[s + 2] != 0));
 }
 
+/// adamw on the f32 master weights (outputs 0..2), then param (output 3) = bf16(master), rounded to
+/// nearest even by cast_any, over every element (as the CPU kernel).
+void adamwMasterKernel(const KernelCtx &c) {
+  adamwKernel(c);
+  KernelCtx copy = c;
+  copy.in = &c.out[0];
+  copy.numIn = 1;
+  copy.out = &c.out[3];
+  copy.numOut = 1;
+  castKernel(copy);
+}
+
+void lossScaleUpdateKernel(const KernelCtx &c) {
+  const KernelData &kd = KD(c);
+  const Attrs &a = *c.attrs;
+  launch(kd, "loss_scale_update", dim3(1), dim3(32), 0, c.in[0].data, c.in[1].data, c.in[2].data,
+         c.in[3].data, c.out[0].data, c.out[1].data, c.out[2].data, a.f(0), a.f(1), a.i(2), a.i(3),
+         a.f(4));
+}
+
 constexpr int kSumSqBlocks = 256; // as CudaKernels.cu
 
 void sumSquaresKernel(const KernelCtx &c) {
@@ -654,6 +674,10 @@ void matmulKernel(const KernelCtx &c) {
   for (int d = 0; d + 2 < a.rank; ++d)
     batch *= a.dims[d];
   double alpha = c.attrs->f(2), beta = c.attrs->f(3);
+  if (o.dtype != a.dtype) // bf16 x bf16 -> f32 (docs/kernels.md): CPU backend only so far
+    throw std::runtime_error("CUDA matmul: output dtype " + std::string(dtypeName(o.dtype)) +
+                             " differs from the inputs' " + dtypeName(a.dtype) +
+                             " (mixed-precision matmul is implemented on the CPU backend only)");
   if (M == 0 || N == 0 || batch == 0)
     return;
   if (K == 0) {
@@ -707,6 +731,8 @@ const KernelTable &cudaKernelTable() {
       {"adamw", adamwKernel},
       {"sum_squares", sumSquaresKernel},
       {"grad_norm_finalize", gradNormFinalizeKernel},
+      {"adamw_master", adamwMasterKernel},
+      {"loss_scale_update", lossScaleUpdateKernel},
   };
   return table;
 }

@@ -928,3 +928,32 @@ __device__ void grad_norm_finalize_impl(const S *sumsqP, S *normOut, S *scaleOut
 }
 INST2(grad_norm_finalize, (const T *sumsq, T *norm, T *scale, T *upd, double maxNorm),
       (sumsq, norm, scale, upd, maxNorm))
+
+// Megatron's DynamicGradScaler.update (the CPU kernel's comment: OptimizerKernels.cpp), one
+// thread: found_inf = (update == 0).
+extern "C" __global__ void loss_scale_update(const float *updP, const float *scaleP,
+                                             const float *growthP, const float *hystP,
+                                             float *scaleOut, float *growthOut, float *hystOut,
+                                             double growthFactor, double backoff,
+                                             int64_t interval, int64_t hysteresis,
+                                             double minScale) {
+  if (gtid() != 0)
+    return;
+  double scale = scaleP[0], growth = growthP[0], hyst = hystP[0];
+  if (updP[0] == 0.0f) {
+    growth = 0;
+    hyst -= 1;
+    if (hyst <= 0)
+      scale = fmax(scale * backoff, minScale);
+  } else {
+    growth += 1;
+    if (growth == double(interval)) {
+      growth = 0;
+      hyst = double(hysteresis);
+      scale *= growthFactor;
+    }
+  }
+  scaleOut[0] = float(scale);
+  growthOut[0] = float(growth);
+  hystOut[0] = float(hyst);
+}

@@ -103,22 +103,31 @@ public:
     return b;
   }
   std::vector<double> read(const std::string &name) { return readIndex(buffer(name)); }
+  /// A float buffer's elements (f64, f32 or bf16, as the buffer's dtype says) as doubles.
   std::vector<double> readIndex(int b) {
     const schema::Buffer &buf = program.buffers(b);
-    size_t esz = f64 ? 8 : 4;
-    std::vector<char> bytes(buf.byte_size());
-    EXPECT_TRUE(executor->readBuffer(b, bytes.data(), bytes.size()).ok());
+    std::vector<char> bytes = readBytes(b);
+    size_t esz = buf.dtype() == schema::F64 ? 8 : buf.dtype() == schema::BF16 ? 2 : 4;
     std::vector<double> v(bytes.size() / esz);
     for (size_t i = 0; i < v.size(); ++i) {
-      if (f64)
+      if (esz == 8) {
         std::memcpy(&v[i], bytes.data() + 8 * i, 8);
-      else {
+      } else if (esz == 2) {
+        rt::bf16 h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        v[i] = float(h);
+      } else {
         float x;
         std::memcpy(&x, bytes.data() + 4 * i, 4);
         v[i] = x;
       }
     }
     return v;
+  }
+  std::vector<char> readBytes(int b) {
+    std::vector<char> bytes(program.buffers(b).byte_size());
+    EXPECT_TRUE(executor->readBuffer(b, bytes.data(), bytes.size()).ok());
+    return bytes;
   }
   /// A parameter's value / main_grad by its global name (through the program's parameter table,
   /// so that it works whether the parameter is its own buffer or a range of a larger one).

@@ -88,7 +88,9 @@ struct Rig {
 TEST(CheckpointTest, RefusesAdamOperandsThroughArguments) {
   Rig r(Layout::ThroughArguments);
   ASSERT_TRUE(r.ex);
-  auto c = r.checkpointer({});
+  CheckpointOptions o;
+  o.save = ::testing::TempDir() + "/checkpoint_test_refused";
+  auto c = r.checkpointer(o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(c.status().message().find("function 'opt' instruction 0 (adamw) input 0 reads a "
@@ -98,15 +100,21 @@ TEST(CheckpointTest, RefusesAdamOperandsThroughArguments) {
 }
 
 // Tests that an adamw updating a buffer without parameters (separate master weights) is refused.
+// Without --save and --load the checkpointer is created (the run trains) and refuses only a save.
 TEST(CheckpointTest, RefusesSeparateMasterWeights) {
   Rig r(Layout::MasterWeights);
   ASSERT_TRUE(r.ex);
-  auto c = r.checkpointer({});
+  const char *want = "function 'train_step' instruction 0 (adamw) updates buffer 'master', which "
+                     "holds no parameter";
+  CheckpointOptions o;
+  o.load = ::testing::TempDir() + "/checkpoint_test_refused";
+  auto c = r.checkpointer(o);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("function 'train_step' instruction 0 (adamw) updates buffer "
-                                      "'master', which holds no parameter"),
-            std::string::npos)
-      << c.status();
+  EXPECT_NE(c.status().message().find(want), std::string::npos) << c.status();
+  auto plain = r.checkpointer({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::Status s = (*plain)->save(TrainState{});
+  EXPECT_NE(s.message().find(want), std::string::npos) << s;
 }
 
 // Tests that save then load restores the parameter and both moments exactly, and the run state.

@@ -836,7 +836,8 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   std::vector<Case> cases = {
       {"--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2",
        "not supported yet: --tensor-model-parallel-size 2 with --pipeline-model-parallel-size 2"},
-      {"--bf16", "not supported yet: --bf16"},
+      {"--bf16 --pipeline-model-parallel-size 2",
+       "not supported yet: --bf16 with --pipeline-model-parallel-size 2"},
       {"--fp16", "not supported yet: --fp16"},
       {"--optimizer sgd", "not supported yet: --optimizer sgd"},
       {"--position-embedding-type rope --use-rope-scaling",
@@ -868,10 +869,14 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   // Tensor parallelism is supported, also with data parallelism and attention dropout.
   parseOk(std::string(kMinimal) + " --tensor-model-parallel-size 2 --data-parallel-size 2 "
                                   "--use-distributed-optimizer --attention-dropout 0.1");
-  // Data parallelism and the distributed optimizer are supported.
+  // Data parallelism and the distributed optimizer are supported, with bf16 parameters too.
   parseOk(std::string(kMinimal) + " --data-parallel-size 2 --use-distributed-optimizer "
                                   "--overlap-grad-reduce --overlap-param-gather "
                                   "--ddp-bucket-size 1000");
+  EXPECT_EQ(parseOk(std::string(kMinimal) + " --bf16 --data-parallel-size 2 "
+                                            "--use-distributed-optimizer")
+                .training.params_dtype,
+            "bf16");
 }
 
 //===----------------------------------------------------------------------===//
@@ -881,11 +886,11 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
 TEST(MegatronFlagsTest, FullCommandLineIsRejectedForItsUnsupportedFeatures) {
   std::string error = parseError(kFullCommandLine);
   EXPECT_EQ(error.rfind("not supported yet: ", 0), 0u) << error;
-  for (const char *feature : {"--tensor-model-parallel-size 2 with --pipeline-model-parallel-size 2",
-                              "--sequence-parallel", "--bf16"})
+  for (const char *feature :
+       {"--tensor-model-parallel-size 2 with --pipeline-model-parallel-size 2",
+        "--sequence-parallel", "--bf16 with --tensor-model-parallel-size 2",
+        "--bf16 with --pipeline-model-parallel-size 2"})
     EXPECT_CONTAINS(error, std::string("not supported yet: ") + feature);
-  // Pipeline parallelism is supported.
-  EXPECT_EQ(error.find("--pipeline-model-parallel-size"), std::string::npos) << error;
 }
 
 TEST(MegatronFlagsTest, FullCommandLineRecordsEveryValue) {

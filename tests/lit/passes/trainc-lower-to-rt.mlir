@@ -1,5 +1,6 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt | FileCheck %s
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt | FileCheck %s --check-prefix=BUF
+// RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt | FileCheck %s --check-prefix=MASTER
 // REQUIRES: compiler
 
 // Tests the buffers of the lowering: per parameter (tagged model.param, with its model.init*
@@ -333,13 +334,17 @@ func.func @train_step() attributes {sched.iteration} {
 // -----
 
 model.parameter @w {init = "zeros"} : tensor<4xbf16>
-// Tests that AdamW on a bf16 parameter (which needs fp32 master weights) is reported as not
-// supported.
+// Tests that a bf16 parameter gets fp32 master weights, an fp32 main grad and fp32 Adam states,
+// and that its AdamW is adamw_master: the update on the master, writing the bf16 parameter.
+// MASTER-DAG: rt.buffer @w parameter{{.*}} : memref<4xbf16>
+// MASTER-DAG: rt.buffer @w.main_grad main_grad{{.*}} : memref<4xf32>
+// MASTER-DAG: rt.buffer @w.exp_avg optimizer_state{{.*}} : memref<4xf32>
+// MASTER-DAG: rt.buffer @w.master master_param{{.*}} : memref<4xf32>
+// MASTER: rt.kernel "adamw_master" ins(%[[M:.+]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xf32>, {{.+}}) outs(%[[M]], %{{.+}}, %{{.+}}, %{{.+}} : memref<4xf32>, memref<4xf32>, memref<4xf32>, memref<4xbf16>)
 func.func @forward_backward(%w: tensor<4xbf16> {model.param = @w}) attributes {sched.stage} {
   return
 }
 func.func @train_step() attributes {sched.iteration} {
-  // expected-error@+1 {{'sched.adamw' op parameter 'w' has element type 'bf16'; mixed precision (fp32 master weights) is not supported yet}}
   sched.adamw @w {decay = true, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64}
   return
 }
