@@ -708,9 +708,6 @@ Error checkSupported(const PlanConfig &config) {
     reject("--use-distributed-optimizer with --pipeline-model-parallel-size " +
            Twine(p.pipeline_model_parallel_size) +
            " and tied embeddings (add --untie-embeddings-and-output-weights)");
-  if (tp > 1 && p.pipeline_model_parallel_size > 1)
-    reject("--tensor-model-parallel-size " + Twine(tp) + " with --pipeline-model-parallel-size " +
-           Twine(p.pipeline_model_parallel_size));
   if (p.virtual_pipeline_model_parallel_size > 1)
     reject("--virtual-pipeline-model-parallel-size " +
            Twine(p.virtual_pipeline_model_parallel_size));

@@ -26,6 +26,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::trainc;
 namespace cfgns = ::trainc::config;
@@ -134,6 +136,8 @@ struct RankEntry {
   std::vector<std::pair<std::string, int64_t>> coords;
   std::string file;
   int64_t instructions = 0;
+  /// The global (unsharded) element count of each parameter the rank holds a slice of.
+  std::vector<std::pair<std::string, int64_t>> parameters;
 };
 
 RankEntry rankEntry(const schema::Program &p) {
@@ -144,6 +148,12 @@ RankEntry rankEntry(const schema::Program &p) {
   e.file = "rank" + std::to_string(e.rank) + ".pb";
   for (const schema::Function &f : p.functions())
     e.instructions += f.body_size();
+  for (const schema::Parameter &q : p.parameters()) {
+    int64_t n = 1;
+    for (int64_t d : q.global_shape())
+      n *= d;
+    e.parameters.push_back({q.name(), n});
+  }
   return e;
 }
 
@@ -203,13 +213,15 @@ LogicalResult writePlan(MLIRContext &ctx, const std::string &dir, const cfgns::P
   for (const schema::KindBytes &kb : r.memory().by_kind())
     byKind[llvm::StringRef(schema::BufferKind_Name(kb.kind())).lower()] = int64_t(kb.bytes());
   mem["by_kind"] = std::move(byKind);
+  // The whole model's parameters: every stage's, each global tensor once (a TP slice stands for
+  // its global tensor; the tied embedding's copy on the last pipeline stage is the same name).
+  std::map<std::string, int64_t> globalParams;
+  for (const RankEntry &e : entries)
+    for (const auto &[name, n] : e.parameters)
+      globalParams.emplace(name, n);
   int64_t numParams = 0;
-  for (const schema::Parameter &p : program.parameters()) {
-    int64_t n = 1;
-    for (int64_t d : p.global_shape())
-      n *= d;
+  for (const auto &[name, n] : globalParams)
     numParams += n;
-  }
   llvm::json::Array ignored, warnings;
   for (const std::string &s : cfg.ignoredFlags)
     ignored.push_back(s);

@@ -5,7 +5,10 @@ is at most RTOL (the tensor-parallel issue's "every gathered parameter 1e-5 rela
 prints "tensors equal within RTOL (relative L2): N tensors, max D". --skip REGEX leaves out the
 tensors whose name matches (counted in "skipped K"): attention's key bias has a zero gradient in
 exact arithmetic (softmax is invariant to adding q.b to every key), so Adam turns its rounding
-noise into lr-sized steps of random sign in every plan."""
+noise into lr-sized steps of random sign in every plan. B may list several files separated by
+commas (one per pipeline stage: each holds its stage's tensors); their union is compared with A,
+and a tensor in two of them (the tied word embedding's copies on the first and last stage) must
+be bitwise equal there."""
 import re
 import json
 import struct
@@ -25,7 +28,15 @@ def read(path):
             for name, t in header.items() if name != "__metadata__"}
 
 
-a, b, rtol = read(sys.argv[1]), read(sys.argv[2]), float(sys.argv[3])
+a, rtol = read(sys.argv[1]), float(sys.argv[3])
+b = {}
+for path in sys.argv[2].split(","):
+    part = read(path)
+    differ = sorted(n for n in set(part) & set(b) if not np.array_equal(part[n], b[n]))
+    if differ:
+        print("copies in %s that are not bitwise equal: %s" % (sys.argv[2], differ))
+        sys.exit(1)
+    b.update(part)
 skip = re.compile(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[4] == "--skip" else None
 skipped = 0
 if sorted(a) != sorted(b):
