@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CompiledPlan.h"
+#include "MultiRank.h"
 
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/TcpStore.h"
@@ -32,8 +32,6 @@ using namespace trainc::test;
 
 namespace {
 
-const char *kToken = "0123456789abcdef0123456789abcdef";
-
 std::vector<std::string> flags(int64_t dp, int64_t mbs, int64_t gbs,
                                std::vector<std::string> extra = {}) {
   std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
@@ -43,40 +41,6 @@ std::vector<std::string> flags(int64_t dp, int64_t mbs, int64_t gbs,
                                 "--attention-dropout",  "0"};
   f.insert(f.end(), extra.begin(), extra.end());
   return f;
-}
-
-/// Rank r of a `world`-rank job meeting at the test's store (loopback, 60 s timeouts).
-std::unique_ptr<rt::Communicator> glooRank(int64_t r, int64_t world, int port) {
-  rt::GlooOptions o;
-  o.rank = r;
-  o.worldSize = world;
-  o.storePort = port;
-  o.token = kToken;
-  o.timeout = std::chrono::seconds(60);
-  auto c = rt::createGlooCommunicator(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
-/// The samples DP rank r reads, in its microbatch order (Megatron's pretraining sampler:
-/// microbatch j covers the block [j * mbs * dp, (j + 1) * mbs * dp) of the global batch and rank r
-/// takes [r * mbs, (r + 1) * mbs) of it).
-Samples rankSamples(const Samples &global, int64_t dp, int64_t r, int64_t mbs) {
-  Samples s;
-  s.seq = global.seq;
-  int64_t m = global.n / (mbs * dp);
-  for (int64_t j = 0; j < m; ++j)
-    for (int64_t b = 0; b < mbs; ++b) {
-      int64_t g = (j * dp + r) * mbs + b;
-      auto take = [&](auto &dst, const auto &src) {
-        dst.insert(dst.end(), src.begin() + g * s.seq, src.begin() + (g + 1) * s.seq);
-      };
-      take(s.tokens, global.tokens);
-      take(s.labels, global.labels);
-      take(s.mask, global.mask);
-      ++s.n;
-    }
-  return s;
 }
 
 struct History {

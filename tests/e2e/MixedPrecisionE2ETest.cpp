@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CompiledPlan.h"
+#include "MultiRank.h"
 
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/TcpStore.h"
@@ -22,8 +22,6 @@ using namespace trainc;
 using namespace trainc::test;
 
 namespace {
-
-const char *kToken = "0123456789abcdef0123456789abcdef";
 
 std::vector<std::string> flags(int64_t dp, int64_t mbs, int64_t gbs,
                                std::vector<std::string> extra = {}) {
@@ -169,37 +167,6 @@ INSTANTIATE_TEST_SUITE_P(Models, Bf16SingleRank, ::testing::Values("tiny-llama",
 //===----------------------------------------------------------------------===//
 // Data parallelism
 //===----------------------------------------------------------------------===//
-
-std::unique_ptr<rt::Communicator> glooRank(int64_t r, int64_t world, int port) {
-  rt::GlooOptions o;
-  o.rank = r;
-  o.worldSize = world;
-  o.storePort = port;
-  o.token = kToken;
-  o.timeout = std::chrono::seconds(60);
-  auto c = rt::createGlooCommunicator(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
-/// DP rank r's samples (microbatch j: block j * mbs * dp of the global batch, rank r's part).
-Samples rankSamples(const Samples &global, int64_t dp, int64_t r, int64_t mbs) {
-  Samples s;
-  s.seq = global.seq;
-  int64_t m = global.n / (mbs * dp);
-  for (int64_t j = 0; j < m; ++j)
-    for (int64_t b = 0; b < mbs; ++b) {
-      int64_t g = (j * dp + r) * mbs + b;
-      auto take = [&](auto &dst, const auto &src) {
-        dst.insert(dst.end(), src.begin() + g * s.seq, src.begin() + (g + 1) * s.seq);
-      };
-      take(s.tokens, global.tokens);
-      take(s.labels, global.labels);
-      take(s.mask, global.mask);
-      ++s.n;
-    }
-  return s;
-}
 
 struct History {
   std::vector<double> losses;

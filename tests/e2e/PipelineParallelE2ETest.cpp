@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CompiledPlan.h"
+#include "MultiRank.h"
 
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/TcpStore.h"
@@ -27,8 +27,6 @@ using namespace trainc::test;
 
 namespace {
 
-const char *kToken = "0123456789abcdef0123456789abcdef";
-
 std::vector<std::string> flags(int64_t pp, int64_t dp, int64_t mbs, int64_t gbs,
                                std::vector<std::string> extra = {}) {
   std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
@@ -40,38 +38,6 @@ std::vector<std::string> flags(int64_t pp, int64_t dp, int64_t mbs, int64_t gbs,
                                 "--attention-dropout",  "0"};
   f.insert(f.end(), extra.begin(), extra.end());
   return f;
-}
-
-std::unique_ptr<rt::Communicator> glooRank(int64_t r, int64_t world, int port) {
-  rt::GlooOptions o;
-  o.rank = r;
-  o.worldSize = world;
-  o.storePort = port;
-  o.token = kToken;
-  o.timeout = std::chrono::seconds(60);
-  auto c = rt::createGlooCommunicator(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
-/// The samples of DP rank r (Megatron's sampler, as DataParallelE2ETest): microbatch j covers
-/// [j * mbs * dp, (j + 1) * mbs * dp) of the global batch and rank r takes its r-th block.
-Samples rankSamples(const Samples &global, int64_t dp, int64_t r, int64_t mbs) {
-  Samples s;
-  s.seq = global.seq;
-  int64_t m = global.n / (mbs * dp);
-  for (int64_t j = 0; j < m; ++j)
-    for (int64_t b = 0; b < mbs; ++b) {
-      int64_t g = (j * dp + r) * mbs + b;
-      auto take = [&](auto &dst, const auto &src) {
-        dst.insert(dst.end(), src.begin() + g * s.seq, src.begin() + (g + 1) * s.seq);
-      };
-      take(s.tokens, global.tokens);
-      take(s.labels, global.labels);
-      take(s.mask, global.mask);
-      ++s.n;
-    }
-  return s;
 }
 
 struct History {
