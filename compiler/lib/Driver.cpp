@@ -136,7 +136,9 @@ struct RankEntry {
   std::vector<std::pair<std::string, int64_t>> coords;
   std::string file;
   int64_t instructions = 0;
-  /// The global (unsharded) element count of each parameter the rank holds a slice of.
+  /// The global (unsharded) element count of each parameter the rank holds a slice of; filled
+  /// for the first rank of each pipeline stage only (the other ranks of a stage hold slices or
+  /// copies of the same global tensors).
   std::vector<std::pair<std::string, int64_t>> parameters;
 };
 
@@ -148,6 +150,9 @@ RankEntry rankEntry(const schema::Program &p) {
   e.file = "rank" + std::to_string(e.rank) + ".pb";
   for (const schema::Function &f : p.functions())
     e.instructions += f.body_size();
+  for (const auto &[axis, c] : e.coords)
+    if (axis != "pp" && c != 0)
+      return e;
   for (const schema::Parameter &q : p.parameters()) {
     int64_t n = 1;
     for (int64_t d : q.global_shape())
