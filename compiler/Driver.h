@@ -34,7 +34,7 @@ struct CompileOptions {
   std::map<std::string, std::string> metadata;
 };
 
-/// The element type of the model's parameters and activations: "bf16" with --bf16, else
+/// The element type of the model's parameters and activations: "bf16" with --bf16, "fp16" with --fp16, else
 /// options.dtype ("fp32", or "fp64" for gradient checks).
 std::string modelDtype(const ::trainc::config::PlanConfig &cfg, const CompileOptions &options);
 

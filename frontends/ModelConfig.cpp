@@ -716,15 +716,16 @@ Error checkSupported(const PlanConfig &config) {
   // Data parallelism, the distributed optimizer, --overlap-grad-reduce and
   // --overlap-param-gather are supported; the gradient reduction always overlaps backward
   // (trainc-grad-buckets places it), so --overlap-grad-reduce changes nothing.
-  // --bf16: bf16 parameters with fp32 main grads and master weights (docs/design.md "Mixed
-  // precision"); --fp16 (loss scaling) is not implemented yet.
-  if (t.params_dtype != "fp32" && t.params_dtype != "bf16")
+  // --bf16 / --fp16: 16-bit parameters with fp32 main grads and master weights, --fp16 with
+  // Megatron's loss scaler (docs/design.md "Mixed precision").
+  if (t.params_dtype != "fp32" && t.params_dtype != "bf16" && t.params_dtype != "fp16")
     reject("--" + t.params_dtype);
-  // bf16 has been checked on one rank and across DP only.
-  if (t.params_dtype == "bf16" && tp > 1)
-    reject("--bf16 with --tensor-model-parallel-size " + Twine(tp));
-  if (t.params_dtype == "bf16" && p.pipeline_model_parallel_size > 1)
-    reject("--bf16 with --pipeline-model-parallel-size " + Twine(p.pipeline_model_parallel_size));
+  // Mixed precision has been checked on one rank and across DP only.
+  if (t.params_dtype != "fp32" && tp > 1)
+    reject("--" + t.params_dtype + " with --tensor-model-parallel-size " + Twine(tp));
+  if (t.params_dtype != "fp32" && p.pipeline_model_parallel_size > 1)
+    reject("--" + t.params_dtype + " with --pipeline-model-parallel-size " +
+           Twine(p.pipeline_model_parallel_size));
   if (t.optimizer != "adam")
     reject("--optimizer " + t.optimizer);
   if (config.model.use_rope_scaling)

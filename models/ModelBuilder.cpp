@@ -22,6 +22,7 @@ public:
         loc(FileLineColLoc::get(module.getContext(), cfg.family + ".model", 0, 0)) {
     elt = o.dtype == "fp64"   ? Type(b.getF64Type())
           : o.dtype == "bf16" ? Type(b.getBF16Type())
+          : o.dtype == "fp16" ? Type(b.getF16Type())
                               : Type(b.getF32Type());
     stats = model::statsElementType(elt);
   }
@@ -329,8 +330,9 @@ LogicalResult ModelIRBuilder::build() {
 
 LogicalResult mlir::trainc::buildModel(ModuleOp module, const ModelConfig &cfg,
                                        const BuildOptions &options) {
-  if (options.dtype != "fp32" && options.dtype != "fp64" && options.dtype != "bf16")
+  if (options.dtype != "fp32" && options.dtype != "fp64" && options.dtype != "bf16" &&
+      options.dtype != "fp16")
     return module.emitError() << "model dtype '" << options.dtype
-                              << "' is not fp32, fp64 or bf16";
+                              << "' is not fp32, fp64, bf16 or fp16";
   return ModelIRBuilder(module, cfg, options).build();
 }

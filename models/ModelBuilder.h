@@ -31,7 +31,7 @@ namespace mlir::trainc {
 
 struct BuildOptions {
   int64_t microBatchSize = 1;
-  /// Element type of parameters and activations: "fp32", "fp64" (gradient checks) or "bf16"
+  /// Element type of parameters and activations: "fp32", "fp64" (gradient checks), "fp16" or "bf16"
   /// (--bf16: statistics, the loss mask, the loss and the logits it reads stay f32).
   std::string dtype = "fp32";
   std::string functionName = "forward";

@@ -228,9 +228,11 @@ int cmdCompile(std::vector<std::string> args) {
   llvm::Expected<cfgns::PlanConfig> cfg = cfgns::parseMegatronFlags(flags, po);
   if (!cfg)
     return fail(llvm::toString(cfg.takeError()));
-  if (cfg->training.params_dtype == "bf16" && opts.dtype == "fp64" && dtypeGiven)
-    return fail("--bf16 and --dtype fp64 are mutually exclusive (--bf16 gives bf16 parameters "
-                "with fp32 master weights; fp64 is for gradient checks)");
+  if (cfg->training.params_dtype != "fp32" && opts.dtype == "fp64" && dtypeGiven)
+    return fail("--" + cfg->training.params_dtype + " and --dtype fp64 are mutually exclusive (--" +
+                cfg->training.params_dtype + " gives " +
+                (cfg->training.params_dtype == "bf16" ? "bf16" : "f16") +
+                " parameters with fp32 master weights; fp64 is for gradient checks)");
   if (mbs && cfg->training.micro_batch_size != *mbs)
     return fail("--micro-batch-size " + std::to_string(cfg->training.micro_batch_size) +
                 " differs from the micro batch of '" + mlirFile + "' (its tokens input has " +

@@ -48,7 +48,8 @@ void mlir::trainc::loadTraincDialects(MLIRContext &ctx) {
 }
 
 std::string mlir::trainc::modelDtype(const cfgns::PlanConfig &cfg, const CompileOptions &options) {
-  return cfg.training.params_dtype == "bf16" ? "bf16" : options.dtype;
+  const std::string &p = cfg.training.params_dtype;
+  return p == "bf16" || p == "fp16" ? p : options.dtype;
 }
 
 OwningOpRef<ModuleOp> mlir::trainc::buildModelModule(MLIRContext &ctx,
@@ -284,6 +285,23 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
   } else {
     module->setAttr(sched::kPlanAttrName, fromFlags);
   }
+  // --fp16: Megatron's grad scaler, which trainc-lower-to-rt turns into program instructions
+  // (docs/design.md "Mixed precision"): a static --loss-scale (ConstantGradScaler) or the dynamic
+  // one (DynamicGradScaler, growth 2, backoff 0.5).
+  if (cfg.training.params_dtype == "fp16") {
+    const cfgns::TrainingConfig &t = cfg.training;
+    Builder b(&ctx);
+    const bool dynamic = !(t.loss_scale > 0);
+    module->setAttr(
+        "trainc.loss_scaler",
+        b.getDictionaryAttr(
+            {b.getNamedAttr("dynamic", b.getBoolAttr(dynamic)),
+             b.getNamedAttr("initial_loss_scale",
+                            b.getF64FloatAttr(dynamic ? t.initial_loss_scale : t.loss_scale)),
+             b.getNamedAttr("min_loss_scale", b.getF64FloatAttr(t.min_loss_scale)),
+             b.getNamedAttr("loss_scale_window", b.getI64IntegerAttr(t.loss_scale_window)),
+             b.getNamedAttr("hysteresis", b.getI64IntegerAttr(t.hysteresis))}));
+  }
   // The rank table (Megatron's tp-cp-ep-dp-pp order) and the device mesh: a mesh.mesh symbol
   // with its axes, the one the tensor collectives name and the export derives its groups from.
   cfgns::RankTable table(cfg.parallel);
@@ -416,6 +434,14 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
     for (const auto &[k, v] : cfg.parallel.toKeyValues())
       meta["parallel." + k] = v;
     meta["plan.fingerprint"] = planFingerprint(cfg, options);
+    if (cfg.training.params_dtype == "fp16") {
+      // The loss scaler's initial state, which trainrun writes before the first iteration.
+      const cfgns::TrainingConfig &t = cfg.training;
+      auto exact = [](double v) { return llvm::formatv("{0:e16}", v).str(); };
+      meta["training.loss_scale"] = exact(t.loss_scale);
+      meta["training.initial_loss_scale"] = exact(t.initial_loss_scale);
+      meta["training.hysteresis"] = std::to_string(t.hysteresis);
+    }
     for (const auto &[k, v] : options.metadata)
       meta[k] = v;
     // What the training loop reads (typed, the same for every rank; the DP size and rank are the

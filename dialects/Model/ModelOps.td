@@ -76,7 +76,7 @@ def Model_ParameterOp : Op<Model_Dialect, "parameter", [Symbol]> {
   let hasVerifier = 1;
 }
 
-def FloatTensor : RankedTensorOf<[F32, F64, BF16]>;
+def FloatTensor : RankedTensorOf<[F32, F64, BF16, F16]>;
 def IdTensor : RankedTensorOf<[I32]>;
 def RngTensor : RankedTensorOf<[I64]>;
 

@@ -271,6 +271,25 @@ private:
   Operation *insertBefore = nullptr;
   llvm::StringSet<> created;
   Type statsType;
+  /// fp16 loss scaling (module attribute trainc.loss_scaler, set by the compile for --fp16):
+  /// {initial_loss_scale, min_loss_scale, loss_scale_window, hysteresis, dynamic}; null without.
+  DictionaryAttr lossScaler;
+  /// The backward seed times the loss scale (Megatron's scale_loss: loss * scale before backward).
+  void scaleLossSeed(OpBuilder &ob, Location loc, Value seed) {
+    if (lossScaler)
+      kernel(ob, loc, "scale_by", {seed, ref(ob, loc, scalar("loss_scale", "scalar"))}, {seed}, {},
+             {0});
+  }
+  /// main_grad *= 1 / loss_scale over `grads` (Megatron's _unscale_main_grads_and_check_for_nan;
+  /// the check is the grad norm's finiteness, below).
+  void unscaleGrads(OpBuilder &ob, Location loc, ArrayRef<Value> grads) {
+    if (!lossScaler)
+      return;
+    Value inv = ref(ob, loc, scalar("inv_loss_scale", "workspace"));
+    kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("loss_scale", "scalar"))}, {inv});
+    for (Value g : grads)
+      kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
+  }
   SmallVector<ParamInfo> params;
   llvm::StringMap<size_t> paramIndex;
   llvm::StringMap<rt::BufferOp> scalars;
@@ -570,8 +589,11 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     FailureOr<bool> common = lowerCommonOp(op, loc, st);
     if (failed(common))
       return failure();
-    if (*common)
+    if (*common) {
+      if (isa<model::FillOp>(op) && op.hasAttr("model.loss_seed"))
+        scaleLossSeed(ob, loc, map.lookup(op.getResult(0)));
       continue;
+    }
     if (auto acc = dyn_cast<sched::AccumulateGradOp>(&op)) {
       auto it = paramIndex.find(acc.getParam());
       if (it == paramIndex.end())
@@ -606,6 +628,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
                                          memrefOf(seed.getType()), "activation"));
       kernel(ob, loc, "scale", {inv}, {out},
              {f64("alpha", 1.0 / double(seed.getNumMicrobatches()))});
+      scaleLossSeed(ob, loc, out);
       map.map(seed.getResult(), out);
       continue;
     }
@@ -813,20 +836,25 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
           inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
           kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
         }
-        if (inv || layout.dp() > 1) {
+        auto mainGradShards = [&] {
           SmallVector<Value> shards;
           if (layout.distributed())
             for (int64_t k = 0; k < layout.numBuckets(); ++k)
               shards.push_back(shardOf(ob, loc, layout.mainGrad, k));
           else
             shards.push_back(ref(ob, loc, layout.mainGrad));
-          for (Value g : shards) {
+          return shards;
+        };
+        if (inv || layout.dp() > 1) {
+          for (Value g : mainGradShards()) {
             if (inv)
               kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
             else // legacy mode: Megatron averages the gradients over DP
               kernel(ob, loc, "scale", {g}, {g}, {f64("alpha", 1.0 / double(layout.dp()))}, {0});
           }
         }
+        if (lossScaler)
+          unscaleGrads(ob, loc, mainGradShards());
       } else if (fin.getNormalization() == sched::Normalization::per_token) {
         Value inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
         kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
@@ -834,6 +862,12 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
           Value g = ref(ob, loc, p.grad);
           kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
         }
+      }
+      if (lossScaler && !layout.mainGrad) {
+        SmallVector<Value> grads;
+        for (ParamInfo &p : params)
+          grads.push_back(ref(ob, loc, p.grad));
+        unscaleGrads(ob, loc, grads);
       }
     } else if (auto clip = dyn_cast<sched::ClipGradNormOp>(op)) {
       lowerGradNorm(ob, loc, clip.getMaxNorm().convertToDouble());
@@ -1156,6 +1190,23 @@ void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
           ref(ob, loc, scalar("grad_scale", "workspace")),
           ref(ob, loc, scalar("update_successful", "output"))},
          {f64("max_norm", maxNorm)});
+  // fp16: found_inf is a non-finite norm (an inf or NaN in any unscaled main grad of any rank:
+  // the sum of squares is summed over DP, TP and PP above, as Megatron's MAX over found_inf),
+  // update_successful = 0 skips the step; the dynamic scale follows DynamicGradScaler.update.
+  if (lossScaler && cast<BoolAttr>(lossScaler.get("dynamic")).getValue()) {
+    Value scale = ref(ob, loc, scalar("loss_scale", "scalar"));
+    Value growth = ref(ob, loc, scalar("loss_scale_growth_tracker", "scalar"));
+    Value hyst = ref(ob, loc, scalar("loss_scale_hysteresis_tracker", "scalar"));
+    auto i64Of = [&](StringRef k) { return cast<IntegerAttr>(lossScaler.get(k)).getInt(); };
+    kernel(ob, loc, "loss_scale_update",
+           {ref(ob, loc, scalar("update_successful", "output")), scale, growth, hyst},
+           {scale, growth, hyst},
+           {f64("growth_factor", 2.0), f64("backoff_factor", 0.5),
+            i64("growth_interval", i64Of("loss_scale_window")),
+            i64("hysteresis", i64Of("hysteresis")),
+            f64("min_scale", cast<FloatAttr>(lossScaler.get("min_loss_scale")).getValueAsDouble())},
+           {1, 2, 3});
+  }
 }
 
 LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp adam) {
@@ -1164,10 +1215,10 @@ LogicalResult Lowering::lowerAdamW(OpBuilder &ob, Location loc, sched::AdamWOp a
     return adam.emitOpError() << "names unknown parameter '" << adam.getParam() << "'";
   ParamInfo &p = params[it->second];
   const bool mixed = p.type.getElementType() != statsType;
-  if (mixed && !p.type.getElementType().isBF16())
+  if (mixed && !p.type.getElementType().isBF16() && !p.type.getElementType().isF16())
     return adam.emitOpError() << "parameter '" << p.name << "' has element type "
                               << p.type.getElementType()
-                              << "; master weights exist for bf16 parameters only";
+                              << "; master weights exist for bf16 and f16 parameters only";
   SmallVector<NamedAttribute> attrs{f64("beta1", adam.getBeta1().convertToDouble()),
                                     f64("beta2", adam.getBeta2().convertToDouble()),
                                     f64("eps", adam.getEps().convertToDouble())};
@@ -1228,6 +1279,24 @@ LogicalResult Lowering::run() {
         created.insert(name.getValue());
   if (failed(collectParams()))
     return failure();
+  if (Attribute a = module->getAttr("trainc.loss_scaler")) {
+    auto d = dyn_cast<DictionaryAttr>(a);
+    if (!d || !isa_and_nonnull<BoolAttr>(d.get("dynamic")) ||
+        !isa_and_nonnull<IntegerAttr>(d.get("loss_scale_window")) ||
+        !isa_and_nonnull<IntegerAttr>(d.get("hysteresis")) ||
+        !isa_and_nonnull<FloatAttr>(d.get("min_loss_scale")))
+      return module.emitError() << "trainc-lower-to-rt: trainc.loss_scaler must be a dictionary "
+                                   "{dynamic: bool, loss_scale_window: i64, hysteresis: i64, "
+                                   "min_loss_scale: f64, ...}, got "
+                                << a;
+    lossScaler = d;
+  } else if (llvm::any_of(params, [](const ParamInfo &p) {
+               return p.type.getElementType().isF16();
+             })) {
+    return module.emitError() << "trainc-lower-to-rt: f16 parameters need loss scaling: the "
+                                 "module has no trainc.loss_scaler attribute (the compile sets "
+                                 "it for --fp16)";
+  }
   SmallVector<func::FuncOp> iterations;
   for (func::FuncOp fn : module.getOps<func::FuncOp>())
     if (fn->hasAttr("sched.iteration"))

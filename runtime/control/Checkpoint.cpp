@@ -248,7 +248,7 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
       if (ins.op_case() == schema::Instruction::kKernel && ins.kernel().kernel() == "adamw_master")
         return absl::UnimplementedError(absl::StrCat(
             "function '", fn.name(), "' instruction ", k, " (adamw_master): checkpoints of fp32 "
-            "master weights (--bf16) are not supported yet"));
+            "master weights (--bf16, --fp16) are not supported yet"));
       if (ins.op_case() != schema::Instruction::kKernel || ins.kernel().kernel() != "adamw")
         continue;
       const schema::KernelCall &kc = ins.kernel();

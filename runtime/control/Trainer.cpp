@@ -1281,6 +1281,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
                                                   int(im->comm->rank()));
   if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
     return s;
+  if (im->buffer(schema::LOSS_SCALE) >= 0) {
+    // --fp16: the grad scaler's state before the first iteration (Megatron's ConstantGradScaler
+    // or DynamicGradScaler constructor); the program updates it on device from then on.
+    const double fixed = metaDouble(im->program, "training.loss_scale", 0);
+    const double scale =
+        fixed > 0 ? fixed : metaDouble(im->program, "training.initial_loss_scale", 4294967296.0);
+    for (auto [role, v] : {std::pair{schema::LOSS_SCALE, scale},
+                           {schema::LOSS_SCALE_GROWTH_TRACKER, 0.0},
+                           {schema::LOSS_SCALE_HYSTERESIS_TRACKER,
+                            double(metaInt(im->program, "training.hysteresis", 2))}})
+      if (absl::Status s = im->writeScalar(role, v); !s.ok())
+        return s;
+  }
   if (!options.dumpDir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.dumpDir, ec);
@@ -1355,7 +1368,7 @@ absl::Status Trainer::train() {
                                           o.trainSamples ? o.trainSamples : o.trainIters * im.gbs,
                                           o.weightDecayIncrStyle, scheduled);
     im.weightDecays.push_back(wd);
-    double loss = 0, norm = 0, update = 0, tokens = 0;
+    double loss = 0, norm = 0, update = 0, tokens = 0, lossScale = 1.0;
     std::vector<int32_t> record;
     auto t0 = std::chrono::steady_clock::now();
     // One execution of the iteration's program with this iteration's inputs (a rerun repeats it
@@ -1379,6 +1392,8 @@ absl::Status Trainer::train() {
         loss = im.readScalar(schema::LOSS_SUM) / tokens;
         norm = im.readScalar(schema::GRAD_NORM);
         update = im.readScalar(schema::UPDATE_SUCCESSFUL);
+        if (im.buffer(schema::LOSS_SCALE) >= 0) // fp16: the scale after this step's update
+          lossScale = im.readScalar(schema::LOSS_SCALE);
         return absl::OkStatus();
       });
       if (!s.ok())
@@ -1391,14 +1406,21 @@ absl::Status Trainer::train() {
         return fail(e);
     if (absl::Status e = runOnce(); !e.ok())
       return fail(e);
-    if (absl::Status e = im.validateIteration(it, snapshot, runOnce, loss, norm, update,
-                                              {it - 1, consumed, scheduled, successful, skipped,
-                                               nans});
-        !e.ok())
-      return fail(e);
+    // Under fp16 loss scaling a non-finite grad norm with a finite loss is an overflow
+    // (found_inf): the step was skipped and the scale backs off, as Megatron's
+    // MixedPrecisionOptimizer.step returns before any check of the norm, so it is neither
+    // rerun nor an error; the loss is still checked.
+    const bool scaled = im.buffer(schema::LOSS_SCALE) >= 0;
+    const bool overflow = scaled && std::isfinite(loss) && !std::isfinite(norm);
+    if (!overflow)
+      if (absl::Status e = im.validateIteration(it, snapshot, runOnce, loss, norm, update,
+                                                {it - 1, consumed, scheduled, successful,
+                                                 skipped, nans});
+          !e.ok())
+        return fail(e);
     // Megatron's --check-for-nan-in-loss-and-grad. The loss and the grad norm are reduced over
     // the data-parallel ranks, so every rank stops at the same iteration (none waits for a peer).
-    if (o.checkForNanInLossAndGrad && (!std::isfinite(loss) || !std::isfinite(norm))) {
+    if (o.checkForNanInLossAndGrad && (!std::isfinite(loss) || (!overflow && !std::isfinite(norm)))) {
       auto what = [](double v) { return std::isnan(v) ? "NaN" : "Inf"; };
       std::string found =
           tokens == 0 ? "the global batch has no unmasked token (lm loss = 0 / 0)"
@@ -1476,7 +1498,7 @@ absl::Status Trainer::train() {
         put("batch-size", double(im.gbs));
       put("lm loss", loss);
       if (o.logLossScaleToTensorboard)
-        put("loss-scale", 1.0);
+        put("loss-scale", lossScale);
       if (o.logWorldSizeToTensorboard)
         put("world-size", double(im.comm->worldSize()));
       put("grad-norm", norm);
@@ -1512,7 +1534,9 @@ absl::Status Trainer::train() {
       double avgLoss = intervalCount ? intervalLoss / double(intervalCount) : 0.0;
       if (avgLoss > 0.0) // Megatron prints a loss only when its average is positive
         line += absl::StrFormat(" lm loss: %.6E |", avgLoss);
-      line += absl::StrFormat(" loss scale: %.1f | grad norm: %.3f |", 1.0, norm);
+      line += absl::StrFormat(" loss scale: %.1f |", lossScale);
+      if (!scaled || std::isfinite(norm)) // Megatron prints no norm for an fp16 skipped step
+        line += absl::StrFormat(" grad norm: %.3f |", norm);
       if (numZeros)
         line += absl::StrFormat(" num zeros: %.1f |", double(*numZeros));
       if (paramsNorm)

@@ -43,6 +43,9 @@ inline void storeValue(char *dst, DType t, double v) {
   } else if (t == DType::F32) {
     float f = float(v);
     std::memcpy(dst, &f, 4);
+  } else if (t == DType::F16) {
+    f16 h = f16(float(v));
+    std::memcpy(dst, &h, 2);
   } else {
     bf16 h = bf16(float(v));
     std::memcpy(dst, &h, 2);
@@ -91,8 +94,8 @@ TRAINC_INIT_AVX2_CLONE void philoxBatch(uint32_t k0, uint32_t k1, uint64_t first
 }
 
 template <typename T> inline void storeAs(T *dst, double v) {
-  if constexpr (std::is_same_v<T, bf16>)
-    *dst = bf16(float(v));
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+    *dst = T(float(v)); // f64 -> f32 -> 16 bits, as torch's normal_ on a half tensor
   else
     *dst = T(v);
 }
@@ -188,6 +191,8 @@ void initRange(const schema::Parameter &p, DType t, uint64_t seed, uint64_t key,
       normalRun(seed, key, stdDev, g, len, reinterpret_cast<double *>(dst));
     else if (t == DType::F32)
       normalRun(seed, key, stdDev, g, len, reinterpret_cast<float *>(dst));
+    else if (t == DType::F16)
+      normalRun(seed, key, stdDev, g, len, reinterpret_cast<f16 *>(dst));
     else
       normalRun(seed, key, stdDev, g, len, reinterpret_cast<bf16 *>(dst));
     local += len;
@@ -222,12 +227,6 @@ absl::Status initializeParameters(Executor &ex, uint64_t seed) {
       (void)flush();
       return absl::InvalidArgumentError(absl::StrCat("parameter '", p.name(), "': buffer '",
                                                      buf.name(), "' is not a float buffer"));
-    }
-    if (t == DType::F16) {
-      (void)flush();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter '", p.name(), "': buffer '", buf.name(),
-          "' is f16, which the runtime does not initialise (f32, f64 or bf16 expected)"));
     }
     if (current != int(p.buffer())) {
       if (absl::Status s = flush(); !s.ok())
@@ -276,9 +275,11 @@ absl::Status initializeMasterWeights(Executor &ex) {
         e = resolveOperand(prog, fn, kc.outputs(3), param);
       if (e.empty() && (master.isArg || param.isArg))
         e = "the master weights and the parameter must be buffers, not function arguments";
-      if (e.empty() && (master.view.dtype != DType::F32 || param.view.dtype != DType::BF16 ||
+      const DType pt = param.view.dtype;
+      if (e.empty() && (master.view.dtype != DType::F32 ||
+                        (pt != DType::BF16 && pt != DType::F16) ||
                         master.view.numel != param.view.numel))
-        e = "expected f32 master weights and a bf16 parameter of as many elements";
+        e = "expected f32 master weights and a bf16 or f16 parameter of as many elements";
       if (!e.empty())
         return absl::InvalidArgumentError(absl::StrCat(where, ": ", e));
       const schema::Buffer &mb = prog.buffers(int(master.base)), &pb = prog.buffers(int(param.base));
@@ -288,9 +289,14 @@ absl::Status initializeMasterWeights(Executor &ex) {
       if (absl::Status s = ex.readBuffer(int(param.base), pbytes.data(), pbytes.size()); !s.ok())
         return s;
       float *m = reinterpret_cast<float *>(mbytes.data()) + master.elemOffset;
-      const bf16 *pp = reinterpret_cast<const bf16 *>(pbytes.data()) + param.elemOffset;
-      for (int64_t i = 0; i < master.view.numel; ++i)
-        m[i] = float(pp[i]);
+      const char *pp = pbytes.data() + param.elemOffset * 2;
+      for (int64_t i = 0; i < master.view.numel; ++i) {
+        uint16_t h;
+        std::memcpy(&h, pp + 2 * i, 2);
+        bf16 b;
+        b.bits = h;
+        m[i] = pt == DType::F16 ? f16::toFloat(h) : float(b);
+      }
       if (absl::Status s = ex.writeBuffer(int(master.base), mbytes.data(), mbytes.size()); !s.ok())
         return s;
     }

@@ -24,11 +24,11 @@ double initialValue(const schema::Parameter &p, uint64_t seed, uint64_t globalIn
 
 /// Initialises every parameter of the executor's program. Errors: an unknown init rule (names the
 /// parameter and the rule) or a parameter buffer whose dtype is not a float type.
-/// Then sets the fp32 master weights of bf16 parameters from them (initializeMasterWeights).
+/// Then sets the fp32 master weights of bf16 and f16 parameters from them (initializeMasterWeights).
 absl::Status initializeParameters(Executor &ex, uint64_t seed);
 
 /// Mixed precision: master = float(param) for every `adamw_master` instruction of the program
-/// (its input 0, f32, and output 3, bf16, the same element count), as Megatron's optimizer makes
+/// (its input 0, f32, and output 3, bf16 or f16, the same element count), as Megatron's optimizer makes
 /// its fp32 main params from the bf16 model params, so param = bf16(master) from the start. The
 /// instruction's operands name both ranges, also for a distributed-optimizer shard. Errors: an
 /// operand that is a function argument or that does not resolve (names the function and the

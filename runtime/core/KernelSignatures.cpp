@@ -1,7 +1,7 @@
 //===- KernelSignatures.cpp - The table of kernels and their checks ------===//
 //
 // One entry per kernel: operand counts, attributes and a verifier of dtypes and shapes.
-// Conventions (docs/kernels.md): T is a float dtype (f32, f64, bf16); S = statsDType(T).
+// Conventions (docs/kernels.md): T is a float dtype (f32, f64, bf16, f16); S = statsDType(T).
 // Activations are row-major; attention tensors are [batch, seq, heads, head_dim] ("bshd").
 //
 //===----------------------------------------------------------------------===//
@@ -36,9 +36,9 @@ public:
 
   void floatT(bool isOut, int i) {
     DType t = v(isOut, i).dtype;
-    if (t != DType::F32 && t != DType::F64 && t != DType::BF16)
+    if (t != DType::F32 && t != DType::F64 && t != DType::BF16 && t != DType::F16)
       fail(name(isOut, i) + ": dtype " + std::string(dtypeName(t)) +
-           ", expected f32, f64 or bf16");
+           ", expected f32, f64, bf16 or f16");
   }
   void dtype(bool isOut, int i, DType want) {
     DType t = v(isOut, i).dtype;
@@ -111,8 +111,6 @@ std::string verifyFill(const KernelCtx &c) {
   Check k(c);
   if (c.out[0].dtype == DType::Invalid)
     k.fail("output 0: invalid dtype");
-  if (c.out[0].dtype == DType::F16)
-    k.fail("output 0: dtype f16 is not supported (no kernel computes in f16; use bf16)");
   return k.result();
 }
 
@@ -169,17 +167,17 @@ std::string verifyScalarUnary(const KernelCtx &c) {
 }
 
 // matmul: c[..., M, N] = alpha * op(a)[..., M, K] @ op(b)[..., K, N] + beta * c. c has a's dtype,
-// or f32 when a and b are bf16 (fp32 accumulation into an fp32 output: with beta = 1 the weight
+// or f32 when a and b are bf16 or f16 (fp32 accumulation into an fp32 output: with beta = 1 the weight
 // gradient GEMM accumulates into an fp32 main grad, Megatron's gradient-accumulation fusion).
 std::string verifyMatmul(const KernelCtx &c) {
   Check k(c);
   k.floatT(I, 0);
   k.sameDType(I, 0, I, 1);
-  if (!(c.in[0].dtype == DType::BF16 && c.out[0].dtype == DType::F32) &&
-      c.out[0].dtype != c.in[0].dtype)
+  const bool half = c.in[0].dtype == DType::BF16 || c.in[0].dtype == DType::F16;
+  if (!(half && c.out[0].dtype == DType::F32) && c.out[0].dtype != c.in[0].dtype)
     k.fail("output 0: dtype " + std::string(dtypeName(c.out[0].dtype)) + ", expected " +
            dtypeName(c.in[0].dtype) + " (as input 0)" +
-           (c.in[0].dtype == DType::BF16 ? " or f32 (fp32 accumulation)" : ""));
+           (half ? " or f32 (fp32 accumulation)" : ""));
   k.minRank(I, 0, 2);
   k.minRank(I, 1, 2);
   k.minRank(O, 0, 2);
@@ -691,7 +689,9 @@ std::string verifyAdamWMaster(const KernelCtx &c) {
     return e;
   Check k(c);
   k.dtype(I, 0, DType::F32);
-  k.dtype(O, 3, DType::BF16);
+  if (c.out[3].dtype != DType::BF16 && c.out[3].dtype != DType::F16)
+    k.fail("output 3: dtype " + std::string(dtypeName(c.out[3].dtype)) +
+           ", expected bf16 or f16 (the model parameter of the f32 master weights)");
   k.sameNumel(I, 0, O, 3);
   return k.result();
 }
@@ -835,7 +835,7 @@ std::vector<KernelSignature> buildTable() {
        {A{"beta1", Flt, 0.9}, A{"beta2", Flt, 0.999}, A{"eps", Flt, 1e-8},
         A{"decay", Int, 1}, A{"segments", AttrType::Ints}},
        verifyAdamWMaster,
-       "adamw on f32 master weights (input 0), then param = bf16(master) (round to nearest even) "
+       "adamw on f32 master weights (input 0), then param = bf16(master) or f16(master) (round to nearest even) "
        "over all elements, also on a skipped step"},
       {"loss_scale_update",
        4,

@@ -30,7 +30,10 @@ schema::ScalarRole scalarRoleOfName(std::string_view name) {
       {"loss_sum", schema::LOSS_SUM},
       {"num_tokens", schema::NUM_TOKENS},
       {"grad_norm", schema::GRAD_NORM},
-      {"update_successful", schema::UPDATE_SUCCESSFUL}};
+      {"update_successful", schema::UPDATE_SUCCESSFUL},
+      {"loss_scale", schema::LOSS_SCALE},
+      {"loss_scale_growth_tracker", schema::LOSS_SCALE_GROWTH_TRACKER},
+      {"loss_scale_hysteresis_tracker", schema::LOSS_SCALE_HYSTERESIS_TRACKER}};
   for (auto [n, role] : roles)
     if (name == n)
       return role;
@@ -38,7 +41,9 @@ schema::ScalarRole scalarRoleOfName(std::string_view name) {
 }
 
 schema::BufferKind scalarRoleKind(schema::ScalarRole role) {
-  return role == schema::LR || role == schema::WEIGHT_DECAY || role == schema::STEP
+  return role == schema::LR || role == schema::WEIGHT_DECAY || role == schema::STEP ||
+                 role == schema::LOSS_SCALE || role == schema::LOSS_SCALE_GROWTH_TRACKER ||
+                 role == schema::LOSS_SCALE_HYSTERESIS_TRACKER
              ? schema::SCALAR
              : schema::OUTPUT;
 }
@@ -461,7 +466,7 @@ absl::Status Validator::checkPlan() {
     if (schema::ScalarRole role = b.scalar_role(); role != schema::SCALAR_ROLE_UNSPECIFIED) {
       if (!schema::ScalarRole_IsValid(role))
         return top(absl::StrCat(what, ": scalar_role ", int(role),
-                                " is not a valid scalar role (expected LR .. UPDATE_SUCCESSFUL)"));
+                                " is not a valid scalar role (expected LR .. LOSS_SCALE_HYSTERESIS_TRACKER)"));
       const schema::BufferKind want = scalarRoleKind(role);
       if (b.kind() != want)
         return top(absl::StrCat(what, ": scalar_role ", schema::ScalarRole_Name(role),

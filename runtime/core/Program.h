@@ -58,11 +58,12 @@ absl::StatusOr<schema::Program> readProgramFile(const std::string &path);
 absl::Status validateProgram(const schema::Program &program, const Backend *backend = nullptr);
 
 /// The host-scalar role of the buffer the compiler names `name` ("lr", "weight_decay", "step",
-/// "loss_sum", "num_tokens", "grad_norm", "update_successful"); SCALAR_ROLE_UNSPECIFIED for any
+/// "loss_sum", "num_tokens", "grad_norm", "update_successful", and fp16's "loss_scale",
+/// "loss_scale_growth_tracker", "loss_scale_hysteresis_tracker"); SCALAR_ROLE_UNSPECIFIED for any
 /// other name. The export and hand-assembled programs (ProgramBuilder) tag buffers with it.
 schema::ScalarRole scalarRoleOfName(std::string_view name);
 /// The buffer kind a host-scalar role lives in: SCALAR for the values the host writes before a
-/// step (LR, WEIGHT_DECAY, STEP), OUTPUT for those it reads after one.
+/// step (LR, WEIGHT_DECAY, STEP) and the loss scaler's state, OUTPUT for those it reads after one.
 schema::BufferKind scalarRoleKind(schema::ScalarRole role);
 
 /// "function 'f' instruction 3 (loc file:line:col op)" for messages.

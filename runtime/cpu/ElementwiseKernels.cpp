@@ -34,6 +34,9 @@ void fillKernel(const KernelCtx &c) {
   case DType::BF16:
     std::fill_n(y.as<bf16>(), y.numel, bf16(float(v)));
     break;
+  case DType::F16:
+    std::fill_n(y.as<f16>(), y.numel, f16(float(v)));
+    break;
   case DType::I32:
     std::fill_n(y.as<int32_t>(), y.numel, int32_t(v));
     break;
@@ -43,7 +46,6 @@ void fillKernel(const KernelCtx &c) {
   case DType::U8:
     std::fill_n(y.as<uint8_t>(), y.numel, uint8_t(v));
     break;
-  case DType::F16: // refused by verifyFill
   case DType::Invalid:
     break;
   }
@@ -64,8 +66,8 @@ void castKernel(const KernelCtx &c) {
       const X *xp = x.as<X>();
       Y *yp = y.as<Y>();
       for (int64_t i = 0; i < n; ++i) {
-        if constexpr (std::is_same_v<Y, bf16>)
-          yp[i] = bf16(float(double(xp[i])));
+        if constexpr (std::is_same_v<Y, bf16> || std::is_same_v<Y, f16>)
+          yp[i] = Y(float(double(xp[i]))); // f64 -> f32 -> 16 bits: double rounding, as torch
         else
           yp[i] = Y(double(xp[i]));
       }
@@ -111,6 +113,8 @@ double readScalar(const TensorView &s) {
     return *s.as<double>();
   case DType::BF16:
     return float(*s.as<bf16>());
+  case DType::F16:
+    return float(*s.as<f16>());
   default:
     return *s.as<float>();
   }

@@ -2,7 +2,7 @@
 //
 // c[..., M, N] = alpha * op(a)[..., M, K] @ op(b)[..., K, N] + beta * c, with op = transpose when
 // trans_a / trans_b is set and b either batched like a or a single [K, N] matrix shared by all
-// batches (a linear layer's weight). f32 and bf16 go through oneDNN's matmul primitive (cached per
+// batches (a linear layer's weight). f32, bf16 and f16 go through oneDNN's matmul primitive (cached per
 // shape); f64, which oneDNN's CPU matmul does not support, uses a blocked loop (it serves gradient
 // checks, not speed). bf16 inputs may write an f32 output (oneDNN accumulates bf16 products in
 // f32 and, with beta = 1, adds the f32 output before one final rounding to f32): the weight
@@ -185,14 +185,20 @@ void matmulKernel(const KernelCtx &c) {
   if (t == DType::F32 &&
       Dnnl::get().run(s, dt::f32, dt::f32, c.in[0].data, c.in[1].data, c.out[0].data, alpha, beta))
     return;
-  if (t == DType::BF16) {
+  if (t == DType::BF16 || t == DType::F16) {
+    // 16-bit inputs: oneDNN accumulates in f32 and rounds a 16-bit output to nearest even.
     bool f32Out = c.out[0].dtype == DType::F32;
-    if (Dnnl::get().run(s, dt::bf16, f32Out ? dt::f32 : dt::bf16, c.in[0].data, c.in[1].data,
-                        c.out[0].data, alpha, beta))
+    const dt h = t == DType::BF16 ? dt::bf16 : dt::f16;
+    if (Dnnl::get().run(s, h, f32Out ? dt::f32 : h, c.in[0].data, c.in[1].data, c.out[0].data,
+                        alpha, beta))
       return;
     if (f32Out) {
-      matmulLoop<bf16, float>(s, c.in[0].as<bf16>(), c.in[1].as<bf16>(), c.out[0].as<float>(),
-                              alpha, beta);
+      dispatchFloat(t, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+          matmulLoop<T, float>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.out[0].as<float>(), alpha,
+                               beta);
+      });
       return;
     }
   }

@@ -151,9 +151,9 @@ void adamwKernel(const KernelCtx &c) {
 
 //===----------------------------------------------------------------------===//
 // adamw_master: adamw's inputs with f32 master weights as input 0 -> master, exp_avg, exp_avg_sq,
-// param (bf16). Megatron's Float16OptimizerWithFloat16Params step: the update runs on the fp32
+// param (bf16 or f16). Megatron's Float16OptimizerWithFloat16Params step: the update runs on the fp32
 // master weights (exactly adamw<float>), then _copy_main_params_to_model_params writes the bf16
-// model parameters, param = bf16(master) rounded to nearest even, over every element (also on a
+// model parameters, param = bf16(master) (or f16(master), overflow to inf) rounded to nearest even, over every element (also on a
 // skipped step and outside the segments: the copy of an unchanged master is the unchanged param,
 // since param = bf16(master) holds from initialisation on).
 //===----------------------------------------------------------------------===//
@@ -161,11 +161,16 @@ void adamwKernel(const KernelCtx &c) {
 void adamwMasterKernel(const KernelCtx &c) {
   adamw<float>(c);
   const float *master = c.out[0].as<float>();
-  bf16 *param = c.out[3].as<bf16>();
   int64_t n = c.out[0].numel;
+  dispatchFloat(c.out[3].dtype, [&](auto tag) { // bf16 or f16 (the signature's check)
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
+      T *param = c.out[3].as<T>();
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    param[i] = bf16(master[i]);
+      for (int64_t i = 0; i < n; ++i)
+        param[i] = T(master[i]);
+    }
+  });
 }
 
 //===----------------------------------------------------------------------===//

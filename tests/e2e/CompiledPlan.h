@@ -103,15 +103,21 @@ public:
     return b;
   }
   std::vector<double> read(const std::string &name) { return readIndex(buffer(name)); }
-  /// A float buffer's elements (f64, f32 or bf16, as the buffer's dtype says) as doubles.
+  /// A float buffer's elements (f64, f32, bf16 or f16, as the buffer's dtype says) as doubles.
   std::vector<double> readIndex(int b) {
     const schema::Buffer &buf = program.buffers(b);
     std::vector<char> bytes = readBytes(b);
-    size_t esz = buf.dtype() == schema::F64 ? 8 : buf.dtype() == schema::BF16 ? 2 : 4;
+    size_t esz = buf.dtype() == schema::F64                                   ? 8
+                 : buf.dtype() == schema::BF16 || buf.dtype() == schema::F16 ? 2
+                                                                             : 4;
     std::vector<double> v(bytes.size() / esz);
     for (size_t i = 0; i < v.size(); ++i) {
       if (esz == 8) {
         std::memcpy(&v[i], bytes.data() + 8 * i, 8);
+      } else if (esz == 2 && buf.dtype() == schema::F16) {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        v[i] = rt::f16::toFloat(h);
       } else if (esz == 2) {
         rt::bf16 h;
         std::memcpy(&h, bytes.data() + 2 * i, 2);

@@ -386,8 +386,10 @@ TEST(Elementwise, SignatureErrorsNameTheOperand) {
   EXPECT_EQ(verifyKernel("dropout", {&x, &r}, {&x}, {AttrArg("p", 0.1)}),
             "input 1: dtype i32, expected i64");
   HostTensor h(DType::F16, {4});
-  EXPECT_EQ(verifyKernel("fill", {}, {&h}, {AttrArg("value", 1.0)}),
-            "output 0: dtype f16 is not supported (no kernel computes in f16; use bf16)");
+  EXPECT_EQ(verifyKernel("fill", {}, {&h}, {AttrArg("value", 1.0)}), ""); // --fp16 fills f16
+  runKernel("fill", {}, {&h}, {AttrArg("value", -2.0)});
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(h.get(i), -2.0);
 }
 
 } // namespace

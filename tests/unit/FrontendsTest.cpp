@@ -836,7 +836,8 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
   std::vector<Case> cases = {
       {"--bf16 --pipeline-model-parallel-size 2",
        "not supported yet: --bf16 with --pipeline-model-parallel-size 2"},
-      {"--fp16", "not supported yet: --fp16"},
+      {"--fp16 --pipeline-model-parallel-size 2",
+       "not supported yet: --fp16 with --pipeline-model-parallel-size 2"},
       {"--optimizer sgd", "not supported yet: --optimizer sgd"},
       {"--position-embedding-type rope --use-rope-scaling",
        "not supported yet: --use-rope-scaling"},

@@ -41,6 +41,7 @@ struct HostTensor {
     case DType::F32: return *reinterpret_cast<const float *>(p);
     case DType::F64: return *reinterpret_cast<const double *>(p);
     case DType::BF16: return float(*reinterpret_cast<const bf16 *>(p));
+    case DType::F16: return float(*reinterpret_cast<const f16 *>(p));
     case DType::I32: return *reinterpret_cast<const int32_t *>(p);
     case DType::I64: return double(*reinterpret_cast<const int64_t *>(p));
     default: return 0;
@@ -52,6 +53,7 @@ struct HostTensor {
     case DType::F32: *reinterpret_cast<float *>(p) = float(v); break;
     case DType::F64: *reinterpret_cast<double *>(p) = v; break;
     case DType::BF16: *reinterpret_cast<bf16 *>(p) = bf16(float(v)); break;
+    case DType::F16: *reinterpret_cast<f16 *>(p) = f16(float(v)); break;
     case DType::I32: *reinterpret_cast<int32_t *>(p) = int32_t(v); break;
     case DType::I64: *reinterpret_cast<int64_t *>(p) = int64_t(v); break;
     default: break;

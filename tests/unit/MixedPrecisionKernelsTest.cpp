@@ -182,13 +182,165 @@ TEST(AdamWMaster, SignatureNamesTheOperand) {
   HostTensor p(DType::F32, {8}), s(DType::F32, {}), w16(DType::BF16, {8}), w32(DType::F32, {8});
   HostTensor short16(DType::BF16, {7});
   EXPECT_EQ(verifyKernel("adamw_master", {&p, &p, &p, &p, &s, &s, &s, &s, &s}, {&p, &p, &p, &w32}),
-            "output 3: dtype f32, expected bf16");
+            "output 3: dtype f32, expected bf16 or f16 (the model parameter of the f32 master "
+            "weights)");
   EXPECT_EQ(verifyKernel("adamw_master", {&p, &p, &p, &p, &s, &s, &s, &s, &s},
                          {&p, &p, &p, &short16}),
             "output 3: 7 elements, expected 8 (as input 0)");
   EXPECT_EQ(verifyKernel("adamw_master", {&w16, &w16, &w16, &w16, &s, &s, &s, &s, &s},
                          {&w16, &w16, &w16, &w16}),
             "input 0: dtype bf16, expected f32 or f64 (master weights)");
+  EXPECT_EQ(verifyKernel("adamw_master", {&p, &p, &p, &p, &s, &s, &s, &s, &s}, {&p, &p, &p, &w16}),
+            "");
+}
+
+//===----------------------------------------------------------------------===//
+// f16 (--fp16): IEEE binary16 storage, round to nearest even, overflow to inf
+//===----------------------------------------------------------------------===//
+
+/// f32 -> f16 bits by double arithmetic, independently of DType.h: rounds |f| to 11 significant
+/// bits (or to a multiple of 2^-24 below 2^-14) with nearbyint (ties to even), inf from 65520 on.
+uint16_t f16RneBits(float f) {
+  if (std::isnan(f))
+    return 0x7e00;
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(double(f));
+  if (a >= 65520.0)
+    return sign | 0x7c00;
+  if (a < std::ldexp(1.0, -14))
+    return sign | uint16_t(std::nearbyint(std::ldexp(a, 24))); // 1024 = the smallest normal
+  int e;
+  double m = std::frexp(a, &e);
+  double back = std::ldexp(std::nearbyint(std::ldexp(m, 11)), e - 11);
+  if (back >= 65520.0)
+    return sign | 0x7c00;
+  double m2 = std::frexp(back, &e);
+  return sign | uint16_t((e - 1 + 15) << 10) | uint16_t(std::ldexp(m2, 11) - 1024);
+}
+
+/// The value of f16 bits by the definition (sign, exponent bias 15, subnormals), in double.
+double f16Value(uint16_t h) {
+  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v = e == 0 ? std::ldexp(double(m), -24)
+             : e == 31 ? (m ? std::nan("") : std::numeric_limits<double>::infinity())
+                       : std::ldexp(1.0 + m / 1024.0, e - 15);
+  return (h & 0x8000) ? -v : v;
+}
+
+TEST(F16, EveryBitPatternConvertsToItsValueAndBack) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = f16::toFloat(uint16_t(h));
+    const double want = f16Value(uint16_t(h));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(f)) << std::hex << h;
+      ASSERT_TRUE(std::isnan(float(f16(f)))) << std::hex << h; // NaN stays NaN
+      continue;
+    }
+    ASSERT_EQ(double(f), want) << std::hex << h;
+    ASSERT_EQ(f16::fromFloat(f), uint16_t(h)) << std::hex << h; // exact values round-trip
+  }
+}
+
+TEST(F16, F32ToF16RoundsToNearestEvenAndOverflowsToInf) {
+  std::vector<float> v = {65504.0f, 65519.996f, 65520.0f, 70000.0f, 3.4e38f,
+                          std::numeric_limits<float>::infinity(), std::ldexp(1.0f, -24),
+                          std::ldexp(1.0f, -25), std::ldexp(1.0f, -25) * (1 + 0x1p-23f),
+                          std::ldexp(3.0f, -25), std::ldexp(1.0f, -14) * (1 - 0x1p-24f),
+                          1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-20f,
+                          0.0f, -0.0f, 1e-30f, -65520.0f};
+  for (float x : std::vector<float>(v))
+    v.push_back(-x);
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) { // ~1M patterns over every exponent
+    float f;
+    uint32_t w = uint32_t(u);
+    std::memcpy(&f, &w, 4);
+    v.push_back(f);
+  }
+  for (float x : v) {
+    if (std::isnan(x))
+      continue;
+    ASSERT_EQ(f16::fromFloat(x), f16RneBits(x)) << x;
+  }
+  EXPECT_EQ(f16::fromFloat(65504.0f), 0x7bff);
+  EXPECT_EQ(f16::fromFloat(65519.996f), 0x7bff);
+  EXPECT_EQ(f16::fromFloat(65520.0f), 0x7c00);  // the midpoint above the largest finite: inf
+  EXPECT_EQ(f16::fromFloat(-1e6f), 0xfc00);
+  EXPECT_EQ(f16::fromFloat(std::ldexp(1.0f, -25)), 0x0000); // tie to even: zero
+  EXPECT_EQ(f16::fromFloat(std::ldexp(3.0f, -25)), 0x0002); // tie to even: 2 * 2^-24
+  EXPECT_EQ(f16::fromFloat(1.0f + 0x1p-11f), 0x3c00);       // tie to even: 1
+  EXPECT_EQ(f16::fromFloat(1.0f + 3 * 0x1p-11f), 0x3c02);   // tie to even: 1 + 2^-9
+#if defined(__FLT16_MAX__)
+  // And the compiler's own conversion (libgcc / the ISA), where it has _Float16.
+  for (float x : v) {
+    if (std::isnan(x))
+      continue;
+    _Float16 c = _Float16(x);
+    uint16_t b;
+    std::memcpy(&b, &c, 2);
+    ASSERT_EQ(f16::fromFloat(x), b) << x;
+  }
+#endif
+}
+
+TEST(F16, CastKernelMatchesTheConversionBitwise) {
+  std::vector<float> v = {1.0f, -2.5f, 65504.0f, 65520.0f, -1e5f, 1e-30f, 6e-8f,
+                          std::numeric_limits<float>::infinity()};
+  HostTensor r = randomTensor(DType::F32, {4096}, 5, -7e4, 7e4);
+  for (int64_t i = 0; i < r.numel(); ++i)
+    v.push_back(f32At(r, i));
+  HostTensor x(DType::F32, {int64_t(v.size())}), y(DType::F16, {int64_t(v.size())});
+  std::memcpy(x.bytes.data(), v.data(), 4 * v.size());
+  runKernel("cast", {&x}, {&y});
+  for (size_t i = 0; i < v.size(); ++i)
+    ASSERT_EQ(bitsAt(y, int64_t(i)), f16RneBits(v[i])) << "element " << i << " = " << v[i];
+  EXPECT_EQ(bitsAt(y, 3), 0x7c00);
+  EXPECT_EQ(bitsAt(y, 4), 0xfc00);
+  // And back: f16 -> f32 is exact.
+  HostTensor z(DType::F32, {int64_t(v.size())});
+  runKernel("cast", {&y}, {&z});
+  for (size_t i = 0; i < v.size(); ++i)
+    ASSERT_EQ(double(f32At(z, int64_t(i))), f16Value(bitsAt(y, int64_t(i))));
+}
+
+TEST(F16, MatmulAccumulatesInF32) {
+  const int64_t M = 37, N = 29, K = 300;
+  HostTensor a = randomTensor(DType::F16, {M, K}, 17), b = randomTensor(DType::F16, {N, K}, 18);
+  HostTensor ref = reference(a, b, nullptr, M, N, K);
+  HostTensor c(DType::F32, {M, N});
+  runKernel("matmul", {&a, &b}, {&c}, {AttrArg("trans_b", 1)});
+  EXPECT_LT(relError(c, ref), 1e-5);
+  HostTensor c16(DType::F16, {M, N});
+  runKernel("matmul", {&a, &b}, {&c16}, {AttrArg("trans_b", 1)});
+  EXPECT_LT(relError(c16, ref), 1e-3);                   // one f16 rounding: 2^-11 relative
+  EXPECT_GT(relError(c16, ref), 10 * relError(c, ref)); // and f32 keeps the low bits
+  // Overflow of the f16 output is inf, not a saturation.
+  HostTensor big(DType::F16, {1, 2}), big2(DType::F16, {1, 2}), out(DType::F16, {1, 1});
+  for (int64_t i = 0; i < 2; ++i) {
+    big.set(i, 300.0);
+    big2.set(i, 300.0);
+  }
+  runKernel("matmul", {&big, &big2}, {&out}, {AttrArg("trans_b", 1)});
+  EXPECT_EQ(bitsAt(out, 0), 0x7c00); // 180000 > 65504
+}
+
+TEST(F16, AdamWMasterWritesTheF16RoundingOfTheMaster) {
+  const int64_t n = 70001;
+  std::vector<AttrArg> attrs = {AttrArg("beta1", 0.9), AttrArg("beta2", 0.95),
+                                AttrArg("eps", 1e-8), AttrArg("decay", 1)};
+  HostTensor master = randomTensor(DType::F32, {n}, 41).as(DType::F16).as(DType::F32);
+  HostTensor param = master.as(DType::F16), m(DType::F32, {n}), v(DType::F32, {n});
+  HostTensor master2 = master, m2 = m, v2 = v;
+  HostTensor g = randomTensor(DType::F32, {n}, 42);
+  HostTensor lr = scalarF32(1e-3), wd = scalarF32(0.1), st = scalarF32(1), gs = scalarF32(1),
+             upd = scalarF32(1);
+  runKernel("adamw_master", {&master, &g, &m, &v, &lr, &wd, &st, &gs, &upd},
+            {&master, &m, &v, &param}, attrs);
+  runKernel("adamw", {&master2, &g, &m2, &v2, &lr, &wd, &st, &gs, &upd}, {&master2, &m2, &v2},
+            attrs);
+  ASSERT_EQ(master.bytes, master2.bytes);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(bitsAt(param, i), f16RneBits(f32At(master, i))) << i;
+  HostTensor p(DType::F32, {8}), s(DType::F32, {}), w16(DType::F16, {8});
   EXPECT_EQ(verifyKernel("adamw_master", {&p, &p, &p, &p, &s, &s, &s, &s, &s}, {&p, &p, &p, &w16}),
             "");
 }

@@ -180,7 +180,7 @@ func.func @f(%a: memref<8xf32>, %b: memref<8xf64>) {
 
 // Tests that the runtime signature check reports an integer tensor where a float is expected.
 func.func @f(%a: memref<8xi32>, %y: memref<8xi32>) {
-  // expected-error@+1 {{'rt.kernel' op kernel 'scale' input 0: dtype i32, expected f32, f64 or bf16}}
+  // expected-error@+1 {{'rt.kernel' op kernel 'scale' input 0: dtype i32, expected f32, f64, bf16 or f16}}
   rt.kernel "scale" ins(%a : memref<8xi32>) outs(%y : memref<8xi32>)
   return
 }
