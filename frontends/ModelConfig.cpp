@@ -720,12 +720,8 @@ Error checkSupported(const PlanConfig &config) {
   // Megatron's loss scaler (docs/design.md "Mixed precision").
   if (t.params_dtype != "fp32" && t.params_dtype != "bf16" && t.params_dtype != "fp16")
     reject("--" + t.params_dtype);
-  // Mixed precision has been checked on one rank and across DP only.
-  if (t.params_dtype != "fp32" && tp > 1)
-    reject("--" + t.params_dtype + " with --tensor-model-parallel-size " + Twine(tp));
-  if (t.params_dtype != "fp32" && p.pipeline_model_parallel_size > 1)
-    reject("--" + t.params_dtype + " with --pipeline-model-parallel-size " +
-           Twine(p.pipeline_model_parallel_size));
+  // With tensor and pipeline parallelism too: checked against the single-rank plan (lit
+  // trainrun-mixed-precision-tp-pp.test).
   if (t.optimizer != "adam")
     reject("--optimizer " + t.optimizer);
   if (config.model.use_rope_scaling)

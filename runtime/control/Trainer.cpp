@@ -877,7 +877,10 @@ struct Trainer::Impl {
       const schema::Buffer &b = program.buffers(int(p.buffer()));
       NamedTensor t;
       t.name = p.name();
-      t.dtype = b.dtype() == schema::F64 ? "F64" : "F32";
+      t.dtype = b.dtype() == schema::F64    ? "F64"
+                : b.dtype() == schema::BF16 ? "BF16" // --bf16 / --fp16 model parameters
+                : b.dtype() == schema::F16  ? "F16"
+                                            : "F32";
       if (p.tensor_shape_size() > 0)
         t.shape.assign(p.tensor_shape().begin(), p.tensor_shape().end());
       else

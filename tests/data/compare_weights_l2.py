@@ -18,14 +18,18 @@ import numpy as np
 
 
 def read(path):
-    dtypes = {"F32": np.float32, "F64": np.float64}
+    dtypes = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
         data = f.read()
-    return {name: np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]],
-                                dtype=dtypes[t["dtype"]]).reshape(t["shape"]).astype(np.float64)
-            for name, t in header.items() if name != "__metadata__"}
+
+    def tensor(t):
+        x = np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]], dtype=dtypes[t["dtype"]])
+        if t["dtype"] == "BF16":  # the upper half of an f32
+            x = (x.astype(np.uint32) << 16).view(np.float32)
+        return x.reshape(t["shape"]).astype(np.float64)
+    return {name: tensor(t) for name, t in header.items() if name != "__metadata__"}
 
 
 a, rtol = read(sys.argv[1]), float(sys.argv[3])
