@@ -10,6 +10,7 @@
 #include "runtime/core/Crc32c.h"
 #include "runtime/core/DType.h"
 #include "runtime/core/Executor.h"
+#include "runtime/core/Init.h"
 #include "runtime/schema/checkpoint.pb.h"
 
 #include "absl/strings/ascii.h"
@@ -21,6 +22,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -182,7 +184,9 @@ struct Piece {
   int64_t size() const { return flatEnd - flatBegin; }
 };
 
-const char *stDtype(schema::DType t) { return t == schema::F64 ? "F64" : "F32"; }
+const char *stDtype(schema::DType t) {
+  return t == schema::F64 ? "F64" : t == schema::BF16 ? "BF16" : t == schema::F16 ? "F16" : "F32";
+}
 
 struct Operand {
   int buffer = -1;
@@ -220,15 +224,16 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
   for (int i = 0; i < p.parameters_size(); ++i) {
     const schema::Parameter &q = p.parameters(i);
     const schema::Buffer &b = p.buffers(int(q.buffer()));
-    if (b.dtype() != schema::F32 && b.dtype() != schema::F64)
+    if (b.dtype() != schema::F32 && b.dtype() != schema::F64 && b.dtype() != schema::BF16 &&
+        b.dtype() != schema::F16)
       return absl::UnimplementedError(absl::StrCat(
           "parameter '", q.name(), "' is held in a buffer of dtype ", schema::DType_Name(b.dtype()),
-          ": checkpoints support F32 and F64 parameters"));
+          ": checkpoints support F32, F64, BF16 and F16 parameters"));
     Piece x;
     x.tensor = x.param = q.name();
     x.kind = "param";
     x.dtype = stDtype(b.dtype());
-    x.esize = b.dtype() == schema::F64 ? 8 : 4;
+    x.esize = dtypeSize(DType(int(b.dtype())));
     x.globalShape = toVec(q.global_shape());
     x.boxStart = toVec(q.slice_start());
     x.boxSize = toVec(q.slice_size());
@@ -245,20 +250,24 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
   for (const schema::Function &fn : p.functions())
     for (int k = 0; k < fn.body_size(); ++k) {
       const schema::Instruction &ins = fn.body(k);
-      if (ins.op_case() == schema::Instruction::kKernel && ins.kernel().kernel() == "adamw_master")
-        return absl::UnimplementedError(absl::StrCat(
-            "function '", fn.name(), "' instruction ", k, " (adamw_master): checkpoints of fp32 "
-            "master weights (--bf16, --fp16) are not supported yet"));
-      if (ins.op_case() != schema::Instruction::kKernel || ins.kernel().kernel() != "adamw")
+      if (ins.op_case() != schema::Instruction::kKernel ||
+          (ins.kernel().kernel() != "adamw" && ins.kernel().kernel() != "adamw_master"))
         continue;
       const schema::KernelCall &kc = ins.kernel();
-      std::string where = absl::StrCat("function '", fn.name(), "' instruction ", k, " (adamw)");
-      if (kc.inputs_size() < 4)
-        return absl::InvalidArgumentError(absl::StrCat(where, ": fewer than 4 inputs"));
-      absl::StatusOr<Operand> prm = resolve(p, kc.inputs(0), where + " input 0");
+      // adamw_master (--bf16, --fp16): input 0 is the fp32 master weights, output 3 the 16-bit
+      // parameter; the masters are saved as optimizer.state.fp32_param.<name> (Megatron's
+      // distributed-checkpoint name), aligned with the Adam moments.
+      const bool withMaster = kc.kernel() == "adamw_master";
+      std::string where = absl::StrCat("function '", fn.name(), "' instruction ", k, " (",
+                                       kc.kernel(), ")");
+      if (kc.inputs_size() < 4 || (withMaster && kc.outputs_size() < 4))
+        return absl::InvalidArgumentError(absl::StrCat(where, ": fewer than 4 inputs or outputs"));
+      absl::StatusOr<Operand> prm = withMaster ? resolve(p, kc.outputs(3), where + " output 3")
+                                               : resolve(p, kc.inputs(0), where + " input 0");
+      absl::StatusOr<Operand> mw = resolve(p, kc.inputs(0), where + " input 0");
       absl::StatusOr<Operand> m = resolve(p, kc.inputs(2), where + " input 2");
       absl::StatusOr<Operand> v = resolve(p, kc.inputs(3), where + " input 3");
-      for (const auto *s : {&prm, &m, &v})
+      for (const auto *s : {&prm, &mw, &m, &v})
         if (!s->ok())
           return s->status();
       // adamw's segments: (begin, end, decay) triples inside the operands, padding excluded;
@@ -288,19 +297,22 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
           int64_t lo = std::max(lo0, qlo), hi = std::min(hi0, qhi);
           if (lo >= hi)
             continue;
-          for (int which = 0; which < 2; ++which) {
+          for (int which = 0; which < (withMaster ? 3 : 2); ++which) {
             Piece x = q;
-            x.kind = which == 0 ? "exp_avg" : "exp_avg_sq";
+            x.kind = which == 0 ? "exp_avg" : which == 1 ? "exp_avg_sq" : "fp32_param";
             x.tensor = absl::StrCat("optimizer.state.", x.kind, ".", q.param);
             x.flatBegin = lo - qlo;
             x.flatEnd = hi - qlo;
-            const Operand &st = which == 0 ? *m : *v;
+            const Operand &st = which == 0 ? *m : which == 1 ? *v : *mw;
             x.buffer = st.buffer;
             x.elemOffset = st.offset + uint64_t(lo - int64_t(prm->offset));
             const schema::Buffer &sb2 = p.buffers(st.buffer);
-            if (sb2.dtype() != p.buffers(q.buffer).dtype())
-              return absl::UnimplementedError(
-                  absl::StrCat(where, ": the Adam state's dtype differs from the parameter's"));
+            if (withMaster ? sb2.dtype() != schema::F32 : sb2.dtype() != p.buffers(q.buffer).dtype())
+              return absl::UnimplementedError(absl::StrCat(
+                  where, withMaster ? ": the Adam state or master weights are not F32"
+                                    : ": the Adam state's dtype differs from the parameter's"));
+            x.dtype = stDtype(sb2.dtype());
+            x.esize = dtypeSize(DType(int(sb2.dtype())));
             adam.push_back(std::move(x));
           }
         }
@@ -392,6 +404,39 @@ struct Checkpointer::Impl {
 
   int64_t rank() const { return comm->rank(); }
   int64_t world() const { return comm->worldSize(); }
+
+  /// fp16's grad scaler state: the LOSS_SCALE, LOSS_SCALE_GROWTH_TRACKER and
+  /// LOSS_SCALE_HYSTERESIS_TRACKER device scalars (f32); {1, 0, 0} for a plan without them.
+  std::array<double, 3> scalerState() const {
+    std::array<double, 3> v{1.0, 0.0, 0.0};
+    for (int b = 0; b < program->buffers_size(); ++b) {
+      const schema::Buffer &buf = program->buffers(b);
+      int i = buf.scalar_role() == schema::LOSS_SCALE                      ? 0
+              : buf.scalar_role() == schema::LOSS_SCALE_GROWTH_TRACKER     ? 1
+              : buf.scalar_role() == schema::LOSS_SCALE_HYSTERESIS_TRACKER ? 2
+                                                                           : -1;
+      float f;
+      if (i >= 0 && buf.byte_size() == 4 && ex->readBuffer(b, &f, 4).ok())
+        v[size_t(i)] = f;
+    }
+    return v;
+  }
+  /// Writes the scaler state back (a resumed fp16 run continues the saved scale sequence).
+  absl::Status setScalerState(const schema::CheckpointRunState &rs) {
+    for (int b = 0; b < program->buffers_size(); ++b) {
+      const schema::Buffer &buf = program->buffers(b);
+      double v = buf.scalar_role() == schema::LOSS_SCALE                      ? rs.loss_scale()
+                 : buf.scalar_role() == schema::LOSS_SCALE_GROWTH_TRACKER     ? rs.loss_scale_growth_tracker()
+                 : buf.scalar_role() == schema::LOSS_SCALE_HYSTERESIS_TRACKER ? rs.loss_scale_hysteresis_tracker()
+                                                                              : std::nan("");
+      if (std::isnan(v) || buf.byte_size() != 4)
+        continue;
+      float f = float(v);
+      if (absl::Status s = ex->writeBuffer(b, &f, 4); !s.ok())
+        return s;
+    }
+    return absl::OkStatus();
+  }
 
   /// Reduces `v` (n values) with `op` over every multi-rank communicator group, in one order on
   /// every rank (by name, then members). The groups are the mesh's axis groups, so in sequence
@@ -503,7 +548,8 @@ struct Checkpointer::Impl {
 
   /// Rank 0, after every rank's file is complete: reads the rank files' headers, merges their
   /// indexes, checks that every global tensor is covered exactly once, and writes metadata.json.
-  absl::StatusOr<uint64_t> writeIndex(const std::string &partial, const TrainState &st) {
+  absl::StatusOr<uint64_t> writeIndex(const std::string &partial, const TrainState &st,
+                                      const std::array<double, 3> &scaler) {
     schema::CheckpointMetadata meta;
     meta.set_format(kFormat);
     meta.set_version(kVersion);
@@ -579,7 +625,9 @@ struct Checkpointer::Impl {
     rs->set_adam_steps(st.adamSteps);
     rs->set_skipped_iterations(st.skipped);
     rs->set_nan_iterations(st.nans);
-    rs->set_loss_scale(1.0);
+    rs->set_loss_scale(scaler[0]);
+    rs->set_loss_scale_growth_tracker(scaler[1]);
+    rs->set_loss_scale_hysteresis_tracker(scaler[2]);
     rs->set_rng_seed(rngSeed);
     rs->set_data_seed(dataSeed);
     schema::CheckpointLrScheduler *ls = meta.mutable_opt_param_scheduler();
@@ -610,6 +658,7 @@ struct Checkpointer::Impl {
   /// still to come.
   struct Pending {
     TrainState st;
+    std::array<double, 3> scaler{1.0, 0.0, 0.0}; // fp16's grad scaler at the save
     std::string dir, partial, final;
     std::map<int, std::string> staged; // host staging: buffer -> bytes
     Clock::time_point t0;              // the save began
@@ -630,6 +679,7 @@ struct Checkpointer::Impl {
     p->t0 = Clock::now();
     p->st = st;
     ex->drainCommunication();
+    p->scaler = scalerState();
     p->dir = opts.save;
     p->final = p->dir + "/" + iterationDirName(st.iteration);
     p->partial = p->final + ".partial";
@@ -697,7 +747,7 @@ struct Checkpointer::Impl {
         k && rank() == 0 && std::to_string(st.iteration) == k)
       std::raise(SIGKILL);
     if (rank() == 0) {
-      absl::StatusOr<uint64_t> total = writeIndex(partial, st);
+      absl::StatusOr<uint64_t> total = writeIndex(partial, st, p.scaler);
       if (total.ok()) {
         bytes = *total;
         if (fs::exists(final, ec))
@@ -961,6 +1011,12 @@ struct Checkpointer::Impl {
       if (absl::Status s = ex->writeBuffer(b, bytes.data(), bytes.size()); !s.ok())
         return s;
     const schema::CheckpointRunState &rs = meta.run_state();
+    if (loadOptim) { // the grad scaler is part of Megatron's optimizer state
+      if (absl::Status s = setScalerState(rs); !s.ok())
+        return s;
+    } else if (absl::Status s = initializeMasterWeights(*ex); !s.ok()) {
+      return s; // fresh fp32 master weights from the loaded 16-bit parameters, as Megatron's
+    }         // optimizer builds them from the model when it loads no optimizer state
     std::error_code ec0;
     if (!opts.finetune) {
       state.iteration = rs.iteration();

@@ -1282,11 +1282,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   }
   im->rerun = std::make_unique<RerunStateMachine>(options.rerun, options.checkForNanInLossAndGrad,
                                                   int(im->comm->rank()));
-  if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
-    return s;
   if (im->buffer(schema::LOSS_SCALE) >= 0) {
     // --fp16: the grad scaler's state before the first iteration (Megatron's ConstantGradScaler
-    // or DynamicGradScaler constructor); the program updates it on device from then on.
+    // or DynamicGradScaler constructor); the program updates it on device from then on (a --load
+    // replaces it with the checkpoint's).
     const double fixed = metaDouble(im->program, "training.loss_scale", 0);
     const double scale =
         fixed > 0 ? fixed : metaDouble(im->program, "training.initial_loss_scale", 4294967296.0);
@@ -1297,6 +1296,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
       if (absl::Status s = im->writeScalar(role, v); !s.ok())
         return s;
   }
+  if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
+    return s;
   if (!options.dumpDir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.dumpDir, ec);
