@@ -106,8 +106,12 @@ absl::Status RerunSnapshot::take(const Executor &ex) {
   buffers_.clear();
   for (int i = 0; i < bufs.size(); ++i) {
     schema::BufferKind k = bufs[i].kind();
+    schema::ScalarRole r = bufs[i].scalar_role();
+    // fp16's grad scaler is state the program updates too (loss_scale_update).
+    const bool scaler = r == schema::LOSS_SCALE || r == schema::LOSS_SCALE_GROWTH_TRACKER ||
+                        r == schema::LOSS_SCALE_HYSTERESIS_TRACKER;
     if (k != schema::PARAMETER && k != schema::MAIN_GRAD && k != schema::MASTER_PARAM &&
-        k != schema::OPTIMIZER_STATE)
+        k != schema::OPTIMIZER_STATE && !scaler)
       continue;
     std::vector<char> data(bufs[i].byte_size());
     if (absl::Status s = ex.readBuffer(i, data.data(), data.size()); !s.ok())

@@ -63,7 +63,8 @@ struct IterationResult {
   double gradNorm = 0; // global grad norm before clipping
 };
 
-/// A copy of every PARAMETER, MAIN_GRAD and OPTIMIZER_STATE buffer of the arena.
+/// A copy of every PARAMETER, MAIN_GRAD, MASTER_PARAM and OPTIMIZER_STATE buffer of the arena,
+/// and fp16's grad-scaler scalars (LOSS_SCALE*).
 class RerunSnapshot {
 public:
   /// Copies the buffers out of `ex` (draining in-flight communication first).
