@@ -1,6 +1,8 @@
 //===- Trainer.cpp - The training loop of one rank ------------------------===//
 
 #include "runtime/control/Trainer.h"
+#include "runtime/control/BatchRampup.h"
+#include "runtime/control/ProgramSwitch.h"
 
 #include "runtime/control/TensorBoard.h"
 #include "runtime/control/Timers.h"
@@ -565,6 +567,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   if (o.trainIters == 0 && o.trainSamples == 0)
     return absl::InvalidArgumentError(
         "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
+  if (absl::Status s = checkRampupRunOptions(p, o); !s.ok())
+    return s;
   return o;
 }
 
@@ -762,6 +766,68 @@ struct Trainer::Impl {
   }
   TrainState resume;
   int64_t rngSeed = 0;
+  /// Batch-size ramp-up (BatchRampup.h, ProgramSwitch.h): the calculator when the plan has
+  /// one, and the plan directory whose rampup/m<m>/ programs switchProgram loads.
+  std::optional<BatchRampup> rampup;
+  std::string planDir;
+
+  /// Moves the training state into this rank's program of `m` microbatches (the plan's own
+  /// rank file for the final m, else rampup/m<m>/) and continues with it: executor, host
+  /// inputs, scalar roles, timers (the interval's values so far are dropped) and the
+  /// checkpointer. Errors: a missing or invalid program, one of another plan or whose
+  /// training-state buffers differ (naming the file and the buffer).
+  absl::Status switchProgram(int64_t m) {
+    const int64_t finalM = rampup->globalBatchSize() / (mbs * dpSize);
+    std::string path = m == finalM ? absl::StrCat(planDir, "/rank", comm->rank(), ".pb")
+                                   : absl::StrCat(planDir, "/rampup/m", m, "/rank",
+                                                  comm->rank(), ".pb");
+    absl::StatusOr<schema::Program> next = readProgramFile(path);
+    if (!next.ok())
+      return absl::Status(next.status().code(),
+                          absl::StrCat("batch-size ramp-up to ", m, " microbatches: ",
+                                       next.status().message()));
+    if (int64_t(next->plan().num_microbatches()) != m ||
+        int64_t(next->plan().micro_batch_size()) != mbs ||
+        int64_t(next->plan().seq_length()) != seq)
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, ": expected a program of ", m, " microbatches of ", mbs, " x ", seq,
+          " tokens for the batch-size ramp-up, found ", next->plan().num_microbatches(), " of ",
+          next->plan().micro_batch_size(), " x ", next->plan().seq_length(),
+          " (recompile the plan into an empty directory)"));
+    if (std::string e = trainingStateMismatch(program, *next); !e.empty())
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, ": cannot continue the training state of ", programPath, ": ", e));
+    ExecutorOptions eo;
+    eo.timing = timers != nullptr;
+    absl::StatusOr<std::unique_ptr<Executor>> nextEx =
+        Executor::create(*next, *backend, *comm, eo);
+    if (!nextEx.ok())
+      return absl::Status(nextEx.status().code(),
+                          absl::StrCat(path, ": ", nextEx.status().message()));
+    if (absl::Status s = copyTrainingState(*ex, **nextEx); !s.ok())
+      return s;
+    ckpt->setExecutor(**nextEx);
+    ex = std::move(*nextEx);
+    program = std::move(*next);
+    programPath = path;
+    if (absl::Status s = checkSameCompile(); !s.ok())
+      return s;
+    numMicrobatches = m;
+    gbs = int64_t(program.plan().global_batch_size());
+    roleBuffer.fill(-1);
+    for (int b = 0; b < program.buffers_size(); ++b)
+      if (program.buffers(b).scalar_role() != schema::SCALAR_ROLE_UNSPECIFIED)
+        roleBuffer[size_t(program.buffers(b).scalar_role())] = b;
+    inputs.assign(size_t(m), {});
+    for (int b = 0; b < program.buffers_size(); ++b)
+      if (program.buffers(b).has_host_input()) {
+        const schema::HostInput &h = program.buffers(b).host_input();
+        inputs[h.microbatch()].push_back({h.role(), b, DType(int(program.buffers(b).dtype()))});
+      }
+    if (timers)
+      timers = std::make_unique<IterationTimers>(program, opts.timingLogLevel);
+    return absl::OkStatus();
+  }
 
   /// The buffer of each host scalar role (Buffer.scalar_role), -1 when the program has none.
   std::array<int, schema::ScalarRole_ARRAYSIZE> roleBuffer = [] {
@@ -1281,6 +1347,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
                                                   int(im->comm->rank()));
   if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
     return s;
+  // Batch-size ramp-up: the program of the samples consumed so far (0, or a --load's).
+  if (absl::StatusOr<std::optional<BatchRampup>> r = rampupOf(prog); !r.ok())
+    return r.status();
+  else
+    im->rampup = *r;
+  im->planDir = planDir;
+  if (im->rampup) {
+    std::string e;
+    const int64_t m = im->rampup->at(im->resume.consumedSamples, true, &e).numMicrobatches;
+    if (!e.empty())
+      return absl::InvalidArgumentError(e);
+    log << "> batch-size ramp-up from " << im->rampup->start() << " by "
+        << im->rampup->increment() << " over " << im->rampup->samples()
+        << " samples to global batch size " << im->gbs << "; starting at "
+        << m * im->mbs * im->dpSize << " (" << m << " microbatches)\n";
+    if (m != im->numMicrobatches)
+      if (absl::Status s = im->switchProgram(m); !s.ok())
+        return s;
+  }
   if (!options.dumpDir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.dumpDir, ec);
@@ -1309,14 +1394,19 @@ absl::Status Trainer::train() {
   const RunOptions &o = im.opts;
   std::ostream &log = *im.log;
   int64_t iters = o.trainIters ? o.trainIters : (o.trainSamples + im.gbs - 1) / im.gbs;
+  if (im.rampup) // Megatron's update_train_iters (ramp-up needs --train-samples)
+    iters = im.rampup->trainIters(o.trainSamples);
   // The state a --load resumed (all zero otherwise); `successful` counts Adam updates.
   int64_t consumed = im.resume.consumedSamples, scheduled = im.resume.scheduledSamples,
           successful = im.resume.adamSteps, skipped = im.resume.skipped, nans = im.resume.nans;
   // TFLOP/s as Megatron counts them (num_floating_point_operations per GPU) when the plan has the
   // figure, else the IR's own count (a .mlir model).
-  double flops = im.program.reports().flops().megatron_flops_per_iteration() > 0
-                     ? im.program.reports().flops().megatron_flops_per_iteration()
-                     : im.program.reports().flops().flops_per_iteration();
+  // (Of the program running now: a batch-size ramp-up switches programs.)
+  auto flopsNow = [&] {
+    return im.program.reports().flops().megatron_flops_per_iteration() > 0
+               ? im.program.reports().flops().megatron_flops_per_iteration()
+               : im.program.reports().flops().flops_per_iteration();
+  };
   // Interval accumulators (Megatron averages the loss over the non-skipped iterations of the
   // logging interval).
   double intervalLoss = 0, intervalTime = 0;
@@ -1330,6 +1420,26 @@ absl::Status Trainer::train() {
   int64_t it = im.resume.iteration + 1;
   bool exited = false;
   for (; it <= iters; ++it) {
+    // Megatron's update_num_microbatches(consumed_train_samples, consistency_check=True) before
+    // each iteration; a new num_microbatches saves a checkpoint first (with --save) and runs
+    // the program compiled for it.
+    if (im.rampup) {
+      std::string e;
+      const int64_t m = im.rampup->at(consumed, true, &e).numMicrobatches;
+      if (!e.empty())
+        return fail(absl::InvalidArgumentError(absl::StrCat("iteration ", it, ": ", e)));
+      if (m != im.numMicrobatches) {
+        if (!o.ckpt.save.empty() && it > 1 && !im.ckpt->savedAt(it - 1))
+          if (absl::Status s = im.ckpt->save({it - 1, consumed, scheduled, successful, skipped,
+                                              nans});
+              !s.ok())
+            return fail(s);
+        if (absl::Status s = im.switchProgram(m); !s.ok())
+          return fail(s);
+        if (im.timers)
+          im.timers->reset();
+      }
+    }
     if (!o.traceDir.empty()) {
       // With the timers on, timing stays on and the trace's window is a range of marks.
       if (it == o.profileStepStart) {
@@ -1507,7 +1617,7 @@ absl::Status Trainer::train() {
           timestamp(), it, iters, consumed, perIter * 1e3);
       if (o.logThroughput)
         line += absl::StrFormat(" throughput per GPU (TFLOP/s/GPU): %.1f |",
-                                flops / perIter / 1e12);
+                                flopsNow() / perIter / 1e12);
       line += absl::StrFormat(" learning rate: %.6E | global batch size: %5d |", lr, im.gbs);
       double avgLoss = intervalCount ? intervalLoss / double(intervalCount) : 0.0;
       if (avgLoss > 0.0) // Megatron prints a loss only when its average is positive
@@ -1528,7 +1638,7 @@ absl::Status Trainer::train() {
         if (absl::Status w = im.tb->addScalar("iteration-time", perIter, it); !w.ok())
           return fail(w);
       if (im.tb && o.logThroughput)
-        if (absl::Status w = im.tb->addScalar("throughput", flops / perIter / 1e12, it); !w.ok())
+        if (absl::Status w = im.tb->addScalar("throughput", flopsNow() / perIter / 1e12, it); !w.ok())
           return fail(w);
       if (it == o.logInterval || (it == iters && iters < o.logInterval)) {
         const schema::MemoryReport &m = im.program.reports().memory();

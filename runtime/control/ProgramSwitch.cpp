@@ -1,0 +1,134 @@
+//===- ProgramSwitch.cpp - Moving the training state between programs ----===//
+
+#include "runtime/control/ProgramSwitch.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+#include <vector>
+
+namespace trainc::rt::control {
+
+bool isTrainingState(schema::BufferKind k) {
+  return k == schema::PARAMETER || k == schema::MAIN_GRAD || k == schema::MASTER_PARAM ||
+         k == schema::OPTIMIZER_STATE || k == schema::SCALAR;
+}
+
+namespace {
+template <typename R> std::string list(const R &r) { return absl::StrJoin(r, "x"); }
+} // namespace
+
+std::string trainingStateMismatch(const schema::Program &a, const schema::Program &b) {
+  if (list(a.mesh().coords()) != list(b.mesh().coords()) ||
+      list(a.mesh().axis_sizes()) != list(b.mesh().axis_sizes()))
+    return absl::StrCat("the mesh differs (coordinates ", list(a.mesh().coords()), " of ",
+                        list(a.mesh().axis_sizes()), " vs ", list(b.mesh().coords()), " of ",
+                        list(b.mesh().axis_sizes()), ")");
+  auto state = [](const schema::Program &p) {
+    std::vector<int> idx;
+    for (int i = 0; i < p.buffers_size(); ++i)
+      if (isTrainingState(p.buffers(i).kind()))
+        idx.push_back(i);
+    return idx;
+  };
+  const std::vector<int> sa = state(a), sb = state(b);
+  if (sa != sb)
+    return absl::StrCat("the training-state buffers are at different indices (", sa.size(),
+                        " buffers at ", absl::StrJoin(sa, ","), " vs ", sb.size(), " at ",
+                        absl::StrJoin(sb, ","), ")");
+  for (int i : sa) {
+    const schema::Buffer &x = a.buffers(i), &y = b.buffers(i);
+    if (x.name() != y.name() || x.kind() != y.kind() || x.dtype() != y.dtype() ||
+        x.byte_size() != y.byte_size())
+      return absl::StrCat("training-state buffer ", i, " differs: '", x.name(), "' (",
+                          schema::BufferKind_Name(x.kind()), ", ", x.byte_size(),
+                          " bytes) vs '", y.name(), "' (", schema::BufferKind_Name(y.kind()),
+                          ", ", y.byte_size(), " bytes)");
+  }
+  if (a.parameters_size() != b.parameters_size())
+    return absl::StrCat("the parameter tables differ in length (", a.parameters_size(), " vs ",
+                        b.parameters_size(), ")");
+  for (int i = 0; i < a.parameters_size(); ++i) {
+    const schema::Parameter &x = a.parameters(i), &y = b.parameters(i);
+    if (x.SerializeAsString() != y.SerializeAsString())
+      return absl::StrCat("parameter ", i, " differs: '", x.name(), "' vs '", y.name(), "'");
+  }
+  return "";
+}
+
+absl::Status copyTrainingState(const Executor &from, Executor &to) {
+  from.drainCommunication();
+  to.drainCommunication();
+  const schema::Program &p = from.program();
+  std::vector<char> bytes;
+  for (int i = 0; i < p.buffers_size(); ++i) {
+    if (!isTrainingState(p.buffers(i).kind()))
+      continue;
+    bytes.resize(p.buffers(i).byte_size());
+    if (absl::Status s = from.readBuffer(i, bytes.data(), bytes.size()); !s.ok())
+      return s;
+    if (absl::Status s = to.writeBuffer(i, bytes.data(), bytes.size()); !s.ok())
+      return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<BatchRampup>> rampupOf(const schema::Program &program) {
+  auto it = program.metadata().find("training.rampup_batch_size");
+  if (it == program.metadata().end() || it->second.empty())
+    return std::optional<BatchRampup>();
+  std::vector<int64_t> v;
+  for (absl::string_view piece : absl::StrSplit(it->second, ' ', absl::SkipEmpty())) {
+    int64_t x;
+    if (!absl::SimpleAtoi(piece, &x))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the plan's training.rampup_batch_size '", it->second, "' is not three integers"));
+    v.push_back(x);
+  }
+  if (v.size() != 3)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan's training.rampup_batch_size '", it->second, "' is not three integers"));
+  const int64_t gbs = int64_t(program.plan().global_batch_size());
+  if (std::string e = BatchRampup::check(gbs, v[0], v[1], v[2]); !e.empty())
+    return absl::InvalidArgumentError(absl::StrCat("the plan's --rampup-batch-size: ", e));
+  int64_t dp = 1;
+  for (int a = 0; a < program.mesh().axis_names_size() && a < program.mesh().axis_sizes_size();
+       ++a)
+    if (program.mesh().axis_names(a) == "dp")
+      dp = program.mesh().axis_sizes(a);
+  auto d = program.metadata().find("training.decrease_batch_size_if_needed");
+  const bool decrease = d != program.metadata().end() && d->second == "true";
+  return std::optional<BatchRampup>(BatchRampup(
+      gbs, int64_t(program.plan().micro_batch_size()), dp, decrease, v[0], v[1], v[2]));
+}
+
+absl::Status checkRampupRunOptions(const schema::Program &program, const RunOptions &o) {
+  auto it = program.metadata().find("training.rampup_batch_size");
+  if (it == program.metadata().end() || it->second.empty())
+    return absl::OkStatus();
+  const std::string given = absl::StrCat("this plan's --rampup-batch-size ", it->second);
+  if (o.trainIters > 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        given, ": expected no batch-size rampup for iteration-based training (give "
+               "--train-samples instead of --train-iters ",
+        o.trainIters, ")"));
+  if (o.lrWarmupIters > 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        given, ": expected sample-based learning rate warmup (give --lr-warmup-samples instead "
+               "of --lr-warmup-iters ",
+        o.lrWarmupIters, ")"));
+  if (o.lrDecayIters > 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        given, ": expected sample-based learning rate decay (give --lr-decay-samples instead of "
+               "--lr-decay-iters ",
+        o.lrDecayIters, ")"));
+  if (!o.traceDir.empty())
+    return absl::UnimplementedError(absl::StrCat(
+        "not supported yet: --trace with ", given,
+        " (a trace names the instructions of one program; the ramp-up switches programs)"));
+  return absl::OkStatus();
+}
+
+} // namespace trainc::rt::control
