@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
+#include <map>
 #include <vector>
 
 namespace trainc::rt::control {
@@ -20,33 +21,63 @@ namespace {
 template <typename R> std::string list(const R &r) { return absl::StrJoin(r, "x"); }
 } // namespace
 
+namespace {
+/// The buffers checkpoints address by index (Checkpoint.cpp's pieces): they must keep it.
+bool isIndexedState(schema::BufferKind k) { return isTrainingState(k) && k != schema::SCALAR; }
+
+/// The index of each SCALAR buffer of `p` by name.
+std::map<std::string, int> scalarsByName(const schema::Program &p) {
+  std::map<std::string, int> out;
+  for (int i = 0; i < p.buffers_size(); ++i)
+    if (p.buffers(i).kind() == schema::SCALAR)
+      out.emplace(p.buffers(i).name(), i);
+  return out;
+}
+
+std::string describe(const schema::Buffer &x) {
+  return absl::StrCat("'", x.name(), "' (", schema::BufferKind_Name(x.kind()), ", ",
+                      schema::DType_Name(x.dtype()), ", ", x.byte_size(), " bytes)");
+}
+} // namespace
+
 std::string trainingStateMismatch(const schema::Program &a, const schema::Program &b) {
   if (list(a.mesh().coords()) != list(b.mesh().coords()) ||
       list(a.mesh().axis_sizes()) != list(b.mesh().axis_sizes()))
     return absl::StrCat("the mesh differs (coordinates ", list(a.mesh().coords()), " of ",
                         list(a.mesh().axis_sizes()), " vs ", list(b.mesh().coords()), " of ",
                         list(b.mesh().axis_sizes()), ")");
-  auto state = [](const schema::Program &p) {
+  auto indexed = [](const schema::Program &p) {
     std::vector<int> idx;
     for (int i = 0; i < p.buffers_size(); ++i)
-      if (isTrainingState(p.buffers(i).kind()))
+      if (isIndexedState(p.buffers(i).kind()))
         idx.push_back(i);
     return idx;
   };
-  const std::vector<int> sa = state(a), sb = state(b);
+  const std::vector<int> sa = indexed(a), sb = indexed(b);
   if (sa != sb)
-    return absl::StrCat("the training-state buffers are at different indices (", sa.size(),
-                        " buffers at ", absl::StrJoin(sa, ","), " vs ", sb.size(), " at ",
-                        absl::StrJoin(sb, ","), ")");
-  for (int i : sa) {
-    const schema::Buffer &x = a.buffers(i), &y = b.buffers(i);
-    if (x.name() != y.name() || x.kind() != y.kind() || x.dtype() != y.dtype() ||
-        x.byte_size() != y.byte_size())
-      return absl::StrCat("training-state buffer ", i, " differs: '", x.name(), "' (",
-                          schema::BufferKind_Name(x.kind()), ", ", x.byte_size(),
-                          " bytes) vs '", y.name(), "' (", schema::BufferKind_Name(y.kind()),
-                          ", ", y.byte_size(), " bytes)");
+    return absl::StrCat("the parameter, gradient and optimizer buffers are at different "
+                        "indices (",
+                        sa.size(), " buffers up to index ", sa.empty() ? -1 : sa.back(), " vs ",
+                        sb.size(), " up to ", sb.empty() ? -1 : sb.back(), ")");
+  auto same = [](const schema::Buffer &x, const schema::Buffer &y) {
+    return x.name() == y.name() && x.kind() == y.kind() && x.dtype() == y.dtype() &&
+           x.byte_size() == y.byte_size();
+  };
+  for (int i : sa)
+    if (!same(a.buffers(i), b.buffers(i)))
+      return absl::StrCat("training-state buffer ", i, " differs: ", describe(a.buffers(i)),
+                          " vs ", describe(b.buffers(i)));
+  const std::map<std::string, int> ka = scalarsByName(a), kb = scalarsByName(b);
+  for (const auto &[name, i] : ka) {
+    auto j = kb.find(name);
+    if (j == kb.end())
+      return absl::StrCat("device scalar ", describe(a.buffers(i)), " is missing");
+    if (!same(a.buffers(i), b.buffers(j->second)))
+      return absl::StrCat("device scalar ", describe(a.buffers(i)), " differs: ",
+                          describe(b.buffers(j->second)));
   }
+  if (ka.size() != kb.size())
+    return absl::StrCat("the programs have ", ka.size(), " and ", kb.size(), " device scalars");
   if (a.parameters_size() != b.parameters_size())
     return absl::StrCat("the parameter tables differ in length (", a.parameters_size(), " vs ",
                         b.parameters_size(), ")");
@@ -62,14 +93,24 @@ absl::Status copyTrainingState(const Executor &from, Executor &to) {
   from.drainCommunication();
   to.drainCommunication();
   const schema::Program &p = from.program();
+  const std::map<std::string, int> scalars = scalarsByName(to.program());
   std::vector<char> bytes;
   for (int i = 0; i < p.buffers_size(); ++i) {
-    if (!isTrainingState(p.buffers(i).kind()))
+    const schema::Buffer &b = p.buffers(i);
+    if (!isTrainingState(b.kind()))
       continue;
-    bytes.resize(p.buffers(i).byte_size());
+    int target = i;
+    if (b.kind() == schema::SCALAR) {
+      auto it = scalars.find(b.name());
+      if (it == scalars.end())
+        return absl::FailedPreconditionError(
+            absl::StrCat("the next program has no device scalar '", b.name(), "'"));
+      target = it->second;
+    }
+    bytes.resize(b.byte_size());
     if (absl::Status s = from.readBuffer(i, bytes.data(), bytes.size()); !s.ok())
       return s;
-    if (absl::Status s = to.writeBuffer(i, bytes.data(), bytes.size()); !s.ok())
+    if (absl::Status s = to.writeBuffer(target, bytes.data(), bytes.size()); !s.ok())
       return s;
   }
   return absl::OkStatus();

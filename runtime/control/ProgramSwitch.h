@@ -2,9 +2,11 @@
 //
 // Batch-size ramp-up (runtime/control/BatchRampup.h) runs one compiled program per
 // num_microbatches. The programs of one plan differ in their microbatch inputs, stashes and
-// schedule, not in the training state: the PARAMETER, MAIN_GRAD, MASTER_PARAM,
-// OPTIMIZER_STATE and SCALAR buffers (the loss scale lives in one) have the same index, name,
-// kind, dtype and size, and the parameter tables are equal. The compiler checks this when it
+// schedule, not in the training state: the PARAMETER, MAIN_GRAD, MASTER_PARAM and
+// OPTIMIZER_STATE buffers have the same index (checkpoints address them by index), name,
+// kind, dtype and size, the SCALAR buffers (lr, weight decay, step, a loss scale) the same
+// names, dtypes and sizes (their indices may move: they follow the microbatch inputs), and the
+// parameter tables are equal. The compiler checks this when it
 // writes the programs and the trainer again before it moves the state from one executor to
 // the next (docs/design.md "Batch-size ramp-up").
 //
@@ -28,14 +30,14 @@ namespace trainc::rt::control {
 /// Whether buffer kind `k` holds training state that outlives an iteration.
 bool isTrainingState(schema::BufferKind k);
 
-/// "" when programs `a` and `b` hold the training state in the same buffers (index, name,
-/// kind, dtype, byte size), with equal parameter tables (name, buffer, offsets, shapes) and
-/// the same mesh coordinates; otherwise the first difference, naming the buffer or parameter
-/// and both values.
+/// "" when programs `a` and `b` hold the training state alike (see the file comment: arrays
+/// by index, device scalars by name), with equal parameter tables (name, buffer, offsets,
+/// shapes) and the same mesh coordinates; otherwise the first difference, naming the buffer
+/// or parameter and both values.
 std::string trainingStateMismatch(const schema::Program &a, const schema::Program &b);
 
-/// Copies every training-state buffer of `from` into `to` (byte for byte; both executors'
-/// programs must pass trainingStateMismatch). Drains `from`'s communication stream first.
+/// Copies every training-state buffer of `from` into `to` (byte for byte, device scalars to
+/// the buffer of the same name; both executors' programs must pass trainingStateMismatch). Drains `from`'s communication stream first.
 /// Errors: the executors' (a read or write of the wrong size).
 absl::Status copyTrainingState(const Executor &from, Executor &to);
 
