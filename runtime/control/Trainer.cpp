@@ -1049,8 +1049,24 @@ struct Trainer::Impl {
     return writeFileAtomically(path, f.str());
   }
 
+  /// Megatron's evaluate() runs --global-batch-size batches (eval_num_microbatches from it),
+  /// also during a batch-size ramp-up: the final program evaluates, then the ramp continues.
   absl::Status evaluate(int64_t iteration) {
-    if (!data.valid || opts.evalIters == 0 || !ex->hasEntry("eval_step"))
+    if (!data.valid || opts.evalIters == 0)
+      return absl::OkStatus();
+    const int64_t current = numMicrobatches;
+    const int64_t finalM = rampup ? rampup->globalBatchSize() / (mbs * dpSize) : current;
+    if (current == finalM)
+      return evaluateHere(iteration);
+    if (absl::Status s = switchProgram(finalM); !s.ok())
+      return s;
+    absl::Status e = evaluateHere(iteration);
+    absl::Status back = switchProgram(current);
+    return e.ok() ? back : e;
+  }
+
+  absl::Status evaluateHere(int64_t iteration) {
+    if (!ex->hasEntry("eval_step"))
       return absl::OkStatus();
     double lossSum = 0, tokens = 0;
     for (int64_t k = 0; k < opts.evalIters; ++k) {
