@@ -775,8 +775,10 @@ struct Trainer::Impl {
   /// rank file for the final m, else rampup/m<m>/) and continues with it: executor, host
   /// inputs, scalar roles, timers (the interval's values so far are dropped) and the
   /// checkpointer. Errors: a missing or invalid program, one of another plan or whose
-  /// training-state buffers differ (naming the file and the buffer).
-  absl::Status switchProgram(int64_t m) {
+  /// training-state buffers differ (naming the file and the buffer). `rebuildTimers` false:
+  /// the timers keep their interval (evaluation switches to the final program and back to
+  /// this one, whose timer tables are then the same again).
+  absl::Status switchProgram(int64_t m, bool rebuildTimers = true) {
     const int64_t finalM = rampup->globalBatchSize() / (mbs * dpSize);
     std::string path = m == finalM ? absl::StrCat(planDir, "/rank", comm->rank(), ".pb")
                                    : absl::StrCat(planDir, "/rampup/m", m, "/rank",
@@ -824,7 +826,7 @@ struct Trainer::Impl {
         const schema::HostInput &h = program.buffers(b).host_input();
         inputs[h.microbatch()].push_back({h.role(), b, DType(int(program.buffers(b).dtype()))});
       }
-    if (timers)
+    if (timers && rebuildTimers)
       timers = std::make_unique<IterationTimers>(program, opts.timingLogLevel);
     return absl::OkStatus();
   }
@@ -1058,10 +1060,10 @@ struct Trainer::Impl {
     const int64_t finalM = rampup ? rampup->globalBatchSize() / (mbs * dpSize) : current;
     if (current == finalM)
       return evaluateHere(iteration);
-    if (absl::Status s = switchProgram(finalM); !s.ok())
+    if (absl::Status s = switchProgram(finalM, /*rebuildTimers=*/false); !s.ok())
       return s;
     absl::Status e = evaluateHere(iteration);
-    absl::Status back = switchProgram(current);
+    absl::Status back = switchProgram(current, /*rebuildTimers=*/false);
     return e.ok() ? back : e;
   }
 
