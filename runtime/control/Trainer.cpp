@@ -1297,10 +1297,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   d.seqLength = im->seq;
   d.seed = uint64_t(options.seed);
   d.vocabSize = int64_t(prog.plan().vocab_size());
+  if (absl::StatusOr<std::optional<BatchRampup>> r = rampupOf(prog); !r.ok())
+    return r.status();
+  else
+    im->rampup = *r;
+  im->planDir = planDir;
   // Megatron's train_valid_test_num_samples: what the run reads of each split.
   {
     int64_t trainSamples = options.trainSamples ? options.trainSamples : options.trainIters * im->gbs;
     int64_t iters = options.trainSamples ? options.trainSamples / im->gbs : options.trainIters;
+    if (im->rampup) // Megatron's update_train_iters
+      iters = im->rampup->trainIters(options.trainSamples);
     d.numSamples = {trainSamples, (iters / options.evalInterval + 1) * options.evalIters * im->gbs,
                     options.evalIters * im->gbs};
   }
@@ -1366,11 +1373,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
     return s;
   // Batch-size ramp-up: the program of the samples consumed so far (0, or a --load's).
-  if (absl::StatusOr<std::optional<BatchRampup>> r = rampupOf(prog); !r.ok())
-    return r.status();
-  else
-    im->rampup = *r;
-  im->planDir = planDir;
   if (im->rampup) {
     std::string e;
     const int64_t m = im->rampup->at(im->resume.consumedSamples, true, &e).numMicrobatches;
