@@ -1378,10 +1378,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     const int64_t m = im->rampup->at(im->resume.consumedSamples, true, &e).numMicrobatches;
     if (!e.empty())
       return absl::InvalidArgumentError(e);
-    log << "> batch-size ramp-up from " << im->rampup->start() << " by "
-        << im->rampup->increment() << " over " << im->rampup->samples()
-        << " samples to global batch size " << im->gbs << "; starting at "
-        << m * im->mbs * im->dpSize << " (" << m << " microbatches)\n";
+    // Megatron's messages (num_microbatches_calculator.py, rank 0's log).
+    log << "> will use batch size rampup starting from global batch size "
+        << im->rampup->start() << " to global batch size " << im->gbs
+        << " with batch size increments " << im->rampup->increment() << " over "
+        << im->rampup->samples() << " samples.\n> setting initial batch size to "
+        << im->rampup->start() << "\n";
+    if (BatchRampup::Step first = im->rampup->at(0, false);
+        first.runningGlobalBatchSize != first.globalBatchSize)
+      log << "> decreasing batch size from " << first.globalBatchSize << " to "
+          << first.runningGlobalBatchSize << " to keep divisiblity by micro_batch_size="
+          << im->mbs << " * data_parallel_size=" << im->dpSize << "\n";
     if (m != im->numMicrobatches)
       if (absl::Status s = im->switchProgram(m); !s.ok())
         return s;
@@ -1438,6 +1445,8 @@ absl::Status Trainer::train() {
     return s;
   };
   int64_t it = im.resume.iteration + 1;
+  // The ramp's current (un-rounded) batch size, for Megatron's "ramping up" messages.
+  int64_t rampGbs = im.rampup ? im.rampup->start() : 0;
   bool exited = false;
   for (; it <= iters; ++it) {
     // Megatron's update_num_microbatches(consumed_train_samples, consistency_check=True) before
@@ -1445,9 +1454,19 @@ absl::Status Trainer::train() {
     // the program compiled for it.
     if (im.rampup) {
       std::string e;
-      const int64_t m = im.rampup->at(consumed, true, &e).numMicrobatches;
+      const BatchRampup::Step step = im.rampup->at(consumed, true, &e);
+      const int64_t m = step.numMicrobatches;
       if (!e.empty())
         return fail(absl::InvalidArgumentError(absl::StrCat("iteration ", it, ": ", e)));
+      if (step.globalBatchSize != rampGbs) {
+        log << "> ramping up batch size from " << rampGbs << " to " << step.globalBatchSize
+            << "\n";
+        rampGbs = step.globalBatchSize;
+        if (step.runningGlobalBatchSize != step.globalBatchSize)
+          log << "> decreasing batch size from " << step.globalBatchSize << " to "
+              << step.runningGlobalBatchSize << " to keep divisiblity by micro_batch_size="
+              << im.mbs << " * data_parallel_size=" << im.dpSize << "\n";
+      }
       if (m != im.numMicrobatches) {
         if (!o.ckpt.save.empty() && it > 1 && !im.ckpt->savedAt(it - 1))
           if (absl::Status s = im.ckpt->save({it - 1, consumed, scheduled, successful, skipped,
