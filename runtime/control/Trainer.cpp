@@ -390,6 +390,10 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
           return absl::InvalidArgumentError(absl::StrCat(
               flag, " is fixed at compile time (this plan has ", it->second,
               "): give it to trainc compile"));
+      // Constant-batch plans omit the ramp-up keys.
+      if (key == "rampup_batch_size" || key == "decrease_batch_size_if_needed")
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, " is fixed at compile time (this plan has none): give it to trainc compile"));
       std::vector<std::string> names;
       for (const RunFlag &f : runFlagTable())
         names.push_back(f.name);
