@@ -2,6 +2,8 @@
 
 #include "runtime/control/ProgramSwitch.h"
 
+#include "runtime/core/Program.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
@@ -114,6 +116,34 @@ absl::Status copyTrainingState(const Executor &from, Executor &to) {
       return s;
   }
   return absl::OkStatus();
+}
+
+std::string rampupProgramPath(const std::string &planDir, int64_t rank, int64_t m,
+                              int64_t finalM) {
+  return m == finalM ? absl::StrCat(planDir, "/rank", rank, ".pb")
+                     : absl::StrCat(planDir, "/rampup/m", m, "/rank", rank, ".pb");
+}
+
+absl::StatusOr<schema::Program> readRampupProgram(const std::string &path, int64_t m,
+                                                  const schema::Program &current,
+                                                  const std::string &currentPath) {
+  absl::StatusOr<schema::Program> next = readProgramFile(path);
+  if (!next.ok())
+    return absl::Status(next.status().code(),
+                        absl::StrCat("batch-size ramp-up to ", m, " microbatches: ",
+                                     next.status().message()));
+  const schema::PlanInfo &a = current.plan(), &b = next->plan();
+  if (int64_t(b.num_microbatches()) != m || b.micro_batch_size() != a.micro_batch_size() ||
+      b.seq_length() != a.seq_length())
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": expected a program of ", m, " microbatches of ", a.micro_batch_size(), " x ",
+        a.seq_length(), " tokens for the batch-size ramp-up, found ", b.num_microbatches(),
+        " of ", b.micro_batch_size(), " x ", b.seq_length(),
+        " (recompile the plan into an empty directory)"));
+  if (std::string e = trainingStateMismatch(current, *next); !e.empty())
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": cannot continue the training state of ", currentPath, ": ", e));
+  return next;
 }
 
 absl::StatusOr<std::optional<BatchRampup>> rampupOf(const schema::Program &program) {

@@ -41,6 +41,19 @@ std::string trainingStateMismatch(const schema::Program &a, const schema::Progra
 /// Errors: the executors' (a read or write of the wrong size).
 absl::Status copyTrainingState(const Executor &from, Executor &to);
 
+/// Where a ramp-up plan keeps rank `rank`'s program of `m` microbatches: the plan's own
+/// rank<r>.pb for the final `finalM`, else rampup/m<m>/rank<r>.pb (compiler/lib/Rampup.cpp).
+std::string rampupProgramPath(const std::string &planDir, int64_t rank, int64_t m,
+                              int64_t finalM);
+
+/// Reads the program of `m` microbatches at `path` and checks that it can take over the
+/// training state of `current` (read from `currentPath`): its plan has m microbatches of the
+/// same micro batch size and sequence length, and trainingStateMismatch is empty. Errors name
+/// the file, m and the difference.
+absl::StatusOr<schema::Program> readRampupProgram(const std::string &path, int64_t m,
+                                                  const schema::Program &current,
+                                                  const std::string &currentPath);
+
 /// The ramp-up of a plan's final program (metadata "training.rampup_batch_size" = "START INCR
 /// SAMPLES" and "training.decrease_batch_size_if_needed"; the global and micro batch sizes
 /// from Program.plan, the data-parallel size from the mesh); nullopt for a constant-batch

@@ -784,25 +784,10 @@ struct Trainer::Impl {
   /// this one, whose timer tables are then the same again).
   absl::Status switchProgram(int64_t m, bool rebuildTimers = true) {
     const int64_t finalM = rampup->globalBatchSize() / (mbs * dpSize);
-    std::string path = m == finalM ? absl::StrCat(planDir, "/rank", comm->rank(), ".pb")
-                                   : absl::StrCat(planDir, "/rampup/m", m, "/rank",
-                                                  comm->rank(), ".pb");
-    absl::StatusOr<schema::Program> next = readProgramFile(path);
+    const std::string path = rampupProgramPath(planDir, comm->rank(), m, finalM);
+    absl::StatusOr<schema::Program> next = readRampupProgram(path, m, program, programPath);
     if (!next.ok())
-      return absl::Status(next.status().code(),
-                          absl::StrCat("batch-size ramp-up to ", m, " microbatches: ",
-                                       next.status().message()));
-    if (int64_t(next->plan().num_microbatches()) != m ||
-        int64_t(next->plan().micro_batch_size()) != mbs ||
-        int64_t(next->plan().seq_length()) != seq)
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, ": expected a program of ", m, " microbatches of ", mbs, " x ", seq,
-          " tokens for the batch-size ramp-up, found ", next->plan().num_microbatches(), " of ",
-          next->plan().micro_batch_size(), " x ", next->plan().seq_length(),
-          " (recompile the plan into an empty directory)"));
-    if (std::string e = trainingStateMismatch(program, *next); !e.empty())
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, ": cannot continue the training state of ", programPath, ": ", e));
+      return next.status();
     ExecutorOptions eo;
     eo.timing = timers != nullptr;
     absl::StatusOr<std::unique_ptr<Executor>> nextEx =
