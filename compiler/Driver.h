@@ -56,10 +56,25 @@ OwningOpRef<ModuleOp> buildModelModule(MLIRContext &ctx, const ::trainc::config:
 
 /// Runs every phase on `module` (in place) and exports one program per rank of the config's
 /// rank table. Writes plan.json, rank<r>.pb for every rank and, with dumpIRDir, the IR of each
-/// phase. Diagnostics go to the context's handler.
+/// phase. Diagnostics go to the context's handler. With --rampup-batch-size
+/// (cfg.training.rampup_batch_size) also one plan per smaller num_microbatches the ramp
+/// reaches (compileRampupModule).
 FailureOr<::trainc::schema::Program> compileModule(ModuleOp module,
                                                    const ::trainc::config::PlanConfig &cfg,
                                                    const CompileOptions &options);
+/// compileModule for one num_microbatches (cfg.training's), ignoring the ramp-up fields.
+FailureOr<::trainc::schema::Program>
+compileConstantBatchModule(ModuleOp module, const ::trainc::config::PlanConfig &cfg,
+                           const CompileOptions &options);
+/// Batch-size ramp-up (compiler/lib/Rampup.cpp): for each m of
+/// cfg.training.rampup_num_microbatches a complete plan of global batch size m x mbs x dp in
+/// <outputDir>/rampup/m<m>/ (compiled on a clone of `module`), then the final plan in
+/// <outputDir>; checks that every program of a rank holds the training state in the same
+/// buffers as the final one (runtime/control/ProgramSwitch.h) and adds plan.json's "rampup"
+/// section. Returns rank 0's final program.
+FailureOr<::trainc::schema::Program>
+compileRampupModule(ModuleOp module, const ::trainc::config::PlanConfig &cfg,
+                    const CompileOptions &options);
 
 /// The planned arena (bytes of one rank) and hardware FLOPs of one iteration of a compile.
 struct PlanCost {

@@ -283,6 +283,25 @@ const std::vector<FlagSpec> &flagTable() {
       section("training", FlagKind::CompileTime),
       positive("--micro-batch-size", training(&TrainingConfig::micro_batch_size)),
       positive("--global-batch-size", training(&TrainingConfig::global_batch_size)),
+      // Megatron's nargs='*' then "expected the following format" (num_microbatches_calculator.py).
+      {"--rampup-batch-size", Arity::OneOrMore,
+       [](PlanConfig &c, StringRef flag, ArrayRef<StringRef> v) -> Error {
+         if (v.size() != 3)
+           return makeError("expected the following format: --rampup-batch-size <start batch "
+                            "size> <batch size increment> <ramp-up samples>, got " +
+                            Twine(v.size()) + " value" + (v.size() == 1 ? "" : "s"));
+         c.training.rampup_batch_size.clear();
+         for (StringRef s : v) {
+           int64_t x;
+           if (s.getAsInteger(10, x))
+             return makeError(flag + " expects integers, got '" + s + "'");
+           c.training.rampup_batch_size.push_back(x);
+         }
+         return Error::success();
+       },
+       "START INCR SAMPLES", [](PlanConfig &) { return std::string("none (constant)"); }},
+      setBool("--decrease-batch-size-if-needed",
+              training(&TrainingConfig::decrease_batch_size_if_needed)),
       flag("--bf16", [](PlanConfig &c) { c.training.params_dtype = "bf16"; },
            [](PlanConfig &) { return std::string("off (fp32)"); }),
       flag("--fp16", [](PlanConfig &c) { c.training.params_dtype = "fp16"; },

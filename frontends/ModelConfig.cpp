@@ -7,6 +7,7 @@
 
 #include "frontends/ModelConfig.h"
 #include "frontends/Support.h"
+#include "runtime/control/BatchRampup.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -324,7 +325,7 @@ KeyValues ParallelConfig::toKeyValues() const {
 }
 
 KeyValues TrainingConfig::toKeyValues() const {
-  return {
+  KeyValues kv = {
       {"micro_batch_size", str(micro_batch_size)},
       {"global_batch_size", str(global_batch_size)},
       {"num_microbatches", str(num_microbatches)},
@@ -342,6 +343,18 @@ KeyValues TrainingConfig::toKeyValues() const {
       {"recompute_modules", llvm::join(recompute_modules, ",")},
       {"recompute_memory_budget", str(recompute_memory_budget)},
   };
+  // Ramp-up keys only when it is on, so that constant-batch plans keep their metadata.
+  if (!rampup_batch_size.empty()) {
+    kv.insert({"rampup_batch_size", llvm::join(llvm::map_range(rampup_batch_size,
+                                                                  [](int64_t v) { return str(v); }),
+                                                  " ")});
+    kv.insert({"decrease_batch_size_if_needed", str(decrease_batch_size_if_needed)});
+    kv.insert({"rampup_num_microbatches",
+                  llvm::join(llvm::map_range(rampup_num_microbatches,
+                                             [](int64_t v) { return str(v); }),
+                             " ")});
+  }
+  return kv;
 }
 
 KeyValues RuntimeDefaults::toKeyValues() const {
@@ -483,6 +496,43 @@ Error finalizeParallel(PlanConfig &c) {
   return Error::success();
 }
 
+/// Megatron's --rampup-batch-size checks (RampupBatchsizeNumMicroBatchesCalculator's, with its
+/// messages; arguments.py's "expected no batch-size rampup for iteration-based training") and
+/// the num_microbatches a run reaches below the final one (BatchRampup.h).
+Error finalizeRampup(PlanConfig &c) {
+  TrainingConfig &t = c.training;
+  t.rampup_num_microbatches.clear();
+  if (t.rampup_batch_size.empty()) {
+    if (t.decrease_batch_size_if_needed)
+      return makeError("--decrease-batch-size-if-needed needs --rampup-batch-size (trainc requires "
+                       "--global-batch-size to be a multiple of --micro-batch-size x "
+                       "data-parallel size)");
+    return Error::success();
+  }
+  const std::vector<int64_t> &r = t.rampup_batch_size;
+  const std::string given = "--rampup-batch-size " + std::to_string(r[0]) + " " +
+                            std::to_string(r[1]) + " " + std::to_string(r[2]);
+  if (c.runtime.train_iters > 0)
+    return makeError(given + ": expected no batch-size rampup for iteration-based training (give "
+                     "--train-samples instead of --train-iters " +
+                     Twine(c.runtime.train_iters) + ")");
+  if (std::string e = ::trainc::rt::control::BatchRampup::check(t.global_batch_size, r[0], r[1],
+                                                                 r[2]);
+      !e.empty())
+    return makeError(given + ": " + e);
+  ::trainc::rt::control::BatchRampup ramp(t.global_batch_size, t.micro_batch_size,
+                                          c.parallel.data_parallel_size,
+                                          t.decrease_batch_size_if_needed, r[0], r[1], r[2]);
+  std::string error;
+  std::vector<int64_t> ms = ramp.numMicrobatchesReached(&error);
+  if (!error.empty())
+    return makeError(given + ": " + error);
+  for (int64_t m : ms)
+    if (m != t.num_microbatches)
+      t.rampup_num_microbatches.push_back(m);
+  return Error::success();
+}
+
 Error finalizeTraining(PlanConfig &c) {
   TrainingConfig &t = c.training;
   const int64_t dp = c.parallel.data_parallel_size;
@@ -502,6 +552,8 @@ Error finalizeTraining(PlanConfig &c) {
                      Twine(t.micro_batch_size) + " x data-parallel size " + Twine(dp) + ") = " +
                      Twine(t.num_microbatches) + " microbatches per iteration, more than " +
                      Twine(kMaxMicrobatches) + " (the program holds one unit per microbatch)");
+  if (Error e = finalizeRampup(c))
+    return e;
 
   // One microbatch's activations must be tensors the runtime can hold: token ids are i32
   // (mbs x seq <= 2^31) and the widest activation (logits, the MLP's fc1 output, ...) at most

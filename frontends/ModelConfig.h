@@ -161,6 +161,13 @@ struct TrainingConfig {
   /// trainc's --recompute-memory-budget: bytes of a rank's planned arena; > 0 lets the compiler
   /// choose the recompute settings (compiler/Driver.h chooseRecompute). 0 = not set.
   int64_t recompute_memory_budget = 0;
+  /// Megatron's --rampup-batch-size START INCR SAMPLES (empty = constant batch size) and
+  /// --decrease-batch-size-if-needed (runtime/control/BatchRampup.h). Derived by finalize():
+  /// the num_microbatches below the final one that a run reaches, ascending; the compiler
+  /// writes one program per value besides the final one (docs/design.md "Batch-size ramp-up").
+  std::vector<int64_t> rampup_batch_size;
+  bool decrease_batch_size_if_needed = false;
+  std::vector<int64_t> rampup_num_microbatches;
 
   KeyValues toKeyValues() const;
 };

@@ -379,6 +379,22 @@ int cmdInspect(std::vector<std::string> args) {
   if (!p.ok())
     return fail(std::string(p.status().message()));
   const auto &r = p->reports();
+  // Batch-size ramp-up: the programs by num_microbatches (plan.json's "rampup").
+  const llvm::json::Object *root = plan->getAsObject();
+  if (const llvm::json::Object *ramp = root ? root->getObject("rampup") : nullptr) {
+    llvm::outs() << "batch-size ramp-up (--rampup-batch-size";
+    if (const llvm::json::Array *v = ramp->getArray("rampup_batch_size"))
+      for (const llvm::json::Value &x : *v)
+        llvm::outs() << " " << x.getAsInteger().value_or(0);
+    llvm::outs() << "), one plan per num_microbatches:\n";
+    if (const llvm::json::Array *progs = ramp->getArray("programs"))
+      for (const llvm::json::Value &e : *progs)
+        if (const llvm::json::Object *o = e.getAsObject())
+          llvm::outs() << "  " << o->getInteger("num_microbatches").value_or(0)
+                       << " microbatches, global batch size "
+                       << o->getInteger("global_batch_size").value_or(0) << ": "
+                       << o->getString("plan").value_or("?") << "\n";
+  }
   if (want("--ranks")) {
     // The rank table (Megatron's order tp-cp-ep-dp-pp, tp fastest) and, per rank, its program's
     // coordinates and communicator groups, read from every rank<r>.pb.

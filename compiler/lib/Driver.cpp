@@ -263,6 +263,14 @@ LogicalResult writePlan(MLIRContext &ctx, const std::string &dir, const cfgns::P
 FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
                                                        const cfgns::PlanConfig &cfg,
                                                        const CompileOptions &options) {
+  if (!cfg.training.rampup_batch_size.empty())
+    return compileRampupModule(module, cfg, options);
+  return compileConstantBatchModule(module, cfg, options);
+}
+
+FailureOr<schema::Program>
+mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfig &cfg,
+                                         const CompileOptions &options) {
   MLIRContext &ctx = *module.getContext();
   // The plan: the passes read it. A .mlir input may carry its own: the frontend started the
   // configuration from it (frontends/ModelModule.h), so `cfg` is that plan with the command

@@ -1187,6 +1187,9 @@ absl::Status Checkpointer::load(TrainState &state, int64_t &rngSeed) {
   return impl_->load(state, rngSeed);
 }
 
+void Checkpointer::setExecutor(Executor &ex) { impl_->ex = &ex; }
+bool Checkpointer::savedAt(int64_t iteration) const { return impl_->lastSaved == iteration; }
+
 absl::Status Checkpointer::save(const TrainState &state) {
   if (!impl_->piecesError.ok())
     return impl_->piecesError;

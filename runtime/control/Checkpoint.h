@@ -123,6 +123,13 @@ public:
   /// rerun state machine saves here just before it stops the run.
   absl::Status save(const TrainState &state);
 
+  /// Batch-size ramp-up: the trainer moved the training state into `ex`, whose program holds it
+  /// in the same buffers as the one this checkpointer was created for (ProgramSwitch.h);
+  /// saves and loads use `ex` from now on. `ex` must outlive the checkpointer.
+  void setExecutor(Executor &ex);
+  /// Whether the last save (or load) was of iteration `iteration`.
+  bool savedAt(int64_t iteration) const;
+
   struct Impl;
 
 private:

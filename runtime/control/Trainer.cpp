@@ -1,6 +1,8 @@
 //===- Trainer.cpp - The training loop of one rank ------------------------===//
 
 #include "runtime/control/Trainer.h"
+#include "runtime/control/BatchRampup.h"
+#include "runtime/control/ProgramSwitch.h"
 
 #include "runtime/control/TensorBoard.h"
 #include "runtime/control/Timers.h"
@@ -388,6 +390,10 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
           return absl::InvalidArgumentError(absl::StrCat(
               flag, " is fixed at compile time (this plan has ", it->second,
               "): give it to trainc compile"));
+      // Constant-batch plans omit the ramp-up keys.
+      if (key == "rampup_batch_size" || key == "decrease_batch_size_if_needed")
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, " is fixed at compile time (this plan has none): give it to trainc compile"));
       std::vector<std::string> names;
       for (const RunFlag &f : runFlagTable())
         names.push_back(f.name);
@@ -565,6 +571,8 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
   if (o.trainIters == 0 && o.trainSamples == 0)
     return absl::InvalidArgumentError(
         "missing --train-iters or --train-samples (give one to trainc compile or to trainrun)");
+  if (absl::Status s = checkRampupRunOptions(p, o); !s.ok())
+    return s;
   return o;
 }
 
@@ -762,6 +770,55 @@ struct Trainer::Impl {
   }
   TrainState resume;
   int64_t rngSeed = 0;
+  /// Batch-size ramp-up (BatchRampup.h, ProgramSwitch.h): the calculator when the plan has
+  /// one, and the plan directory whose rampup/m<m>/ programs switchProgram loads.
+  std::optional<BatchRampup> rampup;
+  std::string planDir;
+
+  /// Moves the training state into this rank's program of `m` microbatches (the plan's own
+  /// rank file for the final m, else rampup/m<m>/) and continues with it: executor, host
+  /// inputs, scalar roles, timers (the interval's values so far are dropped) and the
+  /// checkpointer. Errors: a missing or invalid program, one of another plan or whose
+  /// training-state buffers differ (naming the file and the buffer). `rebuildTimers` false:
+  /// the timers keep their interval (evaluation switches to the final program and back to
+  /// this one, whose timer tables are then the same again).
+  absl::Status switchProgram(int64_t m, bool rebuildTimers = true) {
+    const int64_t finalM = rampup->globalBatchSize() / (mbs * dpSize);
+    const std::string path = rampupProgramPath(planDir, comm->rank(), m, finalM);
+    absl::StatusOr<schema::Program> next = readRampupProgram(path, m, program, programPath);
+    if (!next.ok())
+      return next.status();
+    ExecutorOptions eo;
+    eo.timing = timers != nullptr;
+    absl::StatusOr<std::unique_ptr<Executor>> nextEx =
+        Executor::create(*next, *backend, *comm, eo);
+    if (!nextEx.ok())
+      return absl::Status(nextEx.status().code(),
+                          absl::StrCat(path, ": ", nextEx.status().message()));
+    if (absl::Status s = copyTrainingState(*ex, **nextEx); !s.ok())
+      return s;
+    ckpt->setExecutor(**nextEx);
+    ex = std::move(*nextEx);
+    program = std::move(*next);
+    programPath = path;
+    if (absl::Status s = checkSameCompile(); !s.ok())
+      return s;
+    numMicrobatches = m;
+    gbs = int64_t(program.plan().global_batch_size());
+    roleBuffer.fill(-1);
+    for (int b = 0; b < program.buffers_size(); ++b)
+      if (program.buffers(b).scalar_role() != schema::SCALAR_ROLE_UNSPECIFIED)
+        roleBuffer[size_t(program.buffers(b).scalar_role())] = b;
+    inputs.assign(size_t(m), {});
+    for (int b = 0; b < program.buffers_size(); ++b)
+      if (program.buffers(b).has_host_input()) {
+        const schema::HostInput &h = program.buffers(b).host_input();
+        inputs[h.microbatch()].push_back({h.role(), b, DType(int(program.buffers(b).dtype()))});
+      }
+    if (timers && rebuildTimers)
+      timers = std::make_unique<IterationTimers>(program, opts.timingLogLevel);
+    return absl::OkStatus();
+  }
 
   /// The buffer of each host scalar role (Buffer.scalar_role), -1 when the program has none.
   std::array<int, schema::ScalarRole_ARRAYSIZE> roleBuffer = [] {
@@ -986,8 +1043,24 @@ struct Trainer::Impl {
     return writeFileAtomically(path, f.str());
   }
 
+  /// Megatron's evaluate() runs --global-batch-size batches (eval_num_microbatches from it),
+  /// also during a batch-size ramp-up: the final program evaluates, then the ramp continues.
   absl::Status evaluate(int64_t iteration) {
-    if (!data.valid || opts.evalIters == 0 || !ex->hasEntry("eval_step"))
+    if (!data.valid || opts.evalIters == 0)
+      return absl::OkStatus();
+    const int64_t current = numMicrobatches;
+    const int64_t finalM = rampup ? rampup->globalBatchSize() / (mbs * dpSize) : current;
+    if (current == finalM)
+      return evaluateHere(iteration);
+    if (absl::Status s = switchProgram(finalM, /*rebuildTimers=*/false); !s.ok())
+      return s;
+    absl::Status e = evaluateHere(iteration);
+    absl::Status back = switchProgram(current, /*rebuildTimers=*/false);
+    return e.ok() ? back : e;
+  }
+
+  absl::Status evaluateHere(int64_t iteration) {
+    if (!ex->hasEntry("eval_step"))
       return absl::OkStatus();
     double lossSum = 0, tokens = 0;
     for (int64_t k = 0; k < opts.evalIters; ++k) {
@@ -1216,10 +1289,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   d.seqLength = im->seq;
   d.seed = uint64_t(options.seed);
   d.vocabSize = int64_t(prog.plan().vocab_size());
+  if (absl::StatusOr<std::optional<BatchRampup>> r = rampupOf(prog); !r.ok())
+    return r.status();
+  else
+    im->rampup = *r;
+  im->planDir = planDir;
   // Megatron's train_valid_test_num_samples: what the run reads of each split.
   {
     int64_t trainSamples = options.trainSamples ? options.trainSamples : options.trainIters * im->gbs;
     int64_t iters = options.trainSamples ? options.trainSamples / im->gbs : options.trainIters;
+    if (im->rampup) // Megatron's update_train_iters
+      iters = im->rampup->trainIters(options.trainSamples);
     d.numSamples = {trainSamples, (iters / options.evalInterval + 1) * options.evalIters * im->gbs,
                     options.evalIters * im->gbs};
   }
@@ -1298,6 +1378,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
   }
   if (absl::Status s = im->ckpt->load(im->resume, im->rngSeed); !s.ok())
     return s;
+  // Batch-size ramp-up: the program of the samples consumed so far (0, or a --load's).
+  if (im->rampup) {
+    std::string e;
+    const int64_t m = im->rampup->at(im->resume.consumedSamples, true, &e).numMicrobatches;
+    if (!e.empty())
+      return absl::InvalidArgumentError(e);
+    // Megatron's messages (num_microbatches_calculator.py, rank 0's log).
+    log << "> will use batch size rampup starting from global batch size "
+        << im->rampup->start() << " to global batch size " << im->gbs
+        << " with batch size increments " << im->rampup->increment() << " over "
+        << im->rampup->samples() << " samples.\n> setting initial batch size to "
+        << im->rampup->start() << "\n";
+    if (BatchRampup::Step first = im->rampup->at(0, false);
+        first.runningGlobalBatchSize != first.globalBatchSize)
+      log << "> decreasing batch size from " << first.globalBatchSize << " to "
+          << first.runningGlobalBatchSize << " to keep divisiblity by micro_batch_size="
+          << im->mbs << " * data_parallel_size=" << im->dpSize << "\n";
+    if (m != im->numMicrobatches)
+      if (absl::Status s = im->switchProgram(m); !s.ok())
+        return s;
+  }
   if (!options.dumpDir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.dumpDir, ec);
@@ -1326,14 +1427,19 @@ absl::Status Trainer::train() {
   const RunOptions &o = im.opts;
   std::ostream &log = *im.log;
   int64_t iters = o.trainIters ? o.trainIters : (o.trainSamples + im.gbs - 1) / im.gbs;
+  if (im.rampup) // Megatron's update_train_iters (ramp-up needs --train-samples)
+    iters = im.rampup->trainIters(o.trainSamples);
   // The state a --load resumed (all zero otherwise); `successful` counts Adam updates.
   int64_t consumed = im.resume.consumedSamples, scheduled = im.resume.scheduledSamples,
           successful = im.resume.adamSteps, skipped = im.resume.skipped, nans = im.resume.nans;
   // TFLOP/s as Megatron counts them (num_floating_point_operations per GPU) when the plan has the
   // figure, else the IR's own count (a .mlir model).
-  double flops = im.program.reports().flops().megatron_flops_per_iteration() > 0
-                     ? im.program.reports().flops().megatron_flops_per_iteration()
-                     : im.program.reports().flops().flops_per_iteration();
+  // (Of the program running now: a batch-size ramp-up switches programs.)
+  auto flopsNow = [&] {
+    return im.program.reports().flops().megatron_flops_per_iteration() > 0
+               ? im.program.reports().flops().megatron_flops_per_iteration()
+               : im.program.reports().flops().flops_per_iteration();
+  };
   // Interval accumulators (Megatron averages the loss over the non-skipped iterations of the
   // logging interval).
   double intervalLoss = 0, intervalTime = 0;
@@ -1345,8 +1451,40 @@ absl::Status Trainer::train() {
     return s;
   };
   int64_t it = im.resume.iteration + 1;
+  // The ramp's current (un-rounded) batch size, for Megatron's "ramping up" messages.
+  int64_t rampGbs = im.rampup ? im.rampup->start() : 0;
   bool exited = false;
   for (; it <= iters; ++it) {
+    // Megatron's update_num_microbatches(consumed_train_samples, consistency_check=True) before
+    // each iteration; a new num_microbatches saves a checkpoint first (with --save) and runs
+    // the program compiled for it.
+    if (im.rampup) {
+      std::string e;
+      const BatchRampup::Step step = im.rampup->at(consumed, true, &e);
+      const int64_t m = step.numMicrobatches;
+      if (!e.empty())
+        return fail(absl::InvalidArgumentError(absl::StrCat("iteration ", it, ": ", e)));
+      if (step.globalBatchSize != rampGbs) {
+        log << "> ramping up batch size from " << rampGbs << " to " << step.globalBatchSize
+            << "\n";
+        rampGbs = step.globalBatchSize;
+        if (step.runningGlobalBatchSize != step.globalBatchSize)
+          log << "> decreasing batch size from " << step.globalBatchSize << " to "
+              << step.runningGlobalBatchSize << " to keep divisiblity by micro_batch_size="
+              << im.mbs << " * data_parallel_size=" << im.dpSize << "\n";
+      }
+      if (m != im.numMicrobatches) {
+        if (!o.ckpt.save.empty() && it > 1 && !im.ckpt->savedAt(it - 1))
+          if (absl::Status s = im.ckpt->save({it - 1, consumed, scheduled, successful, skipped,
+                                              nans});
+              !s.ok())
+            return fail(s);
+        if (absl::Status s = im.switchProgram(m); !s.ok())
+          return fail(s);
+        if (im.timers)
+          im.timers->reset();
+      }
+    }
     if (!o.traceDir.empty()) {
       // With the timers on, timing stays on and the trace's window is a range of marks.
       if (it == o.profileStepStart) {
@@ -1533,7 +1671,7 @@ absl::Status Trainer::train() {
           timestamp(), it, iters, consumed, perIter * 1e3);
       if (o.logThroughput)
         line += absl::StrFormat(" throughput per GPU (TFLOP/s/GPU): %.1f |",
-                                flops / perIter / 1e12);
+                                flopsNow() / perIter / 1e12);
       line += absl::StrFormat(" learning rate: %.6E | global batch size: %5d |", lr, im.gbs);
       double avgLoss = intervalCount ? intervalLoss / double(intervalCount) : 0.0;
       if (avgLoss > 0.0) // Megatron prints a loss only when its average is positive
@@ -1556,7 +1694,7 @@ absl::Status Trainer::train() {
         if (absl::Status w = im.tb->addScalar("iteration-time", perIter, it); !w.ok())
           return fail(w);
       if (im.tb && o.logThroughput)
-        if (absl::Status w = im.tb->addScalar("throughput", flops / perIter / 1e12, it); !w.ok())
+        if (absl::Status w = im.tb->addScalar("throughput", flopsNow() / perIter / 1e12, it); !w.ok())
           return fail(w);
       if (it == o.logInterval || (it == iters && iters < o.logInterval)) {
         const schema::MemoryReport &m = im.program.reports().memory();

@@ -144,7 +144,10 @@ public:
   /// `backend` null = the CPU backend; otherwise it must outlive the trainer, and `comm` must
   /// serve its device memory (the NCCL communicator for the CUDA backend).
   /// Reads `planDir`/rank<r>.pb (r = comm->rank(); `comm` null = one rank, rank 0), validates it, allocates the arena, initialises the parameters from
-  /// the seed and builds the datasets. Errors: a missing or invalid plan (naming the file and the
+  /// the seed and builds the datasets. A plan with --rampup-batch-size also has
+  /// `planDir`/rampup/m<m>/rank<r>.pb per smaller num_microbatches; the trainer switches to the
+  /// one Megatron's calculator gives for the consumed samples (docs/design.md "Batch-size
+  /// ramp-up"). Errors: a missing or invalid plan (naming the file and the
   /// field), a plan whose sequence length differs from --seq-length, data errors (missing file,
   /// empty corpus), an LR schedule that does not make sense.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const std::string &planDir,

@@ -1515,6 +1515,8 @@ std::string sampleValue(const std::string &placeholder) {
     return "0.5";
   if (placeholder == "A,B,C")
     return "98,2,0";
+  if (placeholder == "START INCR SAMPLES")
+    return "1 1 4";
   if (placeholder.front() == '{')
     return placeholder.substr(1, placeholder.find_first_of(",}") - 1);
   return "some.txt"; // STR, PATH...
@@ -1533,7 +1535,8 @@ TEST(MegatronFlagsHelp, EveryTableFlagIsParsedAndListedWithItsDefaultAndKind) {
     std::vector<std::string> args = words(kMinimal);
     args.push_back(f.name);
     if (!f.value.empty())
-      args.push_back(sampleValue(f.value));
+      for (const std::string &w : words(sampleValue(f.value)))
+        args.push_back(w);
     llvm::Expected<PlanConfig> r = parseMegatronFlags(args, noSupportCheck);
     if (!r) {
       std::string m = llvm::toString(r.takeError());
@@ -1615,6 +1618,30 @@ TEST(GeluSelection, MegatronsRulePerFlagCombination) {
   ASSERT_TRUE(bool(erfModel)) << llvm::toString(erfModel.takeError());
   ASSERT_FALSE(bool(erfModel->finalize()));
   EXPECT_FALSE(erfModel->gelu_tanh);
+}
+
+} // namespace
+
+namespace {
+
+// Tests that --rampup-batch-size records Megatron's three values and the num_microbatches a run
+// reaches below the final one (GBS 8 from 2 by 2 over 12 samples, mbs 1, dp 2: batches 2, 2, 4,
+// 6, 8 are 1, 1, 2, 3, 4 microbatches), and that a constant-batch plan's keys stay as before.
+TEST(RampupConfig, RecordsTheRampAndTheProgramsItNeeds) {
+  PlanConfig c = parseOk(std::string(kMinimal) + " --data-parallel-size 2 --global-batch-size 8 "
+                                                 "--rampup-batch-size 2 2 12 --train-samples 60");
+  EXPECT_EQ(c.training.rampup_batch_size, (std::vector<int64_t>{2, 2, 12}));
+  EXPECT_EQ(c.training.num_microbatches, 4);
+  EXPECT_EQ(c.training.rampup_num_microbatches, (std::vector<int64_t>{1, 2, 3}));
+  KeyValues kv = c.training.toKeyValues();
+  EXPECT_EQ(kv["rampup_batch_size"], "2 2 12");
+  EXPECT_EQ(kv["rampup_num_microbatches"], "1 2 3");
+  EXPECT_EQ(kv["decrease_batch_size_if_needed"], "false");
+  PlanConfig plain = parseOk(std::string(kMinimal) + " --global-batch-size 8");
+  EXPECT_EQ(plain.training.toKeyValues().count("rampup_batch_size"), 0u);
+  EXPECT_EQ(parseError(std::string(kMinimal) + " --global-batch-size 8 --rampup-batch-size 2 2"),
+            "expected the following format: --rampup-batch-size <start batch size> <batch size "
+            "increment> <ramp-up samples>, got 2 values");
 }
 
 } // namespace
