@@ -308,6 +308,10 @@ FailureOr<schema::Program> mlir::trainc::compileModule(ModuleOp module,
       m->setAttr(model::kAxisNamesAttr, ob.getArrayAttr(names));
     }
   }
+  // --sequence-parallel: trainc-shard reads it from the module (docs/design.md "Tensor
+  // parallelism"); finalize turned it off at tp 1.
+  if (cfg.parallel.sequence_parallel)
+    module->setAttr(model::kSequenceParallelAttr, UnitAttr::get(&ctx));
   PlanOptions plan; // no overrides: every pass reads the plan
   if (!options.dumpIRDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.dumpIRDir))

@@ -189,6 +189,11 @@ void dropoutKernel(const KernelCtx &c) {
   const KernelData &kd = KD(c);
   const TensorView &x = c.in[0];
   const int64_t n = x.numel, samples = x.rank > 0 && x.dim(0) > 0 ? x.dim(0) : 1;
+  if (c.attrs->i(3) != 0)
+    throw std::runtime_error("CUDA dropout: a sequence shard (seq_length = " +
+                             std::to_string(c.attrs->i(3)) +
+                             ", --sequence-parallel with hidden dropout) is not implemented by "
+                             "the CUDA kernels yet; use --backend cpu or --hidden-dropout 0.0");
   if (n)
     launch(kd, kname("dropout", x.dtype).c_str(), gridFor(kd, n), dim3(256), 0, x.data,
            c.in[1].data, c.in[1].numel, c.out[0].data, n, int64_t(n / samples), c.attrs->f(0),
