@@ -1048,18 +1048,22 @@ struct CollectiveKernelModel
                   innerPart = innerExtent(part, axis);
     if constexpr (std::is_same_v<Op, mesh::AllSliceOp>) {
       // No communication: the rank's chunk of each row, at its coordinate on the axis.
-      for (int64_t o = 0; o < outer; ++o)
-        e.kernel("copy", {e.view(e.operand(0), o * innerFull, {innerPart}, group, innerPart)},
-                 {e.view(e.result(0), o * innerPart, {innerPart})});
+      for (int64_t o = 0; o < outer; ++o) {
+        Value from = e.view(e.operand(0), o * innerFull, {innerPart}, group, innerPart);
+        Value to = e.view(e.result(0), o * innerPart, {innerPart});
+        e.kernel("copy", {from}, {to});
+      }
       return;
     } else {
       if (outer == 1)
         return e.collective(kind, group, e.operand(0), e.result(0));
       const bool gather = std::is_same_v<Op, mesh::AllGatherOp>;
       const int64_t in = gather ? innerPart : innerFull, out = gather ? innerFull : innerPart;
-      for (int64_t o = 0; o < outer; ++o)
-        e.collective(kind, group, e.view(e.operand(0), o * in, {in}),
-                     e.view(e.result(0), o * out, {out}));
+      for (int64_t o = 0; o < outer; ++o) {
+        Value from = e.view(e.operand(0), o * in, {in});
+        Value to = e.view(e.result(0), o * out, {out});
+        e.collective(kind, group, from, to);
+      }
     }
   }
 };
