@@ -725,10 +725,6 @@ Error checkSupported(const PlanConfig &config) {
   if (t.params_dtype != "fp32" && t.params_dtype != "bf16")
     reject("--" + t.params_dtype);
   // bf16 has been checked on one rank and across DP only.
-  // Sequence parallelism has been checked without pipeline parallelism only.
-  if (p.sequence_parallel && p.pipeline_model_parallel_size > 1)
-    reject("--sequence-parallel with --pipeline-model-parallel-size " +
-           Twine(p.pipeline_model_parallel_size));
   if (t.params_dtype == "bf16" && tp > 1)
     reject("--bf16 with --tensor-model-parallel-size " + Twine(tp));
   if (t.params_dtype == "bf16" && p.pipeline_model_parallel_size > 1)

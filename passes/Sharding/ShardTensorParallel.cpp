@@ -354,6 +354,28 @@ LogicalResult Sharder::shardCall(func::CallOp call) {
 LogicalResult Sharder::shardOp(Operation *op) {
   if (auto call = dyn_cast<func::CallOp>(op))
     return shardCall(call);
+  // Pipeline stages (trainc-pipeline-split ran first): a send passes its value's layout on; a
+  // recv of a layer's hidden state is a sequence shard under SP (its fill template too).
+  if (auto send = dyn_cast<mesh::SendOp>(op)) {
+    send.getResult().setType(cast<RankedTensorType>(send.getInput().getType()));
+    layouts[send.getResult()] = of(send.getInput());
+    return success();
+  }
+  if (auto recv = dyn_cast<mesh::RecvOp>(op)) {
+    bool hidden = llvm::any_of(recv->getUses(), [&](OpOperand &u) {
+      auto call = dyn_cast<func::CallOp>(u.getOwner());
+      auto callee = call ? module.lookupSymbol<func::FuncOp>(call.getCallee()) : func::FuncOp();
+      return callee && callee->hasAttr("model.layer") && u.getOperandNumber() == 0;
+    });
+    if (!sp || !hidden)
+      return shardByRule(op);
+    if (failed(scatterable(op, recv.getResult().getType())))
+      return failure();
+    if (Operation *tmpl = recv.getInput().getDefiningOp(); tmpl && isa<model::FillOp>(tmpl))
+      setSplit(recv.getInput(), kSeqShard);
+    setSplit(recv.getResult(), kSeqShard);
+    return success();
+  }
   if (isa<func::ReturnOp>(op)) {
     // Results are replicated, or sequence shards (a layer's hidden state under SP).
     for (Value v : op->getOperands())

@@ -846,10 +846,9 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
 
   // Several unsupported features are reported one per line.
   EXPECT_EQ(parseError(std::string(kMinimal) +
-                       " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
-                       " --sequence-parallel --optimizer sgd"),
-            "not supported yet: --sequence-parallel with --pipeline-model-parallel-size 2\n"
-            "not supported yet: --optimizer sgd");
+                       " --optimizer sgd --position-embedding-type rope --use-rope-scaling"),
+            "not supported yet: --optimizer sgd\n"
+            "not supported yet: --use-rope-scaling");
   // Tensor parallelism: Megatron's requirement on the query groups.
   EXPECT_EQ(parseError(std::string(kMinimal) + " --group-query-attention --num-query-groups 1 "
                                                "--tensor-model-parallel-size 2"),
@@ -886,8 +885,7 @@ TEST(MegatronFlagsTest, FullCommandLineIsRejectedForItsUnsupportedFeatures) {
   std::string error = parseError(kFullCommandLine);
   EXPECT_EQ(error.rfind("not supported yet: ", 0), 0u) << error;
   for (const char *feature :
-       {"--sequence-parallel with --pipeline-model-parallel-size 2",
-        "--bf16 with --tensor-model-parallel-size 2",
+       {"--bf16 with --tensor-model-parallel-size 2",
         "--bf16 with --pipeline-model-parallel-size 2"})
     EXPECT_CONTAINS(error, std::string("not supported yet: ") + feature);
 }
