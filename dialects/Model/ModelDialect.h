@@ -124,8 +124,11 @@ DictionaryAttr parameterAttrs(SymbolTableCollection &symbols, Operation *from, f
 LogicalResult declareParameters(ModuleOp module);
 
 /// Whether `op` is cheaper to recompute in a backward than to stash for it: views (model.reshape),
-/// constants (model ops without operands) and dropout keys (model.rng_offset). Used wherever a
-/// forward is split from its backward (autodiff of called functions, the schedule's units).
+/// constants (model ops without operands), dropout keys (model.rng_offset) and all-gathers
+/// (sequence parallelism's gather before a column-parallel linear: as Megatron, the backward
+/// gathers the input again for the weight gradient instead of saving the whole sequence, one
+/// more all-gather for 1/tp of that memory). Used wherever a forward is split from its
+/// backward (autodiff of called functions, the schedule's units).
 bool isCheaperToRecompute(Operation *op);
 
 /// The attribute of activation recompute: "selective" on an op autodiff re-runs in a layer's

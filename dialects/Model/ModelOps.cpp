@@ -649,11 +649,12 @@ SmallVector<Value> CastOp::buildVJP(OpBuilder &b, ValueRange g) {
   return {b.create<CastOp>(getLoc(), getInput().getType(), g[0])};
 }
 
-/// Checks that `rng` is a dropout key: tensor<3xi64> or rng_offset's tensor<4xi64>.
 bool mlir::trainc::model::isCheaperToRecompute(Operation *op) {
-  return isa<ReshapeOp, RngOffsetOp>(op) ||
+  return isa<ReshapeOp, RngOffsetOp, mesh::AllGatherOp>(op) ||
          (op->getNumOperands() == 0 && isa<ModelDialect>(op->getDialect()));
 }
+
+/// Checks that `rng` is a dropout key: tensor<3xi64> or rng_offset's tensor<4xi64>.
 
 static LogicalResult verifyRngKey(Operation *op, Value rng) {
   if (numElements(rng.getType()) == 4)
