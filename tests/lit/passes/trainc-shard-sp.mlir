@@ -20,7 +20,9 @@
 // replicated parameters used on a shard (norm weights, row-parallel biases) get
 // model.copy_to_region, whose VJP all-reduces their partial gradient. Autodiff then derives
 // the conjugates (COUNT): per layer 2 all-gathers + 2 reduce-scatters forward, 2 reduce-scatters
-// + 2 all-gathers backward, plus one gradient all-reduce per replicated parameter on a shard.
+// + 2 all-gathers backward, plus one gradient all-reduce per replicated parameter on a shard and
+// the 2 all-gathers that re-gather the saved shards for the weight gradients (Megatron's SP
+// backward; mesh.all_gather is recomputed rather than saved, model::isCheaperToRecompute).
 
 // LLAMA-LABEL: func.func private @decoder_layer(%arg0: tensor<2x4x16xf32>
 // LLAMA-DAG: %[[W2:.*]] = model.copy_to_region %arg6 on @mesh mesh_axes = [0] : tensor<16xf32>
@@ -61,9 +63,11 @@
 // COUNT-NOT: mesh.{{all_gather|reduce_scatter|all_reduce}}
 // COUNT: return
 // COUNT-LABEL: func.func private @decoder_layer.bwd(
-// COUNT-COUNT-2: mesh.{{all_gather|reduce_scatter}}
+// The inputs of qkv and fc1 gathered again from the saved shards for the weight gradients (as
+// Megatron's backward: the forward saves only the shards), then the 2 + 2 conjugates.
+// COUNT-COUNT-2: mesh.all_gather %arg{{[0-9]+}} on @mesh mesh_axes = [0] gather_axis = 1 : tensor<2x4x16xf32>
 // COUNT-NOT: mesh.all_reduce
-// COUNT-COUNT-2: mesh.{{all_gather|reduce_scatter}}
+// COUNT-COUNT-4: mesh.{{all_gather|reduce_scatter}}
 // COUNT-NOT: mesh.{{all_gather|reduce_scatter}}
 // The two RMSNorm weights' gradients (replicated, partial on the shard).
 // COUNT-COUNT-2: mesh.all_reduce %weight_grad{{.*}} : tensor<16xf32>
@@ -83,10 +87,10 @@
 // GPT-NEXT: %[[PS:.*]] = mesh.all_slice %[[PE]] on @mesh mesh_axes = [0] slice_axis = 1 : tensor<2x8x16xf32> -> tensor<2x4x16xf32>
 // GPT-NEXT: model.add %[[WS]], %[[PS]]
 
-// Per layer backward: 2 + 2 conjugates, then the gradient all-reduces of the 2 LayerNorms'
+// Per layer backward: 2 re-gathers, 2 + 2 conjugates, then the gradient all-reduces of the 2 LayerNorms'
 // weights and biases and of the 2 row-parallel biases.
 // GPTCOUNT-LABEL: func.func private @decoder_layer.bwd(
-// GPTCOUNT-COUNT-4: mesh.{{all_gather|reduce_scatter}}
+// GPTCOUNT-COUNT-6: mesh.{{all_gather|reduce_scatter}}
 // GPTCOUNT-COUNT-6: mesh.all_reduce {{.*}} : tensor<16xf32> -> tensor<16xf32>
 // GPTCOUNT-NOT: mesh.
 // GPTCOUNT: return
@@ -101,7 +105,7 @@
 
 // RT-LABEL: func.func @decoder_layer.fwd(
 // RT: %[[V0:.*]] = rt.view %[[N:.*]][0] : memref<2x4x16xf32> to memref<64xf32>
-// RT-NEXT: %[[O0:.*]] = rt.view %[[G:.*]][0] : memref<2x8x16xf32> to memref<128xf32>
+// RT: %[[O0:.*]] = rt.view %[[G:.*]][0] : memref<2x8x16xf32> to memref<128xf32>
 // RT-NEXT: rt.collective  all_gather "tp" ins(%[[V0]] : memref<64xf32>) outs(%[[O0]] : memref<128xf32>)
 // RT-NEXT: %[[V1:.*]] = rt.view %[[N]][64] : memref<2x4x16xf32> to memref<64xf32>
 // RT-NEXT: %[[O1:.*]] = rt.view %[[G]][128] : memref<2x8x16xf32> to memref<128xf32>
@@ -114,4 +118,4 @@
 // RT: rt.kernel "dropout" {{.*}} {kernel_attrs = {op_id = 2 : i64, p = 1.000000e-01 : f64, seq_length = 8 : i64, seq_start = 0 : i64}, model.rank_offsets = {seq_start = array<i64: 0, 4>}}
 
 // INSPECT: decoder_layer.fwd: tp all_gather x4 tp reduce_scatter(sum) x4
-// INSPECT-NEXT: decoder_layer.bwd: tp all_gather x4 tp all_reduce(sum) x2 tp reduce_scatter(sum) x4
+// INSPECT-NEXT: decoder_layer.bwd: tp all_gather x8 tp all_reduce(sum) x2 tp reduce_scatter(sum) x4
