@@ -10,6 +10,8 @@
 // collective per sample on contiguous views (2 per op at micro-batch size 2).
 // RUN: FileCheck %s --check-prefix=RT < %t/llama/3-lower.mlir
 // RUN: trainc inspect %t/llama-plan --ranks | FileCheck %s --check-prefix=INSPECT
+// RUN: FileCheck %s --check-prefix=GPTRT < %t/gpt/3-lower.mlir
+// RUN: trainc-opt %S/Inputs/shard-sp-invalid.mlir -split-input-file -verify-diagnostics -trainc-shard="tp=2 sequence-parallel=true" -o /dev/null
 // REQUIRES: compiler
 
 // Tests trainc-shard with --sequence-parallel (Megatron's SP, module attribute
@@ -119,3 +121,12 @@
 
 // INSPECT: decoder_layer.fwd: tp all_gather x4 tp reduce_scatter(sum) x4
 // INSPECT-NEXT: decoder_layer.bwd: tp all_gather x8 tp all_reduce(sum) x2 tp reduce_scatter(sum) x4
+
+// GPT's mesh.all_slice lowers to one copy per sample from a view at this rank's chunk (the tp
+// coordinate times 4 positions x 16, specialised per rank at export).
+// GPTRT-LABEL: func.func @forward_backward.forward(
+// GPTRT: rt.kernel "embedding" ins(%{{.*}} : memref<9x16xf32>, memref<2x8xi32>) outs(%[[E:.*]] : memref<2x8x16xf32>)
+// GPTRT-NEXT: %[[S0:.*]] = rt.view %[[E]][0] {axis = "tp", axis_stride = 64 : i64} : memref<2x8x16xf32> to memref<64xf32>
+// GPTRT: rt.kernel "copy" ins(%[[S0]] : memref<64xf32>)
+// GPTRT: %[[S1:.*]] = rt.view %[[E]][128] {axis = "tp", axis_stride = 64 : i64} : memref<2x8x16xf32> to memref<64xf32>
+// GPTRT: rt.kernel "copy" ins(%[[S1]] : memref<64xf32>)
