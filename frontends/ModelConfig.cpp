@@ -431,6 +431,12 @@ Error finalizeParallel(PlanConfig &c) {
     c.warnings.push_back("--sequence-parallel disabled: it has no effect with "
                          "--tensor-model-parallel-size 1 (as in Megatron)");
   }
+  // Sequence parallelism splits the sequence over the TP ranks (Megatron's
+  // scatter_to_sequence_parallel_region asserts the same divisibility).
+  if (p.sequence_parallel && m.seq_length % tp != 0)
+    return makeError("--seq-length " + Twine(m.seq_length) +
+                     " is not divisible by --tensor-model-parallel-size " + Twine(tp) +
+                     " (--sequence-parallel splits the sequence over the tensor-parallel ranks)");
 
   // Pipeline parallelism: an even split of the layers over stages and virtual chunks, or
   // Megatron's uneven split (first and/or last stage given, the others even).
@@ -763,8 +769,6 @@ Error checkSupported(const PlanConfig &config) {
   if (p.virtual_pipeline_model_parallel_size > 1)
     reject("--virtual-pipeline-model-parallel-size " +
            Twine(p.virtual_pipeline_model_parallel_size));
-  if (p.sequence_parallel)
-    reject("--sequence-parallel");
   // Data parallelism, the distributed optimizer, --overlap-grad-reduce and
   // --overlap-param-gather are supported; the gradient reduction always overlaps backward
   // (trainc-grad-buckets places it), so --overlap-grad-reduce changes nothing.

@@ -334,6 +334,10 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
       m->setAttr(model::kAxisNamesAttr, ob.getArrayAttr(names));
     }
   }
+  // --sequence-parallel: trainc-shard reads it from the module (docs/design.md "Tensor
+  // parallelism"); finalize turned it off at tp 1.
+  if (cfg.parallel.sequence_parallel)
+    module->setAttr(model::kSequenceParallelAttr, UnitAttr::get(&ctx));
   PlanOptions plan; // no overrides: every pass reads the plan
   if (!options.dumpIRDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.dumpIRDir))

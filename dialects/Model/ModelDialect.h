@@ -32,6 +32,15 @@ public:
   virtual Value result(unsigned i) = 0;
   /// A contiguous view of `buffer` with another static shape of the same element count.
   virtual Value reshape(Value buffer, ArrayRef<int64_t> shape) = 0;
+  /// A contiguous view of numel(shape) elements of `buffer` from element `offset`; with `axis`
+  /// ("tp", ...) the offset is `offset + c * axisStride` on the rank at coordinate c of that
+  /// mesh axis (rt.view). Used to split a collective along a non-leading dim into contiguous
+  /// ones.
+  virtual Value view(Value buffer, int64_t offset, ArrayRef<int64_t> shape, StringRef axis = "",
+                     int64_t axisStride = 0) {
+    fail("views at an offset cannot be lowered by this emitter");
+    return buffer;
+  }
   /// Makes result `i` an alias of `buffer` (no kernel, no copy).
   virtual void aliasResult(unsigned i, Value buffer) = 0;
   /// Records a kernel call: inputs, outputs, attributes (i64 or f64) and, for outputs written in
@@ -115,8 +124,11 @@ DictionaryAttr parameterAttrs(SymbolTableCollection &symbols, Operation *from, f
 LogicalResult declareParameters(ModuleOp module);
 
 /// Whether `op` is cheaper to recompute in a backward than to stash for it: views (model.reshape),
-/// constants (model ops without operands) and dropout keys (model.rng_offset). Used wherever a
-/// forward is split from its backward (autodiff of called functions, the schedule's units).
+/// constants (model ops without operands), dropout keys (model.rng_offset) and all-gathers
+/// (sequence parallelism's gather before a column-parallel linear: as Megatron, the backward
+/// gathers the input again for the weight gradient instead of saving the whole sequence, one
+/// more all-gather for 1/tp of that memory). Used wherever a forward is split from its
+/// backward (autodiff of called functions, the schedule's units).
 bool isCheaperToRecompute(Operation *op);
 
 /// The attribute of activation recompute: "selective" on an op autodiff re-runs in a layer's
@@ -152,6 +164,12 @@ std::string meshAxisName(Operation *op, FlatSymbolRefAttr mesh, int64_t axis);
 /// plus c x 32 (a vocabulary shard's first row). The IR stays one program for every rank; the
 /// export records these sites and ExportedPlan::specialise writes each rank's value.
 constexpr llvm::StringLiteral kRankOffsetsAttr = "model.rank_offsets";
+/// Unit attribute of the module: Megatron's --sequence-parallel (trainc-shard splits norms,
+/// dropout and residual adds along the sequence, dim 1 of [b, s, h]).
+constexpr llvm::StringLiteral kSequenceParallelAttr = "model.sequence_parallel";
+/// Integer attribute of a dropout on a sequence shard: the global sequence length; its
+/// shard's first position is the `seq_start` rank offset (the mask is the single-rank one).
+constexpr llvm::StringLiteral kGlobalSeqAttr = "model.global_seq";
 /// Copies `from`'s model.rank_offsets (if any) to `to` (VJP rules building the backward op).
 void copyRankOffsets(Operation *from, Operation *to);
 

@@ -649,11 +649,12 @@ SmallVector<Value> CastOp::buildVJP(OpBuilder &b, ValueRange g) {
   return {b.create<CastOp>(getLoc(), getInput().getType(), g[0])};
 }
 
-/// Checks that `rng` is a dropout key: tensor<3xi64> or rng_offset's tensor<4xi64>.
 bool mlir::trainc::model::isCheaperToRecompute(Operation *op) {
-  return isa<ReshapeOp, RngOffsetOp>(op) ||
+  return isa<ReshapeOp, RngOffsetOp, mesh::AllGatherOp>(op) ||
          (op->getNumOperands() == 0 && isa<ModelDialect>(op->getDialect()));
 }
+
+/// Checks that `rng` is a dropout key: tensor<3xi64> or rng_offset's tensor<4xi64>.
 
 static LogicalResult verifyRngKey(Operation *op, Value rng) {
   if (numElements(rng.getType()) == 4)
@@ -671,16 +672,29 @@ LogicalResult DropoutOp::verify() {
 }
 double DropoutOp::getFlops() { return 0; }
 double DropoutOp::getBytesMoved() { return bytesOf(*this); }
+namespace {
+/// The global sequence length of a dropout on a sequence shard (`model.global_seq`, set by
+/// trainc-shard with a seq_start rank offset), else 0 (the operand holds whole samples).
+int64_t globalSeq(Operation *op) {
+  if (auto a = op->getAttrOfType<IntegerAttr>(kGlobalSeqAttr))
+    return a.getInt();
+  return 0;
+}
+} // namespace
 void DropoutOp::emitKernels(KernelEmitter &e) {
   e.kernel("dropout", {e.operand(0), e.operand(1)}, {e.result(0)},
-           {e.floatAttr("p", getP().convertToDouble()), e.intAttr("op_id", getOpId())});
+           {e.floatAttr("p", getP().convertToDouble()), e.intAttr("op_id", getOpId()),
+            e.intAttr("seq_start", 0), e.intAttr("seq_length", globalSeq(*this))});
 }
 SmallVector<Value> DropoutOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])
     return {Value(), Value()};
-  return {b.create<DropoutGradOp>(getLoc(), getInput().getType(), g[0], getRng(), getPAttr(),
-                                  getOpIdAttr()),
-          Value()};
+  auto grad = b.create<DropoutGradOp>(getLoc(), getInput().getType(), g[0], getRng(), getPAttr(),
+                                      getOpIdAttr());
+  copyRankOffsets(*this, grad);
+  if (Attribute seq = (*this)->getAttr(kGlobalSeqAttr))
+    grad->setAttr(kGlobalSeqAttr, seq);
+  return {grad, Value()};
 }
 LogicalResult DropoutGradOp::verify() {
   double p = getP().convertToDouble();
@@ -708,7 +722,8 @@ double DropoutGradOp::getFlops() { return 0; }
 double DropoutGradOp::getBytesMoved() { return bytesOf(*this); }
 void DropoutGradOp::emitKernels(KernelEmitter &e) {
   e.kernel("dropout_backward", {e.operand(0), e.operand(1)}, {e.result(0)},
-           {e.floatAttr("p", getP().convertToDouble()), e.intAttr("op_id", getOpId())});
+           {e.floatAttr("p", getP().convertToDouble()), e.intAttr("op_id", getOpId()),
+            e.intAttr("seq_start", 0), e.intAttr("seq_length", globalSeq(*this))});
 }
 
 //===----------------------------------------------------------------------===//
@@ -920,13 +935,19 @@ std::string groupOf(KernelEmitter &e, Operation *op, FlatSymbolRefAttr mesh,
   return name;
 }
 
-/// A gather/scatter along `axis` of `shape` is a concatenation of contiguous chunks only when
-/// every dimension before it has extent 1 (the runtime's collectives work on flat buffers).
-bool contiguousChunks(ArrayRef<int64_t> shape, int64_t axis) {
+/// The product of the dims of `shape` before `axis` (1 when none).
+int64_t outerExtent(ArrayRef<int64_t> shape, int64_t axis) {
+  int64_t n = 1;
   for (int64_t d = 0; d < axis; ++d)
-    if (shape[size_t(d)] != 1)
-      return false;
-  return true;
+    n *= shape[size_t(d)];
+  return n;
+}
+/// The product of the dims of `shape` from `axis` on.
+int64_t innerExtent(ArrayRef<int64_t> shape, int64_t axis) {
+  int64_t n = 1;
+  for (size_t d = size_t(axis); d < shape.size(); ++d)
+    n *= shape[d];
+  return n;
 }
 
 struct AllReduceModel
@@ -949,6 +970,18 @@ struct AllGatherModel
         op->getLoc(), ag.getInput().getType(), ag.getMeshAttr(), ag.getMeshAxesAttr(), g[0],
         mesh::ReductionKindAttr::get(b.getContext(), mesh::ReductionKind::Sum),
         ag.getGatherAxisAttr())};
+  }
+};
+/// mesh.all_slice (Megatron's scatter_to_sequence_parallel_region: each rank keeps its chunk of
+/// a replicated value): its VJP gathers the chunks' gradients (gather_from_sequence_parallel_
+/// region's forward, as Megatron's backward of the scatter).
+struct AllSliceModel : public VJPOpInterface::ExternalModel<AllSliceModel, mesh::AllSliceOp> {
+  SmallVector<Value> buildVJP(Operation *op, OpBuilder &b, ValueRange g) const {
+    auto sl = cast<mesh::AllSliceOp>(op);
+    if (!g[0])
+      return {Value()};
+    return {b.create<mesh::AllGatherOp>(op->getLoc(), sl.getInput().getType(), sl.getMeshAttr(),
+                                        sl.getMeshAxesAttr(), g[0], sl.getSliceAxisAttr())};
   }
 };
 struct ReduceScatterModel
@@ -988,24 +1021,51 @@ struct CollectiveKernelModel
         return e.fail("only sum and max all-reduces can be lowered yet");
       return e.collective(kind, group, e.operand(0), e.result(0),
                           c.getReduction() == mesh::ReductionKind::Max);
-    } else if constexpr (std::is_same_v<Op, mesh::AllGatherOp>) {
+    }
+    // all_gather / reduce_scatter / all_slice along `axis`: the runtime's collectives work on
+    // flat buffers, so a split along a dim after one of extent > 1 (the sequence of [b, s, h]
+    // under sequence parallelism) is one collective per index of the dims before it, each on
+    // contiguous views (docs/design.md "Tensor parallelism").
+    ArrayRef<int64_t> full, part;
+    int64_t axis = 0;
+    if constexpr (std::is_same_v<Op, mesh::AllGatherOp>) {
       kind = "all_gather";
-      if (!contiguousChunks(cast<ShapedType>(c.getResult().getType()).getShape(),
-                            int64_t(c.getGatherAxis().getSExtValue())))
-        return e.fail("gather_axis " + Twine(c.getGatherAxis().getSExtValue()) +
-                      " follows a dimension of extent > 1; only gathers of contiguous chunks "
-                      "can be lowered");
-    } else {
+      full = cast<ShapedType>(c.getResult().getType()).getShape();
+      part = cast<ShapedType>(c.getInput().getType()).getShape();
+      axis = int64_t(c.getGatherAxis().getSExtValue());
+    } else if constexpr (std::is_same_v<Op, mesh::ReduceScatterOp>) {
       kind = "reduce_scatter";
       if (c.getReduction() != mesh::ReductionKind::Sum)
         return e.fail("only sum reduce-scatters can be lowered yet");
-      if (!contiguousChunks(cast<ShapedType>(c.getInput().getType()).getShape(),
-                            int64_t(c.getScatterAxis().getSExtValue())))
-        return e.fail("scatter_axis " + Twine(c.getScatterAxis().getSExtValue()) +
-                      " follows a dimension of extent > 1; only scatters of contiguous chunks "
-                      "can be lowered");
+      full = cast<ShapedType>(c.getInput().getType()).getShape();
+      part = cast<ShapedType>(c.getResult().getType()).getShape();
+      axis = int64_t(c.getScatterAxis().getSExtValue());
+    } else if constexpr (std::is_same_v<Op, mesh::AllSliceOp>) {
+      full = cast<ShapedType>(c.getInput().getType()).getShape();
+      part = cast<ShapedType>(c.getResult().getType()).getShape();
+      axis = int64_t(c.getSliceAxis().getSExtValue());
     }
-    e.collective(kind, group, e.operand(0), e.result(0));
+    const int64_t outer = outerExtent(full, axis), innerFull = innerExtent(full, axis),
+                  innerPart = innerExtent(part, axis);
+    if constexpr (std::is_same_v<Op, mesh::AllSliceOp>) {
+      // No communication: the rank's chunk of each row, at its coordinate on the axis.
+      for (int64_t o = 0; o < outer; ++o) {
+        Value from = e.view(e.operand(0), o * innerFull, {innerPart}, group, innerPart);
+        Value to = e.view(e.result(0), o * innerPart, {innerPart});
+        e.kernel("copy", {from}, {to});
+      }
+      return;
+    } else {
+      if (outer == 1)
+        return e.collective(kind, group, e.operand(0), e.result(0));
+      const bool gather = std::is_same_v<Op, mesh::AllGatherOp>;
+      const int64_t in = gather ? innerPart : innerFull, out = gather ? innerFull : innerPart;
+      for (int64_t o = 0; o < outer; ++o) {
+        Value from = e.view(e.operand(0), o * in, {in});
+        Value to = e.view(e.result(0), o * out, {out});
+        e.collective(kind, group, from, to);
+      }
+    }
   }
 };
 
@@ -1089,6 +1149,8 @@ void mlir::trainc::model::registerCollectiveInterfaces(DialectRegistry &registry
                                        CollectiveKernelModel<mesh::AllReduceOp>>(*ctx);
     mesh::AllGatherOp::attachInterface<AllGatherModel, CollectiveCostModel<mesh::AllGatherOp>,
                                        CollectiveKernelModel<mesh::AllGatherOp>>(*ctx);
+    mesh::AllSliceOp::attachInterface<AllSliceModel, CollectiveCostModel<mesh::AllSliceOp>,
+                                      CollectiveKernelModel<mesh::AllSliceOp>>(*ctx);
     mesh::ReduceScatterOp::attachInterface<ReduceScatterModel,
                                            CollectiveCostModel<mesh::ReduceScatterOp>,
                                            CollectiveKernelModel<mesh::ReduceScatterOp>>(*ctx);

@@ -499,6 +499,15 @@ public:
     return b.create<rt::ViewOp>(op->getLoc(), MemRefType::get(shape, src.getElementType()),
                                 buffer, b.getI64IntegerAttr(0));
   }
+  Value view(Value buffer, int64_t offset, ArrayRef<int64_t> shape, StringRef axis,
+             int64_t axisStride) override {
+    auto src = cast<MemRefType>(buffer.getType());
+    auto t = MemRefType::get(shape, src.getElementType());
+    if (axis.empty())
+      return b.create<rt::ViewOp>(op->getLoc(), t, buffer, b.getI64IntegerAttr(offset));
+    return b.create<rt::ViewOp>(op->getLoc(), t, buffer, b.getI64IntegerAttr(offset),
+                                b.getStringAttr(axis), b.getI64IntegerAttr(axisStride));
+  }
   void aliasResult(unsigned i, Value buffer) override { map.map(op->getResult(i), buffer); }
   void kernel(StringRef name, ValueRange inputs, ValueRange outputs,
               ArrayRef<NamedAttribute> attrs, ArrayRef<int32_t> inPlace) override {

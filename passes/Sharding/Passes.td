@@ -34,9 +34,17 @@ def ShardTensorParallelPass : Pass<"trainc-shard", "::mlir::ModuleOp"> {
     Errors: a parameter dim not divisible by tp (names the parameter, dim, extent and tp), a
     layout an op's rule cannot split, hidden dropout on a shard. Attention on a head shard gets
     `model.global_heads` and a head_start rank offset (its dropout mask is the single-rank one).
+    With sequence-parallel (tp > 1): the values between blocks are sequence shards [b, s/tp, h];
+    mesh.reduce_scatter along the sequence after the embedding and the row-parallel linears,
+    mesh.all_gather along it before the column-parallel ones (one per value), mesh.all_slice of
+    a replicated activation added to a shard, model.copy_to_region on replicated parameters
+    used on a shard (their gradient is all-reduced over tp by autodiff), and dropout on a shard
+    with `model.global_seq` and a seq_start rank offset.
   }];
   let options = [
     Option<"tp", "tp", "int64_t", "1", "Tensor-parallel size (default: the plan's tp)">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Megatron's --sequence-parallel (default: the module's model.sequence_parallel)">,
   ];
 }
 

@@ -10,6 +10,15 @@
 //   - vocab-parallel embedding: a rank's rows, zero outside its range, then mesh.all_reduce;
 //   - vocab-parallel cross entropy: ce_local_max -> all_reduce max -> ce_local_sumexp and
 //     ce_target_logit -> all_reduce sum -> ce_combine.
+// With --sequence-parallel (Megatron's SP, module attribute model.sequence_parallel) the values
+// between the blocks are sequence shards [b, s/tp, h] (layout dim 1, `seq`): the vocab-parallel
+// embedding and the row-parallel linears end with mesh.reduce_scatter along the sequence instead
+// of an all-reduce, the column-parallel linears start with mesh.all_gather along it (one per
+// value) instead of copy_to_region, norms, dropout and residual adds run on the shard (dropout
+// keyed by the global position: model.global_seq and a seq_start rank offset), a replicated
+// activation meeting a shard is sliced (mesh.all_slice: GPT's position embeddings), and a
+// replicated parameter consumed on a shard (norm weights, row-parallel biases) gets
+// model.copy_to_region, so that autodiff all-reduces its partial gradient over tp.
 // Autodiff then differentiates the collectives by their VJP rules. A rank-dependent attribute
 // (a shard's vocab_start) keeps rank 0's value and a model.rank_offsets entry; a sharded
 // parameter's declaration records its global shape and split (model.parameter).
@@ -42,8 +51,12 @@ namespace {
 struct Layout {
   int64_t dim = -1;
   int64_t halves = 1;
+  /// A sequence shard (--sequence-parallel): split along the sequence of the activations.
+  bool seq = false;
   bool split() const { return dim >= 0; }
-  bool operator==(const Layout &o) const { return dim == o.dim && halves == o.halves; }
+  bool operator==(const Layout &o) const {
+    return dim == o.dim && halves == o.halves && seq == o.seq;
+  }
   bool operator!=(const Layout &o) const { return !(*this == o); }
 };
 
@@ -85,7 +98,8 @@ std::string paramName(func::FuncOp fn, unsigned i) {
 
 class Sharder {
 public:
-  Sharder(ModuleOp module, int64_t tp) : module(module), tp(tp), b(module.getContext()) {}
+  Sharder(ModuleOp module, int64_t tp, bool sp)
+      : module(module), tp(tp), sp(sp), b(module.getContext()) {}
   LogicalResult run();
 
 private:
@@ -97,12 +111,51 @@ private:
   LogicalResult shardCrossEntropy(model::CrossEntropyOp op);
   LogicalResult shardReshape(model::ReshapeOp op);
   LogicalResult shardByRule(Operation *op);
+  LogicalResult shardCall(func::CallOp call);
+
+  /// The sequence dim of the activations [b, s, h].
+  static constexpr int64_t kSeqDim = 1;
+  static constexpr Layout kSeqShard = {kSeqDim, 1, true};
+  /// `v` ([b, s/tp, ...]) gathered along the sequence: one mesh.all_gather per value (Megatron's
+  /// one all-gather before the fused qkv).
+  Value gatherSequence(Location loc, Value v);
+  /// `v` (a replicated [b, s, ...]) sliced to this rank's sequence shard (mesh.all_slice).
+  Value sliceSequence(Location loc, Value v, int64_t dim);
+  /// Megatron's f on a replicated parameter consumed on a sequence shard: identity forward,
+  /// all-reduce of the (partial) gradient backward. One per parameter value.
+  Value parameterOnShard(Value param);
+  /// Whether `v` is a parameter argument (model.param or model.layer_param).
+  bool isParameter(Value v) const;
 
   Layout of(Value v) const { return layouts.lookup(v); }
   /// Sets `v`'s layout and its type (global shape -> local).
   void setSplit(Value v, Layout l) {
     v.setType(localType(cast<RankedTensorType>(v.getType()), l, tp));
     layouts[v] = l;
+  }
+  /// A sum reduce-scatter of `v` [b, s, h] along the sequence; the result is a sequence shard.
+  Value reduceScatter(Location loc, Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> shape(t.getShape());
+    shape[kSeqDim] /= tp;
+    Value r = b.create<mesh::ReduceScatterOp>(
+        loc, RankedTensorType::get(shape, t.getElementType()),
+        FlatSymbolRefAttr::get(b.getContext(), model::kMeshName),
+        b.getDenseI16ArrayAttr({kTpAxis}), v,
+        mesh::ReductionKindAttr::get(b.getContext(), mesh::ReductionKind::Sum),
+        b.getIndexAttr(kSeqDim));
+    layouts[r] = kSeqShard;
+    return r;
+  }
+  /// Checks that `t` is an activation [b, s, h] whose sequence tp divides.
+  LogicalResult scatterable(Operation *op, Type type) {
+    auto t = cast<RankedTensorType>(type);
+    if (t.getRank() == 3 && t.getShape()[kSeqDim] % tp == 0)
+      return success();
+    return op->emitOpError() << "sequence parallelism: result " << t
+                             << " is not a [b, s, h] activation with s divisible by the "
+                                "tensor-parallel size "
+                             << tp;
   }
   Value allReduce(Location loc, Value v, mesh::ReductionKind kind) {
     return b.create<mesh::AllReduceOp>(loc, v, model::kMeshName,
@@ -118,7 +171,11 @@ private:
 
   ModuleOp module;
   int64_t tp;
+  bool sp;
   OpBuilder b;
+  /// Per sharded function: the layouts of its results (calls give them to their results).
+  llvm::DenseMap<Operation *, SmallVector<Layout>> resultLayouts;
+  llvm::DenseMap<Value, Value> gathers, paramCopies;
   llvm::DenseMap<Value, Layout> layouts;
   /// One model.copy_to_region per replicated value that feeds column-parallel linears.
   llvm::DenseMap<Value, Value> copies;
@@ -185,7 +242,16 @@ LogicalResult Sharder::shardFunction(func::FuncOp fn) {
     BlockArgument a = fn.getArgument(i);
     std::string name = paramName(fn, i);
     Layout l = name.empty() ? Layout() : parameterLayout(name, swigluFc1);
-    if (l.split()) {
+    // Sequence parallelism: a layer function's hidden-state argument is a sequence shard.
+    if (sp && i == 0 && fn->hasAttr("model.layer")) {
+      auto t = cast<RankedTensorType>(a.getType());
+      if (t.getRank() != 3 || t.getShape()[kSeqDim] % tp)
+        return fn.emitOpError() << "sequence parallelism: the layer's hidden state " << t
+                                << " is not a [b, s, h] tensor with s divisible by the "
+                                   "tensor-parallel size "
+                                << tp;
+      setSplit(a, kSeqShard);
+    } else if (l.split()) {
       auto t = cast<RankedTensorType>(a.getType());
       if (t.getShape()[size_t(l.dim)] % tp)
         return fn.emitOpError() << "parameter '" << name << "': dim " << l.dim << " of extent "
@@ -202,15 +268,118 @@ LogicalResult Sharder::shardFunction(func::FuncOp fn) {
   for (Operation *op : ops)
     if (failed(shardOp(op)))
       return failure();
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  SmallVector<Layout> results;
+  for (Value v : ret.getOperands())
+    results.push_back(of(v));
+  resultLayouts[fn] = results;
+  fn.setType(b.getFunctionType(argTypes, ret.getOperandTypes()));
+  return success();
+}
+
+bool Sharder::isParameter(Value v) const {
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg)
+    return false;
+  auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  return fn && !paramName(fn, arg.getArgNumber()).empty();
+}
+
+Value Sharder::gatherSequence(Location loc, Value v) {
+  Value &g = gathers[v];
+  if (g)
+    return g;
+  OpBuilder::InsertionGuard guard(b);
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    b.setInsertionPointToStart(arg.getOwner());
+  else
+    b.setInsertionPointAfter(v.getDefiningOp());
+  auto t = cast<RankedTensorType>(v.getType());
+  SmallVector<int64_t> shape(t.getShape());
+  shape[kSeqDim] *= tp;
+  g = b.create<mesh::AllGatherOp>(loc, RankedTensorType::get(shape, t.getElementType()),
+                                  model::kMeshName, ArrayRef<mesh::MeshAxis>{kTpAxis}, v,
+                                  APInt(64, kSeqDim));
+  return g;
+}
+
+Value Sharder::sliceSequence(Location loc, Value v, int64_t dim) {
+  auto t = cast<RankedTensorType>(v.getType());
+  SmallVector<int64_t> shape(t.getShape());
+  shape[size_t(dim)] /= tp;
+  Value s = b.create<mesh::AllSliceOp>(loc, RankedTensorType::get(shape, t.getElementType()), v,
+                                       model::kMeshName, ArrayRef<mesh::MeshAxis>{kTpAxis}, dim);
+  layouts[s] = {dim, 1, true};
+  return s;
+}
+
+Value Sharder::parameterOnShard(Value param) {
+  Value &c = paramCopies[param];
+  if (c)
+    return c;
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(cast<BlockArgument>(param).getOwner());
+  c = b.create<model::CopyToRegionOp>(param.getLoc(), param.getType(), param,
+                                      FlatSymbolRefAttr::get(b.getContext(), model::kMeshName),
+                                      b.getDenseI16ArrayAttr({kTpAxis}));
+  return c;
+}
+
+LogicalResult Sharder::shardCall(func::CallOp call) {
+  // A call's parameters have the callee's layouts by construction (the same Megatron names);
+  // its hidden state is a sequence shard under sequence parallelism, as the callee's argument.
+  auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+  for (auto [i, v] : llvm::enumerate(call.getOperands())) {
+    Layout l = of(v);
+    if (l.split() && !l.seq && !isa<BlockArgument>(v))
+      return call.emitOpError() << "operand " << i
+                                << " is split over the tensor-parallel axis; trainc-shard keeps "
+                                   "values crossing a call replicated (or sequence shards)";
+    if (callee && v.getType() != callee.getArgumentTypes()[i])
+      return call.emitOpError() << "operand " << i << " has type " << v.getType()
+                                << ", but the sharded callee @" << callee.getSymName()
+                                << " takes " << callee.getArgumentTypes()[i];
+  }
+  if (!callee)
+    return success();
+  auto it = resultLayouts.find(callee);
+  for (auto [r, res] : llvm::enumerate(call.getResults())) {
+    res.setType(callee.getResultTypes()[r]);
+    if (it != resultLayouts.end())
+      layouts[res] = it->second[r];
+  }
   return success();
 }
 
 LogicalResult Sharder::shardOp(Operation *op) {
-  if (isa<func::ReturnOp, func::CallOp>(op)) {
-    // Layer boundaries and results are replicated (no sequence parallelism yet); a call's
-    // parameters have the callee's layouts by construction (the same Megatron names).
+  if (auto call = dyn_cast<func::CallOp>(op))
+    return shardCall(call);
+  // Pipeline stages (trainc-pipeline-split ran first): a send passes its value's layout on; a
+  // recv of a layer's hidden state is a sequence shard under SP (its fill template too).
+  if (auto send = dyn_cast<mesh::SendOp>(op)) {
+    send.getResult().setType(cast<RankedTensorType>(send.getInput().getType()));
+    layouts[send.getResult()] = of(send.getInput());
+    return success();
+  }
+  if (auto recv = dyn_cast<mesh::RecvOp>(op)) {
+    bool hidden = llvm::any_of(recv->getUses(), [&](OpOperand &u) {
+      auto call = dyn_cast<func::CallOp>(u.getOwner());
+      auto callee = call ? module.lookupSymbol<func::FuncOp>(call.getCallee()) : func::FuncOp();
+      return callee && callee->hasAttr("model.layer") && u.getOperandNumber() == 0;
+    });
+    if (!sp || !hidden)
+      return shardByRule(op);
+    if (failed(scatterable(op, recv.getResult().getType())))
+      return failure();
+    if (Operation *tmpl = recv.getInput().getDefiningOp(); tmpl && isa<model::FillOp>(tmpl))
+      setSplit(recv.getInput(), kSeqShard);
+    setSplit(recv.getResult(), kSeqShard);
+    return success();
+  }
+  if (isa<func::ReturnOp>(op)) {
+    // Results are replicated, or sequence shards (a layer's hidden state under SP).
     for (Value v : op->getOperands())
-      if (of(v).split() && !isa<BlockArgument>(v))
+      if (of(v).split() && !of(v).seq && !isa<BlockArgument>(v))
         return op->emitOpError() << "operand is split over the tensor-parallel axis; trainc-shard "
                                     "keeps values crossing a call or return replicated";
     return success();
@@ -235,7 +404,14 @@ LogicalResult Sharder::shardLinear(model::LinearOp op) {
     return success();
   }
   if (w.dim == 0) {
-    // Column-parallel: replicated input through Megatron's f, output split by columns.
+    // Column-parallel: replicated input through Megatron's f (a sequence shard through the
+    // all-gather along the sequence), output split by columns.
+    if (x.seq) {
+      op.getInputMutable().assign(gatherSequence(op.getLoc(), op.getInput()));
+      int64_t last = cast<RankedTensorType>(op.getType()).getRank() - 1;
+      setSplit(op.getResult(), {last, w.halves});
+      return success();
+    }
     if (x.split())
       return op.emitOpError() << "column-parallel linear (weight split by rows) needs a replicated "
                                  "input";
@@ -264,9 +440,22 @@ LogicalResult Sharder::shardLinear(model::LinearOp op) {
   Value bias = op.getBias();
   auto partial = b.create<model::LinearOp>(op.getLoc(), op.getType(), op.getInput(),
                                            op.getWeight(), Value());
-  Value y = allReduce(op.getLoc(), partial, mesh::ReductionKind::Sum);
-  if (bias)
+  Value y;
+  if (sp) {
+    // The partial sums reduce-scattered along the sequence; the bias added on the shard.
+    if (failed(scatterable(op, partial.getType())))
+      return failure();
+    y = reduceScatter(op.getLoc(), partial);
+    if (bias)
+      bias = parameterOnShard(bias);
+  } else {
+    y = allReduce(op.getLoc(), partial, mesh::ReductionKind::Sum);
+  }
+  if (bias) {
     y = b.create<model::BiasAddOp>(op.getLoc(), y.getType(), y, bias);
+    if (sp)
+      layouts[y] = kSeqShard;
+  }
   op.getResult().replaceAllUsesWith(y);
   op.erase();
   return success();
@@ -281,10 +470,19 @@ LogicalResult Sharder::shardEmbedding(model::EmbeddingOp op) {
                             << "; vocab-parallel splits the rows";
   setVocabOffsets(op, cast<RankedTensorType>(op.getTable().getType()).getShape()[0]);
   b.setInsertionPointAfter(op);
-  auto sum = b.create<mesh::AllReduceOp>(op.getLoc(), op.getResult(), model::kMeshName,
-                                         ArrayRef<mesh::MeshAxis>{kTpAxis},
-                                         mesh::ReductionKind::Sum);
-  op.getResult().replaceAllUsesExcept(sum, sum);
+  Value sum;
+  if (sp) {
+    // Sequence parallelism: reduce-scattered along the sequence (Megatron's
+    // reduce_scatter_embeddings).
+    if (failed(scatterable(op, op.getType())))
+      return failure();
+    sum = reduceScatter(op.getLoc(), op.getResult());
+  } else {
+    sum = b.create<mesh::AllReduceOp>(op.getLoc(), op.getResult(), model::kMeshName,
+                                      ArrayRef<mesh::MeshAxis>{kTpAxis},
+                                      mesh::ReductionKind::Sum);
+  }
+  op.getResult().replaceAllUsesExcept(sum, sum.getDefiningOp());
   return success();
 }
 
@@ -368,9 +566,19 @@ LogicalResult Sharder::shardByRule(Operation *op) {
                 b.getDictionaryAttr(b.getNamedAttr(
                     "head_start", b.getDenseI64ArrayAttr({kTpAxis, local}))));
   }
-  if (isa<model::DropoutOp>(op))
-    return op->emitOpError() << "dropout on a tensor-parallel shard is not supported yet (its "
-                                "mask is keyed by the local element index)";
+  const bool onSeq = llvm::any_of(op->getOperands(), [&](Value v) { return of(v).seq; });
+  if (isa<model::DropoutOp>(op)) {
+    if (!onSeq || of(op->getOperand(0)) != kSeqShard)
+      return op->emitOpError() << "dropout on a tensor-parallel shard other than a sequence "
+                                  "shard is not supported yet (its mask is keyed by the global "
+                                  "element index of [b, s, ...])";
+    // The mask is keyed by the global position: this shard's first position and the length.
+    int64_t local = cast<RankedTensorType>(op->getOperand(0).getType()).getShape()[kSeqDim];
+    op->setAttr(model::kGlobalSeqAttr, b.getI64IntegerAttr(local * tp));
+    op->setAttr(model::kRankOffsetsAttr,
+                b.getDictionaryAttr(
+                    b.getNamedAttr("seq_start", b.getDenseI64ArrayAttr({kTpAxis, local}))));
+  }
   model::ShardingRule rule = ruled.getShardingRule();
   // The loop every split operand is split by.
   int64_t loop = -1, halves = 1;
@@ -409,17 +617,33 @@ LogicalResult Sharder::shardByRule(Operation *op) {
         return r;
     return -1;
   };
-  for (auto [i, v] : llvm::enumerate(op->getOperands()))
-    if (!of(v).split() && isa<FloatType>(cast<ShapedType>(v.getType()).getElementType()) &&
-        indexes(rule.operands[i]) >= 0)
+  for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+    if (of(v).split() || !isa<FloatType>(cast<ShapedType>(v.getType()).getElementType()))
+      continue;
+    int64_t dim = indexes(rule.operands[i]);
+    if (onSeq && dim < 0 && isParameter(v)) {
+      // A replicated parameter used on a sequence shard (a norm's weight and bias): its
+      // gradient here is partial, summed over tp by the VJP of Megatron's f.
+      op->setOperand(unsigned(i), parameterOnShard(v));
+      continue;
+    }
+    if (onSeq && dim >= 0 && !isParameter(v)) {
+      // A replicated activation meeting a sequence shard (GPT's position embeddings added to
+      // the reduce-scattered word embeddings): this rank's chunk of it.
+      b.setInsertionPoint(op);
+      op->setOperand(unsigned(i), sliceSequence(op->getLoc(), v, dim));
+      continue;
+    }
+    if (dim >= 0)
       return op->emitOpError() << "operand " << i << " is replicated but loop '" << L.name
                                << "' of the split indexes it";
+  }
   for (auto [r, res] : llvm::enumerate(op->getResults())) {
     int64_t dim = indexes(rule.results[r]);
     if (dim < 0)
       return op->emitOpError() << "result " << r << " would be a partial sum over loop '"
                                << L.name << "'; trainc-shard inserts no reduction here";
-    setSplit(res, {dim, halves});
+    setSplit(res, {dim, halves, onSeq});
   }
   return success();
 }
@@ -444,7 +668,10 @@ struct ShardTensorParallelPass
                          << " needs a mesh.mesh @mesh whose axis 0 (tp) has size " << size;
       return signalPassFailure();
     }
-    if (failed(Sharder(module, size).run()))
+    bool seqParallel = sequenceParallel.hasValue()
+                           ? bool(sequenceParallel)
+                           : module->hasAttr(model::kSequenceParallelAttr);
+    if (failed(Sharder(module, size, seqParallel).run()))
       signalPassFailure();
   }
 };

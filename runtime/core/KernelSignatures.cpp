@@ -516,6 +516,17 @@ std::string verifyDropout(const KernelCtx &c) {
   k.sameNumel(I, 0, O, 0);
   k.attrCond(c.attrs->f(0) >= 0 && c.attrs->f(0) < 1,
              "p = " + std::to_string(c.attrs->f(0)) + ", expected 0 <= p < 1");
+  // A sequence shard (seq_length > 0): x is [samples, local seq, ...], positions
+  // seq_start .. seq_start + local seq of a sequence of seq_length.
+  const int64_t start = c.attrs->i(2), seq = c.attrs->i(3);
+  if (k.ok() && seq != 0) {
+    const TensorView &x = c.in[0];
+    const int64_t local = x.rank >= 2 ? x.dim(1) : -1;
+    k.attrCond(seq > 0 && x.rank >= 2 && start >= 0 && start + local <= seq,
+               "seq_start = " + std::to_string(start) + ", seq_length = " + std::to_string(seq) +
+                   ": expected 0 <= seq_start and seq_start + dim 1 of input 0 (shape " +
+                   x.shapeString() + ") <= seq_length");
+  }
   return k.result();
 }
 
@@ -803,11 +814,13 @@ std::vector<KernelSignature> buildTable() {
       {"gelu_backward", 2, 1, {A{"approximate", Int, 0}}, verifyGeluBackward, "dx of gelu"},
       {"swiglu", 1, 1, {}, verifySwiglu, "y = silu(x[..., :F]) * x[..., F:]"},
       {"swiglu_backward", 2, 1, {}, verifySwigluBackward, "dx of swiglu"},
-      {"dropout", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}},
+      {"dropout", 2, 1,
+       {A{"p", Flt, 0}, A{"op_id", Int, 0}, A{"seq_start", Int, 0}, A{"seq_length", Int, 0}},
        verifyDropout, "y = x * mask / (1 - p), mask from Philox(seed, op_id, iteration, mb, i)"},
       {"rng_offset", 1, 1, {A{"offset", Int, 0}}, verifyRngOffset,
        "key = (seed, iteration, microbatch, offset + the input's offset, 0 for a [3] input)"},
-      {"dropout_backward", 2, 1, {A{"p", Flt, 0}, A{"op_id", Int, 0}},
+      {"dropout_backward", 2, 1,
+       {A{"p", Flt, 0}, A{"op_id", Int, 0}, A{"seq_start", Int, 0}, A{"seq_length", Int, 0}},
        verifyDropout, "dx = dy * the same mask / (1 - p)"},
       {"cross_entropy", 3, 3, {A{"vocab_start", Int, 0}, A{"valid_vocab", Int, -1}},
        verifyCrossEntropy, "masked token cross entropy: loss_sum, num_tokens, lse"},

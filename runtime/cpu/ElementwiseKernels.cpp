@@ -466,9 +466,16 @@ void dropoutApply(const KernelCtx &c) {
   int64_t offset = c.in[1].numel == 4 ? rng[3] : 0;
   uint32_t opId = uint32_t(c.attrs->i(1) + offset);
   // Dim 0 is the microbatch: element i of sample b is global element
-  // (first sample + b) x sampleNumel + i, the same in every layout.
+  // (first sample + b) x sampleNumel + i, the same in every layout. On a sequence shard
+  // (seq_length > 0, x = [samples, local, rest...] holding positions seq_start ..), element
+  // (b, j, r) is global element (first sample + b) x seq_length x rest + (seq_start + j) x rest
+  // + r: the single-rank plan's mask.
   const int64_t n = x.numel, samples = x.rank > 0 && x.dim(0) > 0 ? x.dim(0) : 1;
-  const uint64_t first = uint64_t(rng[2]) * uint64_t(n / samples);
+  const int64_t localPer = n / samples, seqStart = c.attrs->i(2), seqLength = c.attrs->i(3);
+  const int64_t rest = seqLength > 0 && x.dim(1) > 0 ? localPer / x.dim(1) : 0;
+  const uint64_t globalPer = seqLength > 0 ? uint64_t(seqLength * rest) : uint64_t(localPer);
+  const uint64_t shift = uint64_t(seqStart * rest);
+  const uint64_t first = uint64_t(rng[2]) * globalPer;
   dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
@@ -478,7 +485,8 @@ void dropoutApply(const KernelCtx &c) {
     float u[4];
     uint64_t block = ~uint64_t(0);
     for (int64_t i = 0; i < n; ++i) {
-      uint64_t g = first + uint64_t(i);
+      const uint64_t sample = localPer > 0 ? uint64_t(i / localPer) : 0;
+      uint64_t g = first + sample * globalPer + shift + (uint64_t(i) - sample * uint64_t(localPer));
       if (g / 4 != block) {
         block = g / 4;
         philoxUniform4(uint64_t(rng[0]), opId, uint32_t(rng[1]), block, u);

@@ -189,10 +189,15 @@ void dropoutKernel(const KernelCtx &c) {
   const KernelData &kd = KD(c);
   const TensorView &x = c.in[0];
   const int64_t n = x.numel, samples = x.rank > 0 && x.dim(0) > 0 ? x.dim(0) : 1;
+  // A sequence shard (seq_length > 0): the whole tensor's element index (docs/kernels.md).
+  const int64_t perSample = n / samples, seqStart = c.attrs->i(2), seqLength = c.attrs->i(3);
+  const int64_t rest = seqLength > 0 && x.dim(1) > 0 ? perSample / x.dim(1) : 0;
+  const int64_t globalPer = seqLength > 0 ? seqLength * rest : perSample;
+  const int64_t shift = seqStart * rest;
   if (n)
     launch(kd, kname("dropout", x.dtype).c_str(), gridFor(kd, n), dim3(256), 0, x.data,
-           c.in[1].data, c.in[1].numel, c.out[0].data, n, int64_t(n / samples), c.attrs->f(0),
-           c.attrs->i(1));
+           c.in[1].data, c.in[1].numel, c.out[0].data, n, perSample, globalPer, shift,
+           c.attrs->f(0), c.attrs->i(1));
 }
 
 void rngOffsetKernel(const KernelCtx &c) {

@@ -267,22 +267,24 @@ INST3(swiglu_backward, (const T *dy, const T *x, T *dx, int64_t rows, int64_t f)
 
 template <typename T>
 __device__ void dropout_impl(const T *x, const int64_t *rng, int64_t rngNumel, T *y, int64_t n,
-                             int64_t perSample, double p, int64_t opIdAttr) {
+                             int64_t perSample, int64_t globalPer, int64_t shift, double p,
+                             int64_t opIdAttr) {
   typedef ACC(T) A;
   const uint64_t seed = uint64_t(rng[0]);
   const int64_t offset = rngNumel == 4 ? rng[3] : 0;
   const uint32_t opId = uint32_t(opIdAttr + offset), iteration = uint32_t(rng[1]);
-  const uint64_t first = uint64_t(rng[2]) * uint64_t(perSample);
   const A scale = A(1.0 / (1.0 - p));
   for (int64_t i = gtid(); i < n; i += gstride()) {
-    float u = trainc::rt::cuda::dropoutUniform(seed, opId, iteration, first + uint64_t(i));
+    uint64_t g = trainc::rt::cuda::dropoutElement(i, uint64_t(rng[2]), perSample,
+                                                  uint64_t(globalPer), uint64_t(shift));
+    float u = trainc::rt::cuda::dropoutUniform(seed, opId, iteration, g);
     st(y, i, double(u) >= p ? ld(x, i) * scale : A(0));
   }
 }
 INST3(dropout,
       (const T *x, const int64_t *rng, int64_t rngNumel, T *y, int64_t n, int64_t perSample,
-       double p, int64_t opId),
-      (x, rng, rngNumel, y, n, perSample, p, opId))
+       int64_t globalPer, int64_t shift, double p, int64_t opId),
+      (x, rng, rngNumel, y, n, perSample, globalPer, shift, p, opId))
 
 extern "C" __global__ void rng_offset(const int64_t *in, int64_t inNumel, int64_t *out,
                                       int64_t offset) {

@@ -45,6 +45,16 @@ TRAINC_HD float dropoutUniform(uint64_t seed, uint32_t opId, uint32_t iteration,
   return float(c[g % 4] >> 8) * (1.0f / 16777216.0f);
 }
 
+/// The global element index of local element i of a dropout operand whose samples hold
+/// `localPer` elements each: (first sample + i / localPer) x globalPer + shift + i mod localPer.
+/// Whole samples: globalPer = localPer, shift = 0. A sequence shard (docs/kernels.md "dropout"):
+/// globalPer = seq_length x rest, shift = seq_start x rest.
+TRAINC_HD uint64_t dropoutElement(int64_t i, uint64_t firstSample, int64_t localPer,
+                                  uint64_t globalPer, uint64_t shift) {
+  const uint64_t sample = localPer > 0 ? uint64_t(i / localPer) : 0;
+  return (firstSample + sample) * globalPer + shift + (uint64_t(i) - sample * uint64_t(localPer));
+}
+
 } // namespace trainc::rt::cuda
 
 #endif

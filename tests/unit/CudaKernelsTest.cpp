@@ -193,6 +193,17 @@ TEST(CudaBackend, DropoutRngMatchesTheCpuPhilox) {
     float u = cuda::dropoutUniform(987654321, 5 + 3, 12, first + uint64_t(i));
     EXPECT_EQ(y.get(i) != 0, double(u) >= 0.3) << "element " << i;
   }
+  // A sequence shard ([3, 5, 7] holding positions 6..10 of 16): the CUDA kernel's element index
+  // (dropoutElement) gives the CPU kernel's mask.
+  runKernel("dropout", {&x, &rng}, {&y},
+            {{"p", 0.3}, {"op_id", int64_t(5)}, {"seq_start", int64_t(6)},
+             {"seq_length", int64_t(16)}});
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    uint64_t g = cuda::dropoutElement(i, 40, 35, 16 * 7, 6 * 7);
+    EXPECT_EQ(g, uint64_t((40 + i / 35) * 112 + 42 + i % 35)) << "element " << i;
+    float u = cuda::dropoutUniform(987654321, 5 + 3, 12, g);
+    EXPECT_EQ(y.get(i) != 0, double(u) >= 0.3) << "sequence shard element " << i;
+  }
 }
 
 // Runs without a device: the NCCL communicator refuses a backend that is not the CUDA one.
@@ -323,6 +334,11 @@ TEST_P(CudaKernels, DropoutBitwise) {
     for (HostTensor *r : {&rng3, &rng4}) {
       compare("dropout", {x, *r}, {z}, {{"p", p}, {"op_id", int64_t(7)}}, {0});
       compare("dropout_backward", {x, *r}, {z}, {{"p", p}, {"op_id", int64_t(9)}}, {0});
+      // A sequence shard: positions 3..19 of 40 (sequence parallelism).
+      std::vector<AttrArg> shard = {{"p", p}, {"op_id", int64_t(7)}, {"seq_start", int64_t(3)},
+                                    {"seq_length", int64_t(40)}};
+      compare("dropout", {x, *r}, {z}, shard, {0});
+      compare("dropout_backward", {x, *r}, {z}, shard, {0});
     }
   compare("rng_offset", {rng3}, {HostTensor(DType::I64, {4})}, {{"offset", int64_t(11)}}, {0});
   compare("rng_offset", {rng4}, {HostTensor(DType::I64, {4})}, {{"offset", int64_t(2)}}, {0});

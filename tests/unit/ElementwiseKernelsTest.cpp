@@ -376,6 +376,45 @@ TEST(Elementwise, RngOffsetShiftsTheDropoutOpId) {
             "offset)");
 }
 
+// A sequence shard [b, s/n, h] of [b, s, h] (sequence parallelism) with seq_start / seq_length
+// draws the full tensor's mask at its positions: every shard of a 3 x 8 x 5 tensor over 4 ranks
+// equals the slice of the whole tensor's dropout (the mask is keyed by the global element).
+TEST(Elementwise, DropoutOnASequenceShardIsTheWholeTensorsMask) {
+  const int64_t B = 3, S = 8, H = 5, n = 4, ls = S / n;
+  HostTensor x = randomTensor(DType::F32, {B, S, H}, 21, 0.5, 1.5);
+  HostTensor rng(DType::I64, {3});
+  rng.set(0, 77);
+  rng.set(1, 2);
+  rng.set(2, 6); // the microbatch's first sample in the global batch
+  HostTensor whole(DType::F32, x.shape);
+  runKernel("dropout", {&x, &rng}, {&whole}, {AttrArg("p", 0.5), AttrArg("op_id", 4)});
+  int dropped = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    HostTensor shard(DType::F32, {B, ls, H}), y(DType::F32, {B, ls, H});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < ls * H; ++j)
+        shard.set(b * ls * H + j, x.get(b * S * H + r * ls * H + j));
+    for (const char *kernel : {"dropout", "dropout_backward"}) {
+      runKernel(kernel, {&shard, &rng}, {&y},
+                {AttrArg("p", 0.5), AttrArg("op_id", 4), AttrArg("seq_start", r * ls),
+                 AttrArg("seq_length", S)});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < ls * H; ++j) {
+          EXPECT_EQ(y.get(b * ls * H + j), whole.get(b * S * H + r * ls * H + j))
+              << kernel << " rank " << r << " sample " << b << " element " << j;
+          dropped += y.get(b * ls * H + j) == 0;
+        }
+    }
+  }
+  EXPECT_GT(dropped, 2 * 30); // p = 0.5 of 2 x 120 elements: the mask drops some
+  EXPECT_LT(dropped, 2 * 90);
+  HostTensor shard(DType::F32, {B, ls, H});
+  EXPECT_EQ(verifyKernel("dropout", {&shard, &rng}, {&shard},
+                         {AttrArg("p", 0.5), AttrArg("seq_start", 7), AttrArg("seq_length", S)}),
+            "attribute seq_start = 7, seq_length = 8: expected 0 <= seq_start and seq_start + dim "
+            "1 of input 0 (shape [3, 2, 5]) <= seq_length");
+}
+
 TEST(Elementwise, SignatureErrorsNameTheOperand) {
   HostTensor a(DType::F32, {4}), b(DType::F64, {4}), c(DType::F32, {4});
   EXPECT_EQ(verifyKernel("add", {&a, &b}, {&c}), "input 1: dtype f64, expected f32 (as input 0)");

@@ -129,19 +129,6 @@ const char *kFullCommandLine =
     "NullTokenizer --vocab-size 128256 --split 99,1,0 --log-interval 1 --eval-iters 0 "
     "--save-interval 1000000";
 
-/// kFullCommandLine without the flags that checkSupported() refuses today.
-std::string supportedPartOfFullCommandLine() {
-  std::string s = kFullCommandLine;
-  for (const char *cut : {"--tensor-model-parallel-size 2 ", "--pipeline-model-parallel-size 2 ",
-                          "--sequence-parallel ", "--use-distributed-optimizer ",
-                          "--overlap-grad-reduce ", "--overlap-param-gather ", "--bf16 "}) {
-    size_t at = s.find(cut);
-    EXPECT_NE(at, std::string::npos) << cut;
-    s.erase(at, std::strlen(cut));
-  }
-  return s;
-}
-
 //===----------------------------------------------------------------------===//
 // Sample config.json files
 //===----------------------------------------------------------------------===//
@@ -843,9 +830,9 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
 
   // Several unsupported features are reported one per line.
   EXPECT_EQ(parseError(std::string(kMinimal) +
-                       " --tensor-model-parallel-size 2 --sequence-parallel --optimizer sgd"),
-            "not supported yet: --sequence-parallel\n"
-            "not supported yet: --optimizer sgd");
+                       " --optimizer sgd --position-embedding-type rope --use-rope-scaling"),
+            "not supported yet: --optimizer sgd\n"
+            "not supported yet: --use-rope-scaling");
   // Tensor parallelism: Megatron's requirement on the query groups.
   EXPECT_EQ(parseError(std::string(kMinimal) + " --group-query-attention --num-query-groups 1 "
                                                "--tensor-model-parallel-size 2"),
@@ -878,12 +865,16 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
 // Megatron flags
 //===----------------------------------------------------------------------===//
 
-TEST(MegatronFlagsTest, FullCommandLineIsRejectedForItsUnsupportedFeatures) {
-  std::string error = parseError(kFullCommandLine);
-  EXPECT_EQ(error.rfind("not supported yet: ", 0), 0u) << error;
-  for (const char *feature :
-       {"--sequence-parallel"})
-    EXPECT_CONTAINS(error, std::string("not supported yet: ") + feature);
+TEST(MegatronFlagsTest, FullCommandLineIsAccepted) {
+  // The seed's run.sh (004 section 4) with every check on: tp 2 x pp 2 x dp 2, sequence
+  // parallelism, the distributed optimizer and --bf16 are all supported.
+  PlanConfig c = parseOk(kFullCommandLine);
+  EXPECT_EQ(c.parallel.tensor_model_parallel_size, 2);
+  EXPECT_EQ(c.parallel.pipeline_model_parallel_size, 2);
+  EXPECT_TRUE(c.parallel.sequence_parallel);
+  EXPECT_EQ(c.training.params_dtype, "bf16");
+  EXPECT_EQ(c.model.padded_vocab_size, 128256);
+  EXPECT_EQ(c.model.family, "llama");
 }
 
 TEST(MegatronFlagsTest, FullCommandLineRecordsEveryValue) {
@@ -945,15 +936,6 @@ TEST(MegatronFlagsTest, FullCommandLineRecordsEveryValue) {
   EXPECT_EQ(r.eval_iters, 0);
   EXPECT_EQ(r.save_interval, 1000000);
   EXPECT_TRUE(c.ignoredFlags.empty());
-}
-
-TEST(MegatronFlagsTest, FullCommandLineWithoutUnsupportedFlagsParses) {
-  PlanConfig c = parseOk(supportedPartOfFullCommandLine());
-  EXPECT_EQ(c.parallel.tensor_model_parallel_size, 1);
-  EXPECT_EQ(c.training.params_dtype, "fp32");
-  EXPECT_EQ(c.model.padded_vocab_size, 128256);
-  EXPECT_EQ(c.training.num_microbatches, 16);
-  EXPECT_EQ(c.model.family, "llama");
 }
 
 TEST(MegatronFlagsTest, DefaultsAreMegatrons) {

@@ -40,7 +40,6 @@ func.func @f(%x: tensor<4xf32>) -> tensor<2xf32> {
   return %y : tensor<2xf32>
 }
 
-// LOWER: error: 'mesh.all_gather' op cannot be lowered to rt: gather_axis 1 follows a dimension of extent > 1; only gathers of contiguous chunks can be lowered
 // LOWER: error: 'mesh.all_reduce' op cannot be lowered to rt: a collective on 2 mesh axes cannot be lowered yet (one axis per collective)
 // LOWER: error: 'mesh.all_reduce' op cannot be lowered to rt: mesh axis 0 of @m has no name (trainc.axis_names)
 // LOWER: error: 'mesh.reduce_scatter' op cannot be lowered to rt: only sum reduce-scatters can be lowered yet
