@@ -561,6 +561,10 @@ int cmdInspect(std::vector<std::string> args) {
           stages[stage].push_back(u);
       }
     }
+    bool interleaved = false; // label boxes "F<microbatch>.<chunk>"
+    for (const auto &stage : stages)
+      for (const mlir::trainc::TimelineUnit &u : stage)
+        interleaved |= u.chunk > 0;
     mlir::trainc::Timeline unit, flops;
     if (std::string e = mlir::trainc::playTimeline(stages, 1, 1, unit); !e.empty())
       return fail("the plan's schedule cannot run: " + e);
@@ -586,9 +590,10 @@ int cmdInspect(std::vector<std::string> args) {
           double x = 80 + u.start * scale, w = (u.end - u.start) * scale;
           os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
                               "fill=\"{4}\" stroke=\"black\"/><text x=\"{5}\" y=\"{6}\">"
-                              "{7}{8}</text>\n",
+                              "{7}{8}{9}</text>\n",
                               x, y, w, row - 4, u.forward ? "#8ab4f8" : "#81c995", x + 3,
-                              int(y + 17), u.forward ? "F" : "B", u.microbatch);
+                              int(y + 17), u.forward ? "F" : "B", u.microbatch,
+                              u.chunk > 0 || interleaved ? "." + std::to_string(u.chunk) : "");
         }
       }
       os << llvm::formatv("<text x=\"2\" y=\"{0}\">bubble {1:f4} (B = 2 F)</text>\n",

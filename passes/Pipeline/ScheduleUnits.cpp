@@ -56,21 +56,38 @@ public:
   /// Splits `fn` into its units (created once per stage function). Errors name the function.
   FailureOr<Units> split(func::FuncOp fn);
 
+  /// Splits `fn`, the stage function of a rank holding `chunkLayers.size() / 2` model chunks
+  /// (chunk v's decoder layers are [chunkLayers[2v], chunkLayers[2v + 1])), into one forward and
+  /// one backward unit per chunk (created once per stage function). See splitChunks below.
+  FailureOr<SmallVector<Units>> splitChunks(func::FuncOp fn, ArrayRef<int64_t> chunkLayers);
+
 private:
-  func::FuncOp buildForward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash);
-  func::FuncOp buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash);
+  /// Validates `fn` and partitions its body at the loss seed into forward ops (plus the loss
+  /// accumulation) and backward ops.
+  LogicalResult partition(func::FuncOp fn, SmallVectorImpl<Operation *> &fwdOps,
+                          SmallVectorImpl<Operation *> &bwdOps,
+                          llvm::DenseSet<Operation *> &inForward);
+  /// The stash of a backward of `bwdOps` whose forward is `inForward` (sorted in forward order),
+  /// and the backward's ops with the re-materialised views first.
+  void stashOf(ArrayRef<Operation *> bwdOps, const llvm::DenseSet<Operation *> &inForward,
+               SmallVectorImpl<Value> &stashValues, SmallVectorImpl<Operation *> &bwdWithRemat);
+  func::FuncOp buildForward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash,
+                            StringRef name);
+  /// With `withResults`, the unit returns `fn`'s results (tokens), which `ops` must define.
+  func::FuncOp buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash,
+                             StringRef name, bool withResults = true);
   /// An earlier forward unit with the same signature and body as `fwd`, or null.
   func::FuncOp findEquivalent(func::FuncOp fwd);
 
   ModuleOp module;
   llvm::StringMap<Units> done;
+  llvm::StringMap<SmallVector<Units>> doneChunks;
   SmallVector<func::FuncOp> forwards;
 };
 
-FailureOr<Units> Splitter::split(func::FuncOp fn) {
-  auto it = done.find(fn.getSymName());
-  if (it != done.end())
-    return it->second;
+LogicalResult Splitter::partition(func::FuncOp fn, SmallVectorImpl<Operation *> &fwdOps,
+                                  SmallVectorImpl<Operation *> &bwdOps,
+                                  llvm::DenseSet<Operation *> &inForward) {
   if (fn.isDeclaration() || !fn->hasAttr("sched.stage"))
     return fn.emitOpError() << "@" << fn.getSymName()
                             << " is not a stage function with a body (sched.stage)";
@@ -85,8 +102,6 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
                                "sched.loss_seed): nothing marks where its backward starts";
 
   // Forward: the ops before the seed plus the loss accumulation; backward: the rest.
-  SmallVector<Operation *> fwdOps, bwdOps;
-  llvm::DenseSet<Operation *> inForward;
   bool before = true;
   for (Operation &op : body.without_terminator()) {
     before &= &op != &*seed;
@@ -102,7 +117,12 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
       if (Operation *def = v.getDefiningOp(); def && !inForward.contains(def))
         return op->emitOpError() << "is in the forward of @" << fn.getSymName()
                                  << " but reads a value of its backward";
+  return success();
+}
 
+void Splitter::stashOf(ArrayRef<Operation *> bwdOps, const llvm::DenseSet<Operation *> &inForward,
+                       SmallVectorImpl<Value> &stashValues,
+                       SmallVectorImpl<Operation *> &bwdWithRemat) {
   // The stash: forward values the backward reads, except what is cheaper to recompute.
   llvm::SetVector<Value> stash;
   llvm::SetVector<Operation *> remat;
@@ -121,38 +141,172 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
     }
     stash.insert(v);
   }
-  SmallVector<Operation *> bwdWithRemat(remat.begin(), remat.end());
+  bwdWithRemat.assign(remat.begin(), remat.end());
   llvm::sort(bwdWithRemat, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
   llvm::append_range(bwdWithRemat, bwdOps);
   // Stash order: the order the forward computes them (stable, readable dumps).
-  SmallVector<Value> stashValues(stash.begin(), stash.end());
+  stashValues.assign(stash.begin(), stash.end());
   llvm::sort(stashValues, [](Value a, Value b) {
     Operation *x = a.getDefiningOp(), *y = b.getDefiningOp();
     if (x != y)
       return x->isBeforeInBlock(y);
     return cast<OpResult>(a).getResultNumber() < cast<OpResult>(b).getResultNumber();
   });
+}
+
+FailureOr<Units> Splitter::split(func::FuncOp fn) {
+  auto it = done.find(fn.getSymName());
+  if (it != done.end())
+    return it->second;
+  SmallVector<Operation *> fwdOps, bwdOps;
+  llvm::DenseSet<Operation *> inForward;
+  if (failed(partition(fn, fwdOps, bwdOps, inForward)))
+    return failure();
+  SmallVector<Value> stashValues;
+  SmallVector<Operation *> bwdWithRemat;
+  stashOf(bwdOps, inForward, stashValues, bwdWithRemat);
 
   Units units;
-  units.forward = buildForward(fn, fwdOps, stashValues);
+  units.forward = buildForward(fn, fwdOps, stashValues, (fn.getSymName() + ".forward").str());
   if (func::FuncOp same = findEquivalent(units.forward)) {
     units.forward.erase();
     units.forward = same;
   } else {
     forwards.push_back(units.forward);
   }
-  units.backward = buildBackward(fn, bwdWithRemat, stashValues);
+  units.backward =
+      buildBackward(fn, bwdWithRemat, stashValues, (fn.getSymName() + ".backward").str());
   done[fn.getSymName()] = units;
   return units;
 }
 
+// Interleaved 1F1B: a rank holds V model chunks; the stage function computes all of them in a
+// row (chunk v's forward ends in a send, chunk v + 1's starts with a recv, and autodiff reverses
+// that), and each chunk's forward and backward become units of their own. Every op belongs to
+// one chunk: a layer call to its layer's chunk; another op to the chunk of the values it reads,
+// or else of the ops that read its results (the recv templates, the embedding); what reads
+// nothing of a chunk and is read by none stays with the last chunk's forward (the zero loss of
+// a rank without the loss) or backward (the seed), except the gradient syncs, which start at the
+// end of chunk 0's backward: on every rank it runs last (Megatron starts a chunk's grad sync in
+// its last backward; here buckets may span chunks).
+FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<int64_t> chunkLayers) {
+  auto it = doneChunks.find(fn.getSymName());
+  if (it != doneChunks.end())
+    return it->second;
+  const int64_t V = int64_t(chunkLayers.size() / 2);
+  SmallVector<Operation *> fwdOps, bwdOps;
+  llvm::DenseSet<Operation *> inForward;
+  if (failed(partition(fn, fwdOps, bwdOps, inForward)))
+    return failure();
+  Block &body = fn.getBody().front();
+  llvm::DenseMap<Operation *, int64_t> chunk;
+  for (Operation &op : body.without_terminator()) {
+    auto layer = op.getAttrOfType<IntegerAttr>("model.layer_index");
+    if (!layer)
+      continue;
+    int64_t c = -1;
+    for (int64_t v = 0; v < V; ++v)
+      if (layer.getInt() >= chunkLayers[size_t(2 * v)] &&
+          layer.getInt() < chunkLayers[size_t(2 * v + 1)])
+        c = v;
+    if (c < 0)
+      return op.emitOpError() << "runs layer " << layer.getInt()
+                              << ", which is in none of this rank's " << V << " model chunks";
+    chunk[&op] = c;
+  }
+  // From the values read, in program order.
+  for (Operation &op : body.without_terminator()) {
+    if (chunk.count(&op))
+      continue;
+    for (Value v : op.getOperands())
+      if (Operation *def = v.getDefiningOp(); def && chunk.count(def)) {
+        auto [at, fresh] = chunk.try_emplace(&op, chunk[def]);
+        if (!fresh && at->second != chunk[def])
+          return op.emitOpError() << "reads values of model chunks " << at->second << " and "
+                                  << chunk[def]
+                                  << "; the chunks of a rank exchange values only through "
+                                     "mesh.send / mesh.recv";
+      }
+  }
+  // From the readers, in reverse.
+  SmallVector<Operation *> all;
+  for (Operation &op : body.without_terminator())
+    all.push_back(&op);
+  for (Operation *op : llvm::reverse(all)) {
+    if (chunk.count(op))
+      continue;
+    for (Operation *user : op->getUsers())
+      if (auto c = chunk.find(user); c != chunk.end()) {
+        auto [at, fresh] = chunk.try_emplace(op, c->second);
+        if (!fresh && at->second != c->second)
+          return op->emitOpError() << "is read by model chunks " << at->second << " and "
+                                   << c->second << "; a value computed once serves one chunk";
+      }
+  }
+  // Every read within one chunk.
+  for (Operation *op : all)
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp();
+          def && chunk.count(op) && chunk.count(def) && chunk[def] != chunk[op])
+        return op->emitOpError() << "is in model chunk " << chunk[op]
+                                 << " but reads a value of chunk " << chunk[def]
+                                 << "; the chunks of a rank exchange values only through "
+                                    "mesh.send / mesh.recv";
+  SmallVector<SmallVector<Operation *>> fwd, bwd;
+  fwd.resize(size_t(V));
+  bwd.resize(size_t(V));
+  SmallVector<Operation *> syncs;
+  for (Operation *op : fwdOps)
+    fwd[size_t(chunk.count(op) ? chunk[op] : V - 1)].push_back(op);
+  for (Operation *op : bwdOps) {
+    if (chunk.count(op))
+      bwd[size_t(chunk[op])].push_back(op);
+    else if (isa<sched::SchedDialect>(op->getDialect()))
+      syncs.push_back(op);
+    else
+      bwd[size_t(V - 1)].push_back(op);
+  }
+  for (Operation *op : syncs)
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp(); def && !llvm::is_contained(syncs, def))
+        return op->emitOpError() << "reads a value of the backward; a gradient sync placed at "
+                                    "the end of chunk 0's backward reads none";
+  llvm::append_range(bwd[0], syncs);
+  llvm::DenseSet<Operation *> chunk0(bwd[0].begin(), bwd[0].end());
+  for (Value v : body.getTerminator()->getOperands())
+    if (Operation *def = v.getDefiningOp(); !def || !chunk0.contains(def))
+      return fn.emitOpError() << "@" << fn.getSymName()
+                              << " returns a token that chunk 0's backward does not produce";
+
+  SmallVector<Units> units;
+  for (int64_t v = 0; v < V; ++v) {
+    llvm::DenseSet<Operation *> inChunkForward(fwd[size_t(v)].begin(), fwd[size_t(v)].end());
+    SmallVector<Value> stashValues;
+    SmallVector<Operation *> bwdWithRemat;
+    stashOf(bwd[size_t(v)], inChunkForward, stashValues, bwdWithRemat);
+    const std::string base = (fn.getSymName() + ".chunk" + Twine(v)).str();
+    Units u;
+    u.forward = buildForward(fn, fwd[size_t(v)], stashValues, base + ".forward");
+    if (func::FuncOp same = findEquivalent(u.forward)) {
+      u.forward.erase();
+      u.forward = same;
+    } else {
+      forwards.push_back(u.forward);
+    }
+    u.backward = buildBackward(fn, bwdWithRemat, stashValues, base + ".backward", v == 0);
+    units.push_back(u);
+  }
+  doneChunks[fn.getSymName()] = units;
+  return units;
+}
+
 func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
-                                    ArrayRef<Value> stash) {
+                                    ArrayRef<Value> stash, StringRef name) {
   OpBuilder b(fn);
   SmallVector<Type> results;
   for (Value v : stash)
     results.push_back(v.getType());
-  auto f = b.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".forward").str(),
+  auto f = b.create<func::FuncOp>(fn.getLoc(), name,
                                   b.getFunctionType(fn.getArgumentTypes(), results));
   copyFunctionAttrs(fn, f);
   f->removeAttr("sched.last_microbatch");
@@ -179,7 +333,7 @@ func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
 }
 
 func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
-                                     ArrayRef<Value> stash) {
+                                     ArrayRef<Value> stash, StringRef name, bool withResults) {
   OpBuilder b(fn);
   // The stage function's arguments except the tokens it waits on (its forward waits), then the
   // stash; its results are the tokens of the collectives the backward starts.
@@ -196,8 +350,9 @@ func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
     }
   for (Value v : stash)
     args.push_back(v.getType());
-  auto f = b.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".backward").str(),
-                                  b.getFunctionType(args, fn.getResultTypes()));
+  auto f = b.create<func::FuncOp>(
+      fn.getLoc(), name,
+      b.getFunctionType(args, withResults ? fn.getResultTypes() : TypeRange{}));
   copyFunctionAttrs(fn, f);
   f->removeAttr("sched.first_microbatch");
   f->setAttr("sched.unit", b.getStringAttr("backward"));
@@ -215,8 +370,9 @@ func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
   for (Operation *op : ops)
     b.clone(*op, map);
   SmallVector<Value> ret;
-  for (Value v : fn.getBody().front().getTerminator()->getOperands())
-    ret.push_back(map.lookupOrDefault(v));
+  if (withResults)
+    for (Value v : fn.getBody().front().getTerminator()->getOperands())
+      ret.push_back(map.lookupOrDefault(v));
   b.create<func::ReturnOp>(fn.getLoc(), ret);
   return f;
 }
@@ -262,9 +418,11 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     std::string schedule;
     if (failed(resolvePlanOption(module, this->schedule, "schedule", schedule)))
       return signalPassFailure();
-    if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b") {
+    if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b" &&
+        schedule != "interleaved") {
       module.emitError() << "trainc-schedule-units: schedule '" << schedule
-                         << "' is not one of 'no-pipelining', '1f1b', 'all-forward-first'";
+                         << "' is not one of 'no-pipelining', '1f1b', 'interleaved', "
+                            "'all-forward-first'";
       return signalPassFailure();
     }
     // A pipeline stage's place (trainc-pipeline-split); one stage without it.
@@ -273,6 +431,21 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
       numStages = a.getInt();
     if (auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_stage"))
       stageIndex = a.getInt();
+    // The model chunks of an interleaved rank (trainc-pipeline-split virtual-stages).
+    int64_t numChunks = 1, groupSize = 0;
+    if (auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_virtual_stages"))
+      numChunks = a.getInt();
+    if (auto a = module->getAttrOfType<IntegerAttr>("trainc.microbatch_group_size_per_vp_stage"))
+      groupSize = a.getInt();
+    if ((numChunks > 1) != (schedule == "interleaved")) {
+      module.emitError() << "trainc-schedule-units: schedule '" << schedule << "' with "
+                         << numChunks << " model chunk(s) per pipeline stage ("
+                         << (numChunks > 1 ? "use 'interleaved'"
+                                           : "'interleaved' needs trainc-pipeline-split with "
+                                             "virtual-stages > 1")
+                         << ")";
+      return signalPassFailure();
+    }
     if (numStages > 1 && schedule == "no-pipelining") {
       module.emitError() << "trainc-schedule-units: schedule 'no-pipelining' runs one stage; "
                             "this module is stage "
@@ -312,7 +485,13 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
         mb.emitOpError() << "calls @" << mb.getCallee() << ", not a function in this module";
         return signalPassFailure();
       }
-      FailureOr<Units> u = splitter.split(fn);
+      if (schedule == "interleaved" && int64_t(mb.getIndex()) != int64_t(units.size())) {
+        mb.emitOpError() << "is microbatch " << mb.getIndex() << " at position " << units.size()
+                         << "; the microbatches of an iteration are in index order";
+        return signalPassFailure();
+      }
+      // (Interleaved: the chunk units are split below.)
+      FailureOr<Units> u = schedule == "interleaved" ? Units{} : splitter.split(fn);
       if (failed(u))
         return signalPassFailure();
       units.push_back({*u, int64_t(mb.getIndex())});
@@ -333,7 +512,57 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
       for (auto [o, r] : llvm::zip(calls[k].getTokens(), bwd.getTokens()))
         o.replaceAllUsesWith(r);
     };
-    if (schedule == "no-pipelining") {
+    if (schedule == "interleaved") {
+      auto layers = module->getAttrOfType<DenseI64ArrayAttr>("trainc.pipeline_layers");
+      if (!layers || int64_t(layers.size()) != 2 * numChunks) {
+        module.emitError() << "trainc-schedule-units: trainc.pipeline_layers does not give the "
+                              "[first, end) layers of each of the "
+                           << numChunks << " model chunks";
+        return signalPassFailure();
+      }
+      const int64_t m = int64_t(units.size());
+      if (std::string e = checkInterleavedSchedule(numStages, numChunks, m, groupSize);
+          !e.empty()) {
+        module.emitError() << "trainc-schedule-units: " << e;
+        return signalPassFailure();
+      }
+      SmallVector<SmallVector<Units>> chunkUnits;
+      for (sched::MicrobatchOp mb : calls) {
+        if (!mb.getWaits().empty()) {
+          mb.emitOpError() << "waits on tokens (overlapped parameter gathers); the interleaved "
+                              "schedule does not split those over model chunks";
+          return signalPassFailure();
+        }
+        FailureOr<SmallVector<Units>> u =
+            splitter.splitChunks(module.lookupSymbol<func::FuncOp>(mb.getCalleeAttr()),
+                                 layers.asArrayRef());
+        if (failed(u))
+          return signalPassFailure();
+        chunkUnits.push_back(*u);
+      }
+      SmallVector<SmallVector<sched::ForwardOp>> fs;
+      fs.resize(size_t(m));
+      for (auto &row : fs)
+        row.resize(size_t(numChunks));
+      for (ScheduleStep st :
+           interleavedOneForwardOneBackward(numStages, stageIndex, numChunks, m, groupSize)) {
+        const size_t k = size_t(st.microbatch), v = size_t(st.chunk);
+        Units u = chunkUnits[k][v];
+        if (st.forward) {
+          fs[k][v] = b.create<sched::ForwardOp>(calls.front().getLoc(),
+                                                sched::StashType::get(b.getContext()),
+                                                u.forward.getSymName(), st.microbatch, st.chunk,
+                                                ValueRange{});
+          continue;
+        }
+        auto bwd = b.create<sched::BackwardOp>(fs[k][v].getLoc(), u.backward.getResultTypes(),
+                                               u.backward.getSymName(), fs[k][v].getStash(),
+                                               st.microbatch, st.chunk);
+        if (v == 0)
+          for (auto [o, r] : llvm::zip(calls[k].getTokens(), bwd.getTokens()))
+            o.replaceAllUsesWith(r);
+      }
+    } else if (schedule == "no-pipelining") {
       for (size_t k = 0; k < units.size(); ++k)
         backward(units[k].first, forward(units[k].first, k), k);
     } else if (schedule == "1f1b") {
