@@ -355,7 +355,7 @@ TEST(PipelineTimeline, InterleavedBubbleIsNarayanansClosedForm) {
 // Megatron's order: warmup (P - r - 1) * 2 + (V - 1) * P forwards taken from the schedule table
 // (microbatch groups of P run chunk by chunk), backwards from chunk V - 1 down.
 TEST(PipelineTimeline, InterleavedOrderIsMegatrons) {
-  auto str = [](const SmallVector<mlir::trainc::ScheduleStep> &o) {
+  auto str = [](const llvm::SmallVector<mlir::trainc::ScheduleStep> &o) {
     std::string s;
     for (auto st : o)
       s += (st.forward ? "F" : "B") + std::to_string(st.microbatch) + "." +
