@@ -267,6 +267,28 @@ TEST(PipelineVerifier, RefusesAPlanThatDeadlocks) {
       << e;
 }
 
+// The interleaved plan (pp 2, 2 chunks, m 2) passes the whole-plan check; with rank 0's first
+// backward unit (chunk 1's) moved before its forwards, rank 0 waits for a gradient of rank 1,
+// which waits for rank 0's activation: refused, naming both ranks and instruction paths.
+TEST(PipelineVerifier, RefusesAnInterleavedPlanThatDeadlocks) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama", flags(2, 1, 1, 2, {"--virtual-pipeline-model-parallel-size", "2"}), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  EXPECT_EQ(plan.parallel.pipeline_schedule, "interleaved");
+  EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+  backwardFirst(programs[0]);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
+                   "from rank 1 (train_step#"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("forward_backward.chunk1.backward#"), std::string::npos) << e;
+  EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
+            std::string::npos)
+      << e;
+}
+
 // A receive of another size than the send it meets is refused, naming both ranks.
 TEST(PipelineVerifier, RefusesMismatchedSizes) {
   config::PlanConfig plan;
