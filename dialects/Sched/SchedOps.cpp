@@ -409,7 +409,7 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
       schedule != "interleaved")
     return emitError() << "#sched.plan: schedule = \"" << schedule
                        << "\", expected no-pipelining, 1f1b, interleaved or all-forward-first";
-  if ((schedule == "interleaved") != (vp > 1))
+  if (schedule == "interleaved" && vp <= 1)
     return emitError() << "#sched.plan: schedule = \"" << schedule << "\" with virtual_stages = "
                        << vp << " (interleaved runs more than one model chunk per stage)";
   if (failed(parseRecompute(recompute, numLayers / pp, [&] {
