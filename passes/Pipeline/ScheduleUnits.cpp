@@ -220,10 +220,12 @@ FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<in
       continue;
     for (Value v : op.getOperands())
       if (Operation *def = v.getDefiningOp(); def && chunk.count(def)) {
-        auto [at, fresh] = chunk.try_emplace(&op, chunk[def]);
-        if (!fresh && at->second != chunk[def])
+        // (A copy: inserting may move the map's values.)
+        const int64_t c = chunk.lookup(def);
+        auto [at, fresh] = chunk.try_emplace(&op, c);
+        if (!fresh && at->second != c)
           return op.emitOpError() << "reads values of model chunks " << at->second << " and "
-                                  << chunk[def]
+                                  << c
                                   << "; the chunks of a rank exchange values only through "
                                      "mesh.send / mesh.recv";
       }
@@ -236,20 +238,21 @@ FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<in
     if (chunk.count(op))
       continue;
     for (Operation *user : op->getUsers())
-      if (auto c = chunk.find(user); c != chunk.end()) {
-        auto [at, fresh] = chunk.try_emplace(op, c->second);
-        if (!fresh && at->second != c->second)
-          return op->emitOpError() << "is read by model chunks " << at->second << " and "
-                                   << c->second << "; a value computed once serves one chunk";
+      if (auto found = chunk.find(user); found != chunk.end()) {
+        const int64_t c = found->second; // a copy: inserting may move the map's values
+        auto [at, fresh] = chunk.try_emplace(op, c);
+        if (!fresh && at->second != c)
+          return op->emitOpError() << "is read by model chunks " << at->second << " and " << c
+                                   << "; a value computed once serves one chunk";
       }
   }
   // Every read within one chunk.
   for (Operation *op : all)
     for (Value v : op->getOperands())
       if (Operation *def = v.getDefiningOp();
-          def && chunk.count(op) && chunk.count(def) && chunk[def] != chunk[op])
-        return op->emitOpError() << "is in model chunk " << chunk[op]
-                                 << " but reads a value of chunk " << chunk[def]
+          def && chunk.count(op) && chunk.count(def) && chunk.lookup(def) != chunk.lookup(op))
+        return op->emitOpError() << "is in model chunk " << chunk.lookup(op)
+                                 << " but reads a value of chunk " << chunk.lookup(def)
                                  << "; the chunks of a rank exchange values only through "
                                     "mesh.send / mesh.recv";
   SmallVector<SmallVector<Operation *>> fwd, bwd;
@@ -257,10 +260,10 @@ FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<in
   bwd.resize(size_t(V));
   SmallVector<Operation *> syncs;
   for (Operation *op : fwdOps)
-    fwd[size_t(chunk.count(op) ? chunk[op] : V - 1)].push_back(op);
+    fwd[size_t(chunk.count(op) ? chunk.lookup(op) : V - 1)].push_back(op);
   for (Operation *op : bwdOps) {
     if (chunk.count(op))
-      bwd[size_t(chunk[op])].push_back(op);
+      bwd[size_t(chunk.lookup(op))].push_back(op);
     else if (isa<sched::SchedDialect>(op->getDialect()))
       syncs.push_back(op);
     else
