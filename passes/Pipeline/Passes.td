@@ -125,8 +125,9 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
     - `interleaved`: Megatron's forward_backward_pipelining_with_interleaving on a stage of V
       model chunks (`trainc.pipeline_virtual_stages`): the stage function is split into a
       forward and a backward unit per chunk (`<stage>.chunk<v>.forward` / `.backward`; every op
-      belongs to one chunk, the gradient syncs go to the end of chunk 0's backward, which runs
-      last), ordered by interleavedOneForwardOneBackward (Passes.h). Megatron's checks
+      belongs to one chunk; a bucket's gradient sync goes to the end of the backward of the
+      lowest chunk holding one of its parameters, which runs after the others in the last
+      microbatch), ordered by interleavedOneForwardOneBackward (Passes.h). Megatron's checks
       (m % P == 0, the microbatch group size) are errors with Megatron's message.
 
     Both give bitwise the same gradients (the same kernels on the same data; accumulation into

@@ -20,6 +20,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <optional>
+
 #define DEBUG_TYPE "trainc-schedule-units"
 
 namespace mlir::trainc {
@@ -35,6 +37,9 @@ namespace {
 /// The forward and backward unit functions of one stage function.
 struct Units {
   func::FuncOp forward, backward;
+  /// Interleaved chunk units: the stage function's results (tokens) the backward returns, by
+  /// index (the whole-stage units return all of them).
+  SmallVector<unsigned> results;
 };
 
 /// True for the op that starts the backward: autodiff's seed (model.fill {model.loss_seed}) or
@@ -73,9 +78,9 @@ private:
                SmallVectorImpl<Value> &stashValues, SmallVectorImpl<Operation *> &bwdWithRemat);
   func::FuncOp buildForward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash,
                             StringRef name);
-  /// With `withResults`, the unit returns `fn`'s results (tokens), which `ops` must define.
+  /// Returns `fn`'s results (tokens), all or those at `results`; `ops` must define them.
   func::FuncOp buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash,
-                             StringRef name, bool withResults = true);
+                             StringRef name, std::optional<ArrayRef<unsigned>> results = {});
   /// An earlier forward unit with the same signature and body as `fwd`, or null.
   func::FuncOp findEquivalent(func::FuncOp fwd);
 
@@ -186,9 +191,10 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
 // one chunk: a layer call to its layer's chunk; another op to the chunk of the values it reads,
 // or else of the ops that read its results (the recv templates, the embedding); what reads
 // nothing of a chunk and is read by none stays with the last chunk's forward (the zero loss of
-// a rank without the loss) or backward (the seed), except the gradient syncs, which start at the
-// end of chunk 0's backward: on every rank it runs last (Megatron starts a chunk's grad sync in
-// its last backward; here buckets may span chunks).
+// a rank without the loss) or backward (the seed), except the gradient syncs: a bucket's starts
+// at the end of the backward of the lowest chunk holding one of its parameters, which in the last
+// microbatch runs after the others (Megatron starts a chunk's grad sync in its last backward; its
+// buckets are per chunk, ours may span chunks).
 FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<int64_t> chunkLayers) {
   auto it = doneChunks.find(fn.getSymName());
   if (it != doneChunks.end())
@@ -269,17 +275,49 @@ FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<in
     else
       bwd[size_t(V - 1)].push_back(op);
   }
-  for (Operation *op : syncs)
+  // A bucket's sync starts at the end of the backward of the lowest chunk holding one of its
+  // parameters: in the last microbatch that unit runs after the other chunks' (chunk V - 1's
+  // backward first, chunk 0's last), so every contribution is in. Other syncs: chunk 0's end.
+  llvm::StringMap<int64_t> chunkOfParam;
+  for (Operation *op : bwdOps)
+    if (auto acc = dyn_cast<sched::AccumulateGradOp>(op); acc && chunk.count(op))
+      chunkOfParam[acc.getParam()] = chunk.lookup(op);
+  SmallVector<SmallVector<Operation *>> syncsOf;
+  syncsOf.resize(size_t(V));
+  for (Operation *op : syncs) {
     for (Value v : op->getOperands())
       if (Operation *def = v.getDefiningOp(); def && !llvm::is_contained(syncs, def))
         return op->emitOpError() << "reads a value of the backward; a gradient sync placed at "
-                                    "the end of chunk 0's backward reads none";
-  llvm::append_range(bwd[0], syncs);
-  llvm::DenseSet<Operation *> chunk0(bwd[0].begin(), bwd[0].end());
-  for (Value v : body.getTerminator()->getOperands())
-    if (Operation *def = v.getDefiningOp(); !def || !chunk0.contains(def))
-      return fn.emitOpError() << "@" << fn.getSymName()
-                              << " returns a token that chunk 0's backward does not produce";
+                                    "the end of a chunk's backward reads none";
+    int64_t c = V;
+    auto start = dyn_cast<sched::GradSyncStartOp>(op);
+    auto buffer = start ? module.lookupSymbol<sched::GradBufferOp>(start.getBufferAttr())
+                        : sched::GradBufferOp();
+    if (buffer && int64_t(start.getBucket()) < buffer.getNumBuckets()) {
+      const int64_t lo = buffer.getBucketBounds()[size_t(start.getBucket())],
+                    hi = buffer.getBucketBounds()[size_t(start.getBucket() + 1)];
+      for (auto [i, name] : llvm::enumerate(buffer.getParams())) {
+        const int64_t first = buffer.getOffsets()[i], end = first + buffer.getSizes()[i];
+        auto it = chunkOfParam.find(cast<FlatSymbolRefAttr>(name).getValue());
+        if (first < hi && end > lo && it != chunkOfParam.end())
+          c = std::min(c, it->second);
+      }
+    }
+    syncsOf[size_t(c < V ? c : 0)].push_back(op);
+  }
+  SmallVector<SmallVector<unsigned>> resultsOf;
+  resultsOf.resize(size_t(V));
+  for (int64_t v = 0; v < V; ++v) {
+    llvm::append_range(bwd[size_t(v)], syncsOf[size_t(v)]);
+    llvm::DenseSet<Operation *> in(bwd[size_t(v)].begin(), bwd[size_t(v)].end());
+    for (auto [i, r] : llvm::enumerate(body.getTerminator()->getOperands()))
+      if (Operation *def = r.getDefiningOp(); def && in.contains(def))
+        resultsOf[size_t(v)].push_back(unsigned(i));
+  }
+  for (auto [i, r] : llvm::enumerate(body.getTerminator()->getOperands()))
+    if (llvm::none_of(resultsOf, [&](auto &rs) { return llvm::is_contained(rs, unsigned(i)); }))
+      return fn.emitOpError() << "@" << fn.getSymName() << " returns token " << i
+                              << ", which no chunk's backward produces";
 
   SmallVector<Units> units;
   for (int64_t v = 0; v < V; ++v) {
@@ -296,7 +334,9 @@ FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<in
     } else {
       forwards.push_back(u.forward);
     }
-    u.backward = buildBackward(fn, bwdWithRemat, stashValues, base + ".backward", v == 0);
+    u.results = resultsOf[size_t(v)];
+    u.backward = buildBackward(fn, bwdWithRemat, stashValues, base + ".backward",
+                               ArrayRef<unsigned>(u.results));
     units.push_back(u);
   }
   doneChunks[fn.getSymName()] = units;
@@ -336,7 +376,18 @@ func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
 }
 
 func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
-                                     ArrayRef<Value> stash, StringRef name, bool withResults) {
+                                     ArrayRef<Value> stash, StringRef name,
+                                     std::optional<ArrayRef<unsigned>> results) {
+  Operation *term = fn.getBody().front().getTerminator();
+  SmallVector<unsigned> which;
+  if (results)
+    which.assign(results->begin(), results->end());
+  else
+    for (unsigned i = 0; i < term->getNumOperands(); ++i)
+      which.push_back(i);
+  SmallVector<Type> resultTypes;
+  for (unsigned i : which)
+    resultTypes.push_back(term->getOperand(i).getType());
   OpBuilder b(fn);
   // The stage function's arguments except the tokens it waits on (its forward waits), then the
   // stash; its results are the tokens of the collectives the backward starts.
@@ -353,9 +404,7 @@ func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
     }
   for (Value v : stash)
     args.push_back(v.getType());
-  auto f = b.create<func::FuncOp>(
-      fn.getLoc(), name,
-      b.getFunctionType(args, withResults ? fn.getResultTypes() : TypeRange{}));
+  auto f = b.create<func::FuncOp>(fn.getLoc(), name, b.getFunctionType(args, resultTypes));
   copyFunctionAttrs(fn, f);
   f->removeAttr("sched.first_microbatch");
   f->setAttr("sched.unit", b.getStringAttr("backward"));
@@ -373,9 +422,8 @@ func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
   for (Operation *op : ops)
     b.clone(*op, map);
   SmallVector<Value> ret;
-  if (withResults)
-    for (Value v : fn.getBody().front().getTerminator()->getOperands())
-      ret.push_back(map.lookupOrDefault(v));
+  for (unsigned i : which)
+    ret.push_back(map.lookupOrDefault(term->getOperand(i)));
   b.create<func::ReturnOp>(fn.getLoc(), ret);
   return f;
 }
@@ -561,9 +609,8 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
         auto bwd = b.create<sched::BackwardOp>(fs[k][v].getLoc(), u.backward.getResultTypes(),
                                                u.backward.getSymName(), fs[k][v].getStash(),
                                                st.microbatch, st.chunk);
-        if (v == 0)
-          for (auto [o, r] : llvm::zip(calls[k].getTokens(), bwd.getTokens()))
-            o.replaceAllUsesWith(r);
+        for (auto [i, r] : llvm::zip(u.results, bwd.getTokens()))
+          calls[k].getTokens()[i].replaceAllUsesWith(r);
       }
     } else if (schedule == "no-pipelining") {
       for (size_t k = 0; k < units.size(); ++k)
