@@ -745,8 +745,8 @@ Error checkSupported(const PlanConfig &config) {
   // (Heads and ffn size: finalizeParallel; the padded vocabulary is a multiple of tp.)
   divisible("--num-query-groups", m.num_query_groups,
             "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
-  // Pipeline parallelism: an even split, Megatron's 1F1B schedule (docs/design.md "Pipeline
-  // parallelism"); interleaving is refused below. The tied word embedding's two copies are
+  // Pipeline parallelism: even or uneven split, Megatron's 1F1B or interleaved schedule
+  // (docs/design.md "Pipeline parallelism"). The tied word embedding's two copies are
   // summed over the embd group on whole main grads, which the distributed optimizer's shards
   // are not (Megatron gives the shared embedding its own bucket; not done yet).
   if (p.pipeline_model_parallel_size > 1 && p.use_distributed_optimizer &&
