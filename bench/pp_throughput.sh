@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Pipeline-parallel iteration time: the same model and global batch as pp = 1 and pp = 2 (two
-# rank processes over Gloo on loopback, Megatron's 1F1B), and the measured bubble from the trace
-# next to the cost model's (trainc inspect --schedule). On a shared 2-core machine this is a
-# report, not a target: pp = 2 runs each stage on half the cores.
+# Pipeline-parallel iteration time: the same model and global batch as pp = 1, pp = 2 (two rank
+# processes over Gloo on loopback, Megatron's 1F1B) and pp = 2 interleaved (3 model chunks per
+# stage), and the measured bubble from the trace next to the cost model's (trainc inspect
+# --schedule). On a shared 2-core machine this is a report, not a target: pp = 2 runs each stage
+# on half the cores.
 #
 # usage: bench/pp_throughput.sh [TRAINC [TRAINRUN [WORK_DIR]]]
 # environment: PRESET (llama-10m), SEQ (128), MBS (2), GBS (8), ITERS (12), LOG_INTERVAL (4)
@@ -25,18 +26,23 @@ mkdir -p "$WORK"
 echo "machine: $CORES CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "model: $PRESET, seq $SEQ, micro batch $MBS, global batch $GBS"
 
-for PP in 1 2; do
+# NAME:PP:VPP (VPP 1: no interleaving).
+for CONFIG in 1:1:1 2:2:1 2v3:2:3; do
+  IFS=: read -r NAME PP VPP <<<"$CONFIG"
   THREADS=$(( CORES / PP > 0 ? CORES / PP : 1 ))
   "$TRAINC" compile --preset "$PRESET" --seq-length "$SEQ" --max-position-embeddings "$SEQ" \
     --micro-batch-size "$MBS" --global-batch-size "$GBS" --pipeline-model-parallel-size "$PP" \
-    --lr 1e-4 --train-iters "$ITERS" -o "$WORK/plan$PP" \
-    >"$WORK/compile$PP.log" 2>&1 || { cat "$WORK/compile$PP.log"; exit 1; }
-  OMP_NUM_THREADS=$THREADS "$TRAINRUN" --nproc "$PP" "$WORK/plan$PP" -- --mock-data \
-    --log-interval "$LOG_INTERVAL" --eval-iters 0 --trace "$WORK/trace$PP" \
-    >"$WORK/trainrun$PP.log" 2>&1 || { cat "$WORK/trainrun$PP.log"; exit 1; }
-  echo "pp $PP: $PP rank(s) x $THREADS thread(s), schedule $(grep -o '"schedule": "[^"]*"' "$WORK/plan$PP/plan.json" | cut -d'"' -f4)"
+    --virtual-pipeline-model-parallel-size "$VPP" \
+    --lr 1e-4 --train-iters "$ITERS" -o "$WORK/plan$NAME" \
+    >"$WORK/compile$NAME.log" 2>&1 || { cat "$WORK/compile$NAME.log"; exit 1; }
+  OMP_NUM_THREADS=$THREADS "$TRAINRUN" --nproc "$PP" "$WORK/plan$NAME" -- --mock-data \
+    --log-interval "$LOG_INTERVAL" --eval-iters 0 --trace "$WORK/trace$NAME" \
+    >"$WORK/trainrun$NAME.log" 2>&1 || { cat "$WORK/trainrun$NAME.log"; exit 1; }
+  echo "pp $PP vpp $VPP: $PP rank(s) x $THREADS thread(s), schedule $(grep -o '"schedule": "[^"]*"' "$WORK/plan$NAME/plan.json" | cut -d'"' -f4)"
 done
-"$TRAINC" inspect "$WORK/plan2" --schedule | grep 'bubble fraction' || true
+for NAME in 2 2v3; do
+  echo "cost model, plan $NAME: $("$TRAINC" inspect "$WORK/plan$NAME" --schedule | grep 'bubble' | tr '\n' ' ')" || true
+done
 
 python3 - "$WORK" <<'PY'
 import json, re, sys
@@ -48,12 +54,12 @@ def iteration_ms(pp):
     v = v[1:] or v
     return sum(v) / len(v)
 
-def measured_bubble(pp):
+def measured_bubble(name, ranks=None):
     # Per rank: the share of train_step's wall time (its top-level instructions, from the first
     # start to the last end) not spent in forward/backward unit calls, averaged over ranks.
     shares = []
-    for r in range(pp):
-        ev = [e for e in json.load(open(f"{work}/trace{pp}/rank{r}.trace.json"))["traceEvents"]
+    for r in range(ranks or int(name)):
+        ev = [e for e in json.load(open(f"{work}/trace{name}/rank{r}.trace.json"))["traceEvents"]
               if e.get("ph") == "X" and e["tid"] == 0 and e["args"].get("function") == "train_step"]
         if not ev:
             continue
@@ -62,8 +68,10 @@ def measured_bubble(pp):
         shares.append(1 - units / (t1 - t0))
     return sum(shares) / len(shares) if shares else float("nan")
 
-t1, t2 = iteration_ms(1), iteration_ms(2)
-print(f"iteration time (ms): pp1 {t1:.1f} | pp2 {t2:.1f} | ratio pp2/pp1 {t2 / t1:.3f}")
+t1, t2, t2v = iteration_ms(1), iteration_ms(2), iteration_ms("2v3")
+print(f"iteration time (ms): pp1 {t1:.1f} | pp2 1f1b {t2:.1f} | pp2 interleaved (vpp 3) "
+      f"{t2v:.1f} | ratios to pp1 {t2 / t1:.3f}, {t2v / t1:.3f}")
 print(f"measured bubble (time outside F/B units in train_step, mean over ranks): "
-      f"pp1 {measured_bubble(1):.4f} | pp2 {measured_bubble(2):.4f}")
+      f"pp1 {measured_bubble(1):.4f} | pp2 1f1b {measured_bubble(2):.4f} | "
+      f"pp2 interleaved {measured_bubble('2v3', 2):.4f}")
 PY

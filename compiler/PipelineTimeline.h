@@ -2,7 +2,9 @@
 //
 // Plays each pipeline stage's ordered forward/backward units on a cost model: a unit starts when
 // its stage is free and its input is there (a forward of microbatch i after stage s - 1's
-// forward of i, a backward after stage s + 1's backward of i; transfers take no time). Gives the
+// forward of i, a backward after stage s + 1's backward of i; transfers take no time). With
+// model chunks (interleaved 1F1B) chunk c of stage 0 follows chunk c - 1 of stage P - 1 in the
+// forward and chunk c of stage P - 1 follows chunk c + 1 of stage 0 in the backward. Gives the
 // timeline `trainc inspect --schedule` prints and draws, and the bubble fraction.
 //
 //===----------------------------------------------------------------------===//
@@ -18,6 +20,8 @@ namespace mlir::trainc {
 struct TimelineUnit {
   bool forward = true;
   int64_t microbatch = 0;
+  /// The model chunk (0 without interleaving); the last chunk is the largest in the stages.
+  int64_t chunk = 0;
   double start = 0, end = 0; // filled by playTimeline
 };
 
@@ -36,7 +40,8 @@ struct Timeline {
 std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, double forwardCost,
                          double backwardCost, Timeline &out);
 
-/// Parses a schedule report step ("F microbatch 3 chunk 0 f.forward"); false for other steps.
+/// Parses a schedule report step ("F microbatch 3 chunk 1 f.forward", or without the chunk:
+/// chunk 0); false for other steps.
 bool parseScheduleStep(const std::string &step, TimelineUnit &unit);
 
 } // namespace mlir::trainc

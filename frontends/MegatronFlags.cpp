@@ -270,6 +270,14 @@ const std::vector<FlagSpec> &flagTable() {
                parallel(&ParallelConfig::virtual_pipeline_model_parallel_size)),
       positive("--num-layers-per-virtual-pipeline-stage",
                parallel(&ParallelConfig::num_layers_per_virtual_pipeline_stage)),
+      // Megatron's newer name of --virtual-pipeline-model-parallel-size.
+      positive("--num-virtual-stages-per-pipeline-rank",
+               parallel(&ParallelConfig::virtual_pipeline_model_parallel_size)),
+      positive("--microbatch-group-size-per-vp-stage",
+               parallel(&ParallelConfig::microbatch_group_size_per_vp_stage)),
+      // trainc's (Megatron picks the schedule from the flags above).
+      choice("--pipeline-schedule", {"1f1b", "interleaved"},
+             parallel(&ParallelConfig::pipeline_schedule)),
       positive("--decoder-first-pipeline-num-layers",
                parallel(&ParallelConfig::decoder_first_pipeline_num_layers)),
       positive("--decoder-last-pipeline-num-layers",
@@ -504,6 +512,9 @@ std::vector<FlagInfo> megatronFlagTable() {
       {"--loss-scale", "none (dynamic)"},
       {"--virtual-pipeline-model-parallel-size", "none"},
       {"--num-layers-per-virtual-pipeline-stage", "none"},
+      {"--num-virtual-stages-per-pipeline-rank", "none"},
+      {"--microbatch-group-size-per-vp-stage", "none (--pipeline-model-parallel-size)"},
+      {"--pipeline-schedule", "none (interleaved with virtual stages, else 1f1b at pp > 1)"},
   };
   for (FlagInfo &f : out)
     for (auto [name, text] : derived)

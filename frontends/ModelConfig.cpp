@@ -316,6 +316,8 @@ KeyValues ParallelConfig::toKeyValues() const {
       {"num_layers_per_virtual_pipeline_stage", str(num_layers_per_virtual_pipeline_stage)},
       {"decoder_first_pipeline_num_layers", str(decoder_first_pipeline_num_layers)},
       {"decoder_last_pipeline_num_layers", str(decoder_last_pipeline_num_layers)},
+      {"microbatch_group_size_per_vp_stage", str(microbatch_group_size_per_vp_stage)},
+      {"pipeline_schedule", pipeline_schedule},
       {"sequence_parallel", str(sequence_parallel)},
       {"use_distributed_optimizer", str(use_distributed_optimizer)},
       {"overlap_grad_reduce", str(overlap_grad_reduce)},
@@ -493,6 +495,28 @@ Error finalizeParallel(PlanConfig &c) {
   if (vpp > 1 && pp == 1)
     return makeError("--virtual-pipeline-model-parallel-size " + Twine(vpp) +
                      " requires --pipeline-model-parallel-size greater than 1");
+  // The schedule (trainc's --pipeline-schedule; Megatron picks it from the flags above).
+  std::string &schedule = p.pipeline_schedule;
+  if (schedule.empty() && pp > 1)
+    schedule = vpp > 1 ? "interleaved" : "1f1b";
+  if (!schedule.empty() && pp == 1)
+    return makeError("--pipeline-schedule " + Twine(schedule) +
+                     " requires --pipeline-model-parallel-size greater than 1");
+  if (schedule == "interleaved" && vpp <= 1)
+    return makeError("--pipeline-schedule interleaved requires "
+                     "--num-layers-per-virtual-pipeline-stage or "
+                     "--virtual-pipeline-model-parallel-size (more than one model chunk per "
+                     "pipeline stage)");
+  if (schedule == "1f1b" && vpp > 1)
+    return makeError("--pipeline-schedule 1f1b runs one model chunk per pipeline stage, but "
+                     "--virtual-pipeline-model-parallel-size is " +
+                     Twine(vpp) + " (use --pipeline-schedule interleaved)");
+  if (p.microbatch_group_size_per_vp_stage > 0 && vpp <= 1)
+    return makeError("--microbatch-group-size-per-vp-stage " +
+                     Twine(p.microbatch_group_size_per_vp_stage) +
+                     " requires an interleaved schedule (--virtual-pipeline-model-parallel-size)");
+  if (vpp > 1 && p.microbatch_group_size_per_vp_stage == 0)
+    p.microbatch_group_size_per_vp_stage = pp; // Megatron's default
 
   // Data parallelism (arguments.py).
   if (p.overlap_param_gather && !p.use_distributed_optimizer)
@@ -553,6 +577,28 @@ Error finalizeTraining(PlanConfig &c) {
                      " is not divisible by --micro-batch-size " + Twine(t.micro_batch_size) +
                      " x data-parallel size " + Twine(dp));
   t.num_microbatches = t.global_batch_size / (t.micro_batch_size * dp);
+  // Megatron's interleaved schedule (schedules.py at commit e03878b5f) refuses these.
+  if (c.parallel.pipeline_schedule == "interleaved") {
+    const int64_t pp = c.parallel.pipeline_model_parallel_size,
+                  g = c.parallel.microbatch_group_size_per_vp_stage, m = t.num_microbatches;
+    if (m % pp != 0)
+      return makeError("number of microbatches (" + Twine(m) +
+                       ") is not divisible by pipeline-model-parallel-size (" + Twine(pp) +
+                       ") when using interleaved schedule (--global-batch-size " +
+                       Twine(t.global_batch_size) + " / (--micro-batch-size " +
+                       Twine(t.micro_batch_size) + " x data-parallel size " + Twine(dp) + "))");
+    if (g > m || g < pp)
+      return makeError("The number of contiguous micro-batches in a virtual pipeline stage "
+                       "should range in [PP=" +
+                       Twine(pp) + " , M=" + Twine(m) +
+                       "] (--microbatch-group-size-per-vp-stage " + Twine(g) + ")");
+    if (int64_t rest = m % g; rest > 0 && rest < pp)
+      return makeError("The remainder of M (the total micro-batches) divided by N (number of "
+                       "contiguous micro-batches in a virtual pipeline stage) should be 0, or "
+                       "larger than or equal to the pipeline-parallel size, but it is " +
+                       Twine(rest) + " (M " + Twine(m) + ", --microbatch-group-size-per-vp-stage " +
+                       Twine(g) + ")");
+  }
   if (t.num_microbatches > kMaxMicrobatches)
     return makeError("--global-batch-size " + Twine(t.global_batch_size) + " / (--micro-batch-size " +
                      Twine(t.micro_batch_size) + " x data-parallel size " + Twine(dp) + ") = " +
@@ -757,8 +803,8 @@ Error checkSupported(const PlanConfig &config) {
   // (Heads and ffn size: finalizeParallel; the padded vocabulary is a multiple of tp.)
   divisible("--num-query-groups", m.num_query_groups,
             "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
-  // Pipeline parallelism: an even split, Megatron's 1F1B schedule (docs/design.md "Pipeline
-  // parallelism"); interleaving is refused below. The tied word embedding's two copies are
+  // Pipeline parallelism: even or uneven split, Megatron's 1F1B or interleaved schedule
+  // (docs/design.md "Pipeline parallelism"). The tied word embedding's two copies are
   // summed over the embd group on whole main grads, which the distributed optimizer's shards
   // are not (Megatron gives the shared embedding its own bucket; not done yet).
   if (p.pipeline_model_parallel_size > 1 && p.use_distributed_optimizer &&
@@ -766,8 +812,10 @@ Error checkSupported(const PlanConfig &config) {
     reject("--use-distributed-optimizer with --pipeline-model-parallel-size " +
            Twine(p.pipeline_model_parallel_size) +
            " and tied embeddings (add --untie-embeddings-and-output-weights)");
-  if (p.virtual_pipeline_model_parallel_size > 1)
-    reject("--virtual-pipeline-model-parallel-size " +
+  // Interleaving (docs/design.md "Pipeline parallelism"): the chunks' units are split from one
+  // stage function; overlapped parameter gathers would wait in every chunk's forward.
+  if (p.virtual_pipeline_model_parallel_size > 1 && p.overlap_param_gather)
+    reject("--overlap-param-gather with --virtual-pipeline-model-parallel-size " +
            Twine(p.virtual_pipeline_model_parallel_size));
   // Data parallelism, the distributed optimizer, --overlap-grad-reduce and
   // --overlap-param-gather are supported; the gradient reduction always overlaps backward

@@ -110,6 +110,12 @@ struct ParallelConfig {
   /// the other stages split the rest evenly.
   int64_t decoder_first_pipeline_num_layers = 0;
   int64_t decoder_last_pipeline_num_layers = 0;
+  /// Megatron's --microbatch-group-size-per-vp-stage: contiguous microbatches per model chunk in
+  /// the interleaved schedule; 0 = the pipeline size (finalize() sets it with interleaving).
+  int64_t microbatch_group_size_per_vp_stage = 0;
+  /// trainc's --pipeline-schedule: "1f1b" or "interleaved" with pp > 1; "" = what Megatron's
+  /// flags imply (finalize(): interleaved with virtual stages, else 1f1b).
+  std::string pipeline_schedule;
   /// finalize() clears it when tensor_model_parallel_size is 1, as Megatron does.
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;

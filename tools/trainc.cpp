@@ -579,6 +579,10 @@ int cmdInspect(std::vector<std::string> args) {
           stages[stage].push_back(u);
       }
     }
+    bool interleaved = false; // label boxes "F<microbatch>.<chunk>"
+    for (const auto &stage : stages)
+      for (const mlir::trainc::TimelineUnit &u : stage)
+        interleaved |= u.chunk > 0;
     mlir::trainc::Timeline unit, flops;
     if (std::string e = mlir::trainc::playTimeline(stages, 1, 1, unit); !e.empty())
       return fail("the plan's schedule cannot run: " + e);
@@ -588,6 +592,21 @@ int cmdInspect(std::vector<std::string> args) {
       llvm::outs() << llvm::formatv("bubble fraction (cost model, {0} stages): {1:f4} with unit "
                                     "costs (F = B = 1), {2:f4} with B = 2 F\n",
                                     stages.size(), unit.bubble, flops.bubble);
+    if (want("--schedule") && stages.size() > 1) {
+      // The literature's figure: bubble time over ideal time, (P - 1) / (V m) for Megatron's
+      // (interleaved) 1F1B (Narayanan et al. 2021, section 2.2), next to the cost model's.
+      int64_t chunks = 1;
+      for (const auto &stage : stages)
+        for (const mlir::trainc::TimelineUnit &u : stage)
+          chunks = std::max(chunks, u.chunk + 1);
+      const double P = double(stages.size()), m = double(r.schedule().num_microbatches());
+      const double ideal = stages.front().empty() ? 0 : double(stages.front().size());
+      llvm::outs() << llvm::formatv("bubble time / ideal time (unit costs): {0:f4}; (P - 1) / (V m) "
+                                    "= {1:f4} (P {2}, V {3}, m {4})\n",
+                                    ideal > 0 ? unit.makespan / ideal - 1 : 0.0,
+                                    m > 0 ? (P - 1) / (double(chunks) * m) : 0.0, stages.size(),
+                                    chunks, int64_t(m));
+    }
     if (!svgPath.empty()) {
       // One row per stage, boxes sized by the cost model (B = 2 F), F blue, B green.
       const double scale = 24, row = 28;
@@ -604,9 +623,10 @@ int cmdInspect(std::vector<std::string> args) {
           double x = 80 + u.start * scale, w = (u.end - u.start) * scale;
           os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
                               "fill=\"{4}\" stroke=\"black\"/><text x=\"{5}\" y=\"{6}\">"
-                              "{7}{8}</text>\n",
+                              "{7}{8}{9}</text>\n",
                               x, y, w, row - 4, u.forward ? "#8ab4f8" : "#81c995", x + 3,
-                              int(y + 17), u.forward ? "F" : "B", u.microbatch);
+                              int(y + 17), u.forward ? "F" : "B", u.microbatch,
+                              u.chunk > 0 || interleaved ? "." + std::to_string(u.chunk) : "");
         }
       }
       os << llvm::formatv("<text x=\"2\" y=\"{0}\">bubble {1:f4} (B = 2 F)</text>\n",

@@ -92,6 +92,12 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
   if (spec.granularity == "selective")
     spec.modules = t.recompute_modules;
   const std::string recompute = spec.str();
+  // Megatron pipelines with 1F1B whenever pp > 1, interleaved with virtual stages (finalize()
+  // resolved --pipeline-schedule).
+  const std::string schedule =
+      par.pipeline_model_parallel_size > 1 && options.unitSchedule == "no-pipelining"
+          ? (par.pipeline_schedule.empty() ? std::string("1f1b") : par.pipeline_schedule)
+          : options.unitSchedule;
   return sched::PlanAttr::getChecked(
       [&] { return emitError(UnknownLoc::get(&ctx)) << "internal error: the config's plan: "; },
       &ctx, m.num_layers, m.hidden_size, m.num_attention_heads,
@@ -105,10 +111,7 @@ sched::PlanAttr mlir::trainc::makePlanAttr(MLIRContext &ctx, const cfgns::PlanCo
       b.getBoolAttr(par.use_distributed_optimizer),
       // With one rank there is nothing to gather (Megatron's flag is then a no-op too).
       b.getBoolAttr(par.overlap_param_gather && par.data_parallel_size > 1),
-      // Megatron pipelines with 1F1B whenever pp > 1.
-      StringRef(par.pipeline_model_parallel_size > 1 && options.unitSchedule == "no-pipelining"
-                    ? "1f1b"
-                    : options.unitSchedule),
+      StringRef(schedule),
       StringRef(recompute));
 }
 
@@ -403,7 +406,9 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
       const std::string text =
           "stage=" + std::to_string(stage) + " first-stage-layers=" +
           std::to_string(cfg.parallel.decoder_first_pipeline_num_layers) +
-          " last-stage-layers=" + std::to_string(cfg.parallel.decoder_last_pipeline_num_layers);
+          " last-stage-layers=" + std::to_string(cfg.parallel.decoder_last_pipeline_num_layers) +
+          " microbatch-group-size=" +
+          std::to_string(cfg.parallel.microbatch_group_size_per_vp_stage);
       if (failed(split->initializeOptions(text,
                                           [](const Twine &) { return failure(); })))
         return emitError(module.getLoc()) << "internal error: trainc-pipeline-split options";

@@ -14,32 +14,54 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
   out.stages = stages;
   std::vector<size_t> next(P, 0);
   std::vector<double> free(P, 0);
-  // (stage, forward?, microbatch) -> end time.
-  std::map<std::tuple<size_t, bool, int64_t>, double> ended;
+  int64_t lastChunk = 0;
+  for (const auto &stage : stages)
+    for (const TimelineUnit &u : stage)
+      lastChunk = std::max(lastChunk, u.chunk);
+  auto chunkName = [&](const TimelineUnit &u) {
+    return lastChunk > 0 ? " chunk " + std::to_string(u.chunk) : std::string();
+  };
+  // (stage, forward?, chunk, microbatch) -> end time.
+  std::map<std::tuple<size_t, bool, int64_t, int64_t>, double> ended;
   for (bool progress = true; progress;) {
     progress = false;
     for (size_t s = 0; s < P; ++s)
       while (next[s] < stages[s].size()) {
         TimelineUnit &u = out.stages[s][next[s]];
         double ready = 0;
-        bool needs = u.forward ? s > 0 : s + 1 < P;
+        // The unit producing this one's input: the neighbouring stage's same chunk, or across
+        // the wrap from the last stage (forward) / first stage (backward) the adjacent chunk.
+        bool needs = true;
+        size_t from = s;
+        int64_t chunk = u.chunk;
+        if (u.forward) {
+          if (s > 0)
+            from = s - 1;
+          else if ((needs = u.chunk > 0))
+            from = P - 1, chunk = u.chunk - 1;
+        } else {
+          if (s + 1 < P)
+            from = s + 1;
+          else if ((needs = u.chunk < lastChunk))
+            from = 0, chunk = u.chunk + 1;
+        }
         if (needs) {
-          auto it = ended.find({u.forward ? s - 1 : s + 1, u.forward, u.microbatch});
+          auto it = ended.find({from, u.forward, chunk, u.microbatch});
           if (it == ended.end())
             break;
           ready = it->second;
         }
         if (!u.forward) {
-          auto it = ended.find({s, true, u.microbatch});
+          auto it = ended.find({s, true, u.chunk, u.microbatch});
           if (it == ended.end())
             return "stage " + std::to_string(s) + " runs the backward of microbatch " +
-                   std::to_string(u.microbatch) + " before its forward";
+                   std::to_string(u.microbatch) + chunkName(u) + " before its forward";
           ready = std::max(ready, it->second);
         }
         u.start = std::max(free[s], ready);
         u.end = u.start + (u.forward ? forwardCost : backwardCost);
         free[s] = u.end;
-        ended[{s, u.forward, u.microbatch}] = u.end;
+        ended[{s, u.forward, u.chunk, u.microbatch}] = u.end;
         ++next[s];
         progress = true;
       }
@@ -51,7 +73,7 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
       const TimelineUnit &u = stages[s][next[s]];
       return "stage " + std::to_string(s) + " waits forever for the " +
              (u.forward ? "activation" : "gradient") + " of microbatch " +
-             std::to_string(u.microbatch);
+             std::to_string(u.microbatch) + chunkName(u);
     }
     for (const TimelineUnit &u : out.stages[s]) {
       busy += u.end - u.start;
@@ -64,12 +86,13 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
 
 bool parseScheduleStep(const std::string &step, TimelineUnit &unit) {
   char kind = 0;
-  long long mb = 0;
-  if (std::sscanf(step.c_str(), "%c microbatch %lld", &kind, &mb) != 2 ||
-      (kind != 'F' && kind != 'B') || step.size() < 2 || step[1] != ' ')
+  long long mb = 0, chunk = 0;
+  int n = std::sscanf(step.c_str(), "%c microbatch %lld chunk %lld", &kind, &mb, &chunk);
+  if (n < 2 || (kind != 'F' && kind != 'B') || step.size() < 2 || step[1] != ' ' || chunk < 0)
     return false;
   unit.forward = kind == 'F';
   unit.microbatch = mb;
+  unit.chunk = n == 3 ? chunk : 0;
   return true;
 }
 

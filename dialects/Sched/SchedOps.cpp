@@ -405,9 +405,13 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   if (lossMode != "per_token" && lossMode != "per_microbatch")
     return emitError() << "#sched.plan: loss_mode = \"" << lossMode
                        << "\", expected per_token or per_microbatch";
-  if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b")
+  if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b" &&
+      schedule != "interleaved")
     return emitError() << "#sched.plan: schedule = \"" << schedule
-                       << "\", expected no-pipelining, 1f1b or all-forward-first";
+                       << "\", expected no-pipelining, 1f1b, interleaved or all-forward-first";
+  if (schedule == "interleaved" && vp <= 1)
+    return emitError() << "#sched.plan: schedule = \"" << schedule << "\" with virtual_stages = "
+                       << vp << " (interleaved runs more than one model chunk per stage)";
   if (failed(parseRecompute(recompute, numLayers / pp, [&] {
         return emitError() << "#sched.plan: ";
       })))

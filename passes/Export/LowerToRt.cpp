@@ -961,7 +961,8 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
       args.push_back(ref(ob, loc, buf));
     st.stashOf[fwd.getStash()] = {slot, stash};
     call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()));
-    ++st.forwards;
+    if (fwd.getChunk() == 0) // microbatches, not the units of an interleaved rank's chunks
+      ++st.forwards;
     return success();
   }
   auto bwd = cast<sched::BackwardOp>(op);

@@ -6,6 +6,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
+#include <string>
+
 namespace mlir::trainc {
 #define GEN_PASS_DECL
 #include "passes/Pipeline/Passes.h.inc"
@@ -26,6 +28,38 @@ SmallVector<int64_t> pipelineStageBounds(int64_t numLayers, int64_t numStages,
 /// alternating forward/backward, then the remaining backwards.
 SmallVector<std::pair<bool, int64_t>> oneForwardOneBackward(int64_t numStages, int64_t stage,
                                                             int64_t m);
+
+/// One unit of a pipeline rank's order: the forward or backward of `microbatch` on model chunk
+/// `chunk` (0 .. V - 1; chunk v of rank r holds layer block v * P + r).
+struct ScheduleStep {
+  bool forward = true;
+  int64_t chunk = 0, microbatch = 0;
+};
+
+/// "" when Megatron's interleaved 1F1B runs `m` microbatches on `numStages` stages of
+/// `numChunks` model chunks with microbatch groups of `groupSize` (--microbatch-group-size-per-
+/// vp-stage; 0 = numStages); else Megatron's message (schedules.py at commit e03878b5f:
+/// m % P == 0, P <= groupSize <= m, m % groupSize == 0 or >= P), or checkInterleavedMessages'.
+std::string checkInterleavedSchedule(int64_t numStages, int64_t numChunks, int64_t m,
+                                     int64_t groupSize);
+
+/// "" when the interleaved orders of all `numStages` ranks pass every activation and gradient
+/// to the unit that expects it and finish, with the runtime's p2p semantics (eager sends,
+/// blocking receives, the k-th message from rank a to rank b meeting b's k-th receive from a);
+/// else the first mismatch or wait. (With 2 stages activations and gradients share one pair of
+/// ranks: group sizes other than 2 mismatch.) Part of checkInterleavedSchedule.
+std::string checkInterleavedMessages(int64_t numStages, int64_t numChunks, int64_t m,
+                                     int64_t groupSize);
+
+/// Megatron's forward_backward_pipelining_with_interleaving order on pipeline rank `stage`
+/// (2 x numChunks x m steps): the schedule table of microbatch groups (get_schedule_table),
+/// warmup = min((P - stage - 1) * 2 + (V - 1) * groupSize, V m) forwards, then one forward and
+/// one backward per step, then the cooldown backwards; the k-th backward runs the k-th table
+/// entry's microbatch on chunk V - 1 - chunk (get_model_chunk_id). Call only when
+/// checkInterleavedSchedule passed.
+SmallVector<ScheduleStep> interleavedOneForwardOneBackward(int64_t numStages, int64_t stage,
+                                                           int64_t numChunks, int64_t m,
+                                                           int64_t groupSize);
 } // namespace mlir::trainc
 
 #endif

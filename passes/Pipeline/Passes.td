@@ -67,6 +67,15 @@ def PipelineSplitPass : Pass<"trainc-pipeline-split", "::mlir::ModuleOp"> {
     summed over the embd group in finalize. The module gets `trainc.pipeline_stage`,
     `trainc.pipeline_size` and `trainc.pipeline_layers` ([first, end) layer).
 
+    With `virtual-stages` V > 1 (interleaved 1F1B; layers divisible by V x P, even split only)
+    the stage holds V model chunks: chunk v keeps layer block v P + s of V P blocks (Megatron's
+    model chunk order). Each chunk but stage 0's first receives its input from pp coordinate
+    (s - 1) mod P and each but stage P - 1's last sends its output to (s + 1) mod P (the last
+    stage's chunk v feeds the first stage's chunk v + 1). `trainc.pipeline_layers` lists the
+    chunks' [first, end) pairs, `trainc.pipeline_virtual_stages` is V (and
+    `trainc.microbatch_group_size_per_vp_stage` the group size when given); trainc-schedule-units
+    splits the chunks into units of their own.
+
     After (stage 1 of 2, tiny model):
     ```mlir
     %t = model.fill {value = 0.0 : f64} : () -> tensor<1x9x16xf32>
@@ -83,6 +92,12 @@ def PipelineSplitPass : Pass<"trainc-pipeline-split", "::mlir::ModuleOp"> {
            "Layers of the first stage (Megatron's --decoder-first-pipeline-num-layers; 0: even)">,
     Option<"lastStageLayers", "last-stage-layers", "int64_t", "0",
            "Layers of the last stage (--decoder-last-pipeline-num-layers; 0: even)">,
+    Option<"virtualStages", "virtual-stages", "int64_t", "1",
+           "Model chunks per stage (default: the plan's virtual_stages; Megatron's "
+           "--virtual-pipeline-model-parallel-size)">,
+    Option<"microbatchGroupSize", "microbatch-group-size", "int64_t", "0",
+           "Megatron's --microbatch-group-size-per-vp-stage, recorded for the interleaved "
+           "schedule (0: the pipeline size)">,
   ];
   let dependentDialects = ["::mlir::mesh::MeshDialect", "::mlir::trainc::model::ModelDialect"];
 }
@@ -107,6 +122,13 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
       P (`trainc.pipeline_stage` / `trainc.pipeline_size`, set by trainc-pipeline-split):
       warmup = min(P - s - 1, m) forwards, then one forward and one backward per step, then the
       remaining backwards; stage s holds warmup + 1 stashes (min(P - s, m)).
+    - `interleaved`: Megatron's forward_backward_pipelining_with_interleaving on a stage of V
+      model chunks (`trainc.pipeline_virtual_stages`): the stage function is split into a
+      forward and a backward unit per chunk (`<stage>.chunk<v>.forward` / `.backward`; every op
+      belongs to one chunk; a bucket's gradient sync goes to the end of the backward of the
+      lowest chunk holding one of its parameters, which runs after the others in the last
+      microbatch), ordered by interleavedOneForwardOneBackward (Passes.h). Megatron's checks
+      (m % P == 0, the microbatch group size) are errors with Megatron's message.
 
     Both give bitwise the same gradients (the same kernels on the same data; accumulation into
     the main grads stays in microbatch order).
@@ -122,8 +144,8 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"no-pipelining\"",
-           "Unit order: no-pipelining (Megatron's), 1f1b (pipeline stages) or "
-           "all-forward-first (tests)">,
+           "Unit order: no-pipelining (Megatron's), 1f1b (pipeline stages), interleaved "
+           "(model chunks) or all-forward-first (tests)">,
   ];
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }

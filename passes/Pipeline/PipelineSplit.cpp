@@ -103,6 +103,27 @@ struct PipelineSplitPass : mlir::trainc::impl::PipelineSplitPassBase<PipelineSpl
       if (call->hasAttr("model.layer_index"))
         layers.push_back(call);
     const int64_t L = int64_t(layers.size());
+    int64_t V = 1;
+    if (failed(resolvePlanOption(module, this->virtualStages, "virtual_stages", V)))
+      return signalPassFailure();
+    if (V < 1) {
+      module.emitError() << "trainc-pipeline-split: virtual-stages " << V
+                         << " is not a model chunk count (1 or more)";
+      return signalPassFailure();
+    }
+    if (V > 1 && (firstStageLayers > 0 || lastStageLayers > 0)) {
+      module.emitError() << "trainc-pipeline-split: virtual-stages " << V
+                         << " cannot be combined with first-stage-layers / last-stage-layers";
+      return signalPassFailure();
+    }
+    if (V > 1 && (numStages < 2 || L % (V * numStages) != 0)) {
+      fwd.emitOpError() << "has " << L << " decoder layers, which do not split into " << V
+                        << " model chunks on each of " << numStages
+                        << " pipeline stages (num_layers must be divisible by "
+                           "pipeline_model_parallel_size x virtual_pipeline_model_parallel_size, "
+                           "with pipeline_model_parallel_size > 1)";
+      return signalPassFailure();
+    }
     SmallVector<int64_t> bounds =
         pipelineStageBounds(L, numStages, firstStageLayers, lastStageLayers);
     bool even = firstStageLayers <= 0 && lastStageLayers <= 0;
@@ -146,14 +167,23 @@ struct PipelineSplitPass : mlir::trainc::impl::PipelineSplitPassBase<PipelineSpl
                          << numStages << " stages";
       return signalPassFailure();
     }
-    const int64_t lo = bounds[size_t(s)], hi = bounds[size_t(s + 1)];
+    // This rank's model chunks, [first, end) layers each: one, or with V virtual stages chunk v
+    // holding layer block v P + s of V P (Megatron's get_model / TransformerBlock offsets).
+    SmallVector<std::pair<int64_t, int64_t>> chunks;
+    const int64_t perChunk = L / (V * numStages);
+    if (V == 1)
+      chunks.push_back({bounds[size_t(s)], bounds[size_t(s + 1)]});
+    else
+      for (int64_t v = 0; v < V; ++v)
+        chunks.push_back({(v * numStages + s) * perChunk, (v * numStages + s + 1) * perChunk});
 
     // Parameters used by the layers of more than one stage's part (the word embedding that GPT's
     // output layer shares): Megatron's shared embedding, a copy per stage kept equal.
     auto stageOfUse = [&](Operation *user) -> int64_t {
       for (int64_t k = 0; k < L; ++k)
         if (user == layers[size_t(k)])
-          return llvm::upper_bound(bounds, k) - bounds.begin() - 1;
+          return V > 1 ? (k / perChunk) % numStages
+                       : llvm::upper_bound(bounds, k) - bounds.begin() - 1;
       return user->isBeforeInBlock(layers.front()) ? 0 : numStages - 1;
     };
     SmallVector<Attribute> shared;
@@ -172,20 +202,29 @@ struct PipelineSplitPass : mlir::trainc::impl::PipelineSplitPassBase<PipelineSpl
     OpBuilder b(ctx);
     auto axes = DenseI16ArrayAttr::get(ctx, {int16_t(ppAxis)});
     auto meshRef = FlatSymbolRefAttr::get(ctx, model::kMeshName);
-    if (s > 0) {
-      func::CallOp first = layers[size_t(lo)];
-      b.setInsertionPoint(first);
-      Type t = first.getOperand(0).getType();
-      Value tmpl = b.create<model::FillOp>(first.getLoc(), t, b.getF64FloatAttr(0.0));
-      Value x = b.create<mesh::RecvOp>(first.getLoc(), t, meshRef, axes, tmpl,
-                                       b.getDenseI64ArrayAttr({s - 1}), ValueRange{});
-      first->setOperand(0, x);
+    // A chunk receives its input from the previous stage (stage P - 1's previous chunk for
+    // stage 0) and sends its output to the next (stage 0's next chunk for stage P - 1), as
+    // Megatron's p2p between virtual stages; the first chunk of stage 0 starts from the
+    // embedding, the last of stage P - 1 ends in the loss.
+    const int64_t prev = (s + numStages - 1) % numStages, next = (s + 1) % numStages;
+    for (auto [v, range] : llvm::enumerate(chunks)) {
+      if (s > 0 || v > 0) {
+        func::CallOp first = layers[size_t(range.first)];
+        b.setInsertionPoint(first);
+        Type t = first.getOperand(0).getType();
+        Value tmpl = b.create<model::FillOp>(first.getLoc(), t, b.getF64FloatAttr(0.0));
+        Value x = b.create<mesh::RecvOp>(first.getLoc(), t, meshRef, axes, tmpl,
+                                         b.getDenseI64ArrayAttr({prev}), ValueRange{});
+        first->setOperand(0, x);
+      }
+      if (s < numStages - 1 || int64_t(v) < V - 1) {
+        func::CallOp last = layers[size_t(range.second - 1)];
+        b.setInsertionPointAfter(last);
+        b.create<mesh::SendOp>(last.getLoc(), last.getResult(0).getType(), meshRef, axes,
+                               last.getResult(0), b.getDenseI64ArrayAttr({next}), ValueRange{});
+      }
     }
     if (s < numStages - 1) {
-      func::CallOp last = layers[size_t(hi - 1)];
-      b.setInsertionPointAfter(last);
-      b.create<mesh::SendOp>(last.getLoc(), last.getResult(0).getType(), meshRef, axes,
-                             last.getResult(0), b.getDenseI64ArrayAttr({s + 1}), ValueRange{});
       // No loss here: (loss_sum, num_tokens) = (0, 0); the last stage's reach every stage
       // through sched.reduce_losses over pp. The fills stay last, so a legacy-mode seed placed
       // after num_tokens follows the send.
@@ -212,7 +251,16 @@ struct PipelineSplitPass : mlir::trainc::impl::PipelineSplitPassBase<PipelineSpl
 
     module->setAttr("trainc.pipeline_stage", b.getI64IntegerAttr(s));
     module->setAttr("trainc.pipeline_size", b.getI64IntegerAttr(numStages));
-    module->setAttr("trainc.pipeline_layers", b.getDenseI64ArrayAttr({lo, hi}));
+    SmallVector<int64_t> ranges;
+    for (auto [lo, hi] : chunks)
+      llvm::append_values(ranges, lo, hi);
+    module->setAttr("trainc.pipeline_layers", b.getDenseI64ArrayAttr(ranges));
+    if (V > 1) {
+      module->setAttr("trainc.pipeline_virtual_stages", b.getI64IntegerAttr(V));
+      if (microbatchGroupSize > 0)
+        module->setAttr("trainc.microbatch_group_size_per_vp_stage",
+                        b.getI64IntegerAttr(microbatchGroupSize));
+    }
     if (!shared.empty())
       module->setAttr("trainc.pipeline_shared", b.getArrayAttr(shared));
   }

@@ -20,6 +20,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <optional>
+
 #define DEBUG_TYPE "trainc-schedule-units"
 
 namespace mlir::trainc {
@@ -35,6 +37,9 @@ namespace {
 /// The forward and backward unit functions of one stage function.
 struct Units {
   func::FuncOp forward, backward;
+  /// Interleaved chunk units: the stage function's results (tokens) the backward returns, by
+  /// index (the whole-stage units return all of them).
+  SmallVector<unsigned> results;
 };
 
 /// True for the op that starts the backward: autodiff's seed (model.fill {model.loss_seed}) or
@@ -56,21 +61,38 @@ public:
   /// Splits `fn` into its units (created once per stage function). Errors name the function.
   FailureOr<Units> split(func::FuncOp fn);
 
+  /// Splits `fn`, the stage function of a rank holding `chunkLayers.size() / 2` model chunks
+  /// (chunk v's decoder layers are [chunkLayers[2v], chunkLayers[2v + 1])), into one forward and
+  /// one backward unit per chunk (created once per stage function). See splitChunks below.
+  FailureOr<SmallVector<Units>> splitChunks(func::FuncOp fn, ArrayRef<int64_t> chunkLayers);
+
 private:
-  func::FuncOp buildForward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash);
-  func::FuncOp buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash);
+  /// Validates `fn` and partitions its body at the loss seed into forward ops (plus the loss
+  /// accumulation) and backward ops.
+  LogicalResult partition(func::FuncOp fn, SmallVectorImpl<Operation *> &fwdOps,
+                          SmallVectorImpl<Operation *> &bwdOps,
+                          llvm::DenseSet<Operation *> &inForward);
+  /// The stash of a backward of `bwdOps` whose forward is `inForward` (sorted in forward order),
+  /// and the backward's ops with the re-materialised views first.
+  void stashOf(ArrayRef<Operation *> bwdOps, const llvm::DenseSet<Operation *> &inForward,
+               SmallVectorImpl<Value> &stashValues, SmallVectorImpl<Operation *> &bwdWithRemat);
+  func::FuncOp buildForward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash,
+                            StringRef name);
+  /// Returns `fn`'s results (tokens), all or those at `results`; `ops` must define them.
+  func::FuncOp buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops, ArrayRef<Value> stash,
+                             StringRef name, std::optional<ArrayRef<unsigned>> results = {});
   /// An earlier forward unit with the same signature and body as `fwd`, or null.
   func::FuncOp findEquivalent(func::FuncOp fwd);
 
   ModuleOp module;
   llvm::StringMap<Units> done;
+  llvm::StringMap<SmallVector<Units>> doneChunks;
   SmallVector<func::FuncOp> forwards;
 };
 
-FailureOr<Units> Splitter::split(func::FuncOp fn) {
-  auto it = done.find(fn.getSymName());
-  if (it != done.end())
-    return it->second;
+LogicalResult Splitter::partition(func::FuncOp fn, SmallVectorImpl<Operation *> &fwdOps,
+                                  SmallVectorImpl<Operation *> &bwdOps,
+                                  llvm::DenseSet<Operation *> &inForward) {
   if (fn.isDeclaration() || !fn->hasAttr("sched.stage"))
     return fn.emitOpError() << "@" << fn.getSymName()
                             << " is not a stage function with a body (sched.stage)";
@@ -85,8 +107,6 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
                                "sched.loss_seed): nothing marks where its backward starts";
 
   // Forward: the ops before the seed plus the loss accumulation; backward: the rest.
-  SmallVector<Operation *> fwdOps, bwdOps;
-  llvm::DenseSet<Operation *> inForward;
   bool before = true;
   for (Operation &op : body.without_terminator()) {
     before &= &op != &*seed;
@@ -102,7 +122,12 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
       if (Operation *def = v.getDefiningOp(); def && !inForward.contains(def))
         return op->emitOpError() << "is in the forward of @" << fn.getSymName()
                                  << " but reads a value of its backward";
+  return success();
+}
 
+void Splitter::stashOf(ArrayRef<Operation *> bwdOps, const llvm::DenseSet<Operation *> &inForward,
+                       SmallVectorImpl<Value> &stashValues,
+                       SmallVectorImpl<Operation *> &bwdWithRemat) {
   // The stash: forward values the backward reads, except what is cheaper to recompute.
   llvm::SetVector<Value> stash;
   llvm::SetVector<Operation *> remat;
@@ -121,38 +146,210 @@ FailureOr<Units> Splitter::split(func::FuncOp fn) {
     }
     stash.insert(v);
   }
-  SmallVector<Operation *> bwdWithRemat(remat.begin(), remat.end());
+  bwdWithRemat.assign(remat.begin(), remat.end());
   llvm::sort(bwdWithRemat, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
   llvm::append_range(bwdWithRemat, bwdOps);
   // Stash order: the order the forward computes them (stable, readable dumps).
-  SmallVector<Value> stashValues(stash.begin(), stash.end());
+  stashValues.assign(stash.begin(), stash.end());
   llvm::sort(stashValues, [](Value a, Value b) {
     Operation *x = a.getDefiningOp(), *y = b.getDefiningOp();
     if (x != y)
       return x->isBeforeInBlock(y);
     return cast<OpResult>(a).getResultNumber() < cast<OpResult>(b).getResultNumber();
   });
+}
+
+FailureOr<Units> Splitter::split(func::FuncOp fn) {
+  auto it = done.find(fn.getSymName());
+  if (it != done.end())
+    return it->second;
+  SmallVector<Operation *> fwdOps, bwdOps;
+  llvm::DenseSet<Operation *> inForward;
+  if (failed(partition(fn, fwdOps, bwdOps, inForward)))
+    return failure();
+  SmallVector<Value> stashValues;
+  SmallVector<Operation *> bwdWithRemat;
+  stashOf(bwdOps, inForward, stashValues, bwdWithRemat);
 
   Units units;
-  units.forward = buildForward(fn, fwdOps, stashValues);
+  units.forward = buildForward(fn, fwdOps, stashValues, (fn.getSymName() + ".forward").str());
   if (func::FuncOp same = findEquivalent(units.forward)) {
     units.forward.erase();
     units.forward = same;
   } else {
     forwards.push_back(units.forward);
   }
-  units.backward = buildBackward(fn, bwdWithRemat, stashValues);
+  units.backward =
+      buildBackward(fn, bwdWithRemat, stashValues, (fn.getSymName() + ".backward").str());
   done[fn.getSymName()] = units;
   return units;
 }
 
+// Interleaved 1F1B: a rank holds V model chunks; the stage function computes all of them in a
+// row (chunk v's forward ends in a send, chunk v + 1's starts with a recv, and autodiff reverses
+// that), and each chunk's forward and backward become units of their own. Every op belongs to
+// one chunk: a layer call to its layer's chunk; another op to the chunk of the values it reads,
+// or else of the ops that read its results (the recv templates, the embedding); what reads
+// nothing of a chunk and is read by none stays with the last chunk's forward (the zero loss of
+// a rank without the loss) or backward (the seed), except the gradient syncs: a bucket's starts
+// at the end of the backward of the lowest chunk holding one of its parameters, which in the last
+// microbatch runs after the others (Megatron starts a chunk's grad sync in its last backward; its
+// buckets are per chunk, ours may span chunks).
+FailureOr<SmallVector<Units>> Splitter::splitChunks(func::FuncOp fn, ArrayRef<int64_t> chunkLayers) {
+  auto it = doneChunks.find(fn.getSymName());
+  if (it != doneChunks.end())
+    return it->second;
+  const int64_t V = int64_t(chunkLayers.size() / 2);
+  SmallVector<Operation *> fwdOps, bwdOps;
+  llvm::DenseSet<Operation *> inForward;
+  if (failed(partition(fn, fwdOps, bwdOps, inForward)))
+    return failure();
+  Block &body = fn.getBody().front();
+  llvm::DenseMap<Operation *, int64_t> chunk;
+  for (Operation &op : body.without_terminator()) {
+    auto layer = op.getAttrOfType<IntegerAttr>("model.layer_index");
+    if (!layer)
+      continue;
+    int64_t c = -1;
+    for (int64_t v = 0; v < V; ++v)
+      if (layer.getInt() >= chunkLayers[size_t(2 * v)] &&
+          layer.getInt() < chunkLayers[size_t(2 * v + 1)])
+        c = v;
+    if (c < 0)
+      return op.emitOpError() << "runs layer " << layer.getInt()
+                              << ", which is in none of this rank's " << V << " model chunks";
+    chunk[&op] = c;
+  }
+  // From the values read, in program order.
+  for (Operation &op : body.without_terminator()) {
+    if (chunk.count(&op))
+      continue;
+    for (Value v : op.getOperands())
+      if (Operation *def = v.getDefiningOp(); def && chunk.count(def)) {
+        // (A copy: inserting may move the map's values.)
+        const int64_t c = chunk.lookup(def);
+        auto [at, fresh] = chunk.try_emplace(&op, c);
+        if (!fresh && at->second != c)
+          return op.emitOpError() << "reads values of model chunks " << at->second << " and "
+                                  << c
+                                  << "; the chunks of a rank exchange values only through "
+                                     "mesh.send / mesh.recv";
+      }
+  }
+  // From the readers, in reverse.
+  SmallVector<Operation *> all;
+  for (Operation &op : body.without_terminator())
+    all.push_back(&op);
+  for (Operation *op : llvm::reverse(all)) {
+    if (chunk.count(op))
+      continue;
+    for (Operation *user : op->getUsers())
+      if (auto found = chunk.find(user); found != chunk.end()) {
+        const int64_t c = found->second; // a copy: inserting may move the map's values
+        auto [at, fresh] = chunk.try_emplace(op, c);
+        if (!fresh && at->second != c)
+          return op->emitOpError() << "is read by model chunks " << at->second << " and " << c
+                                   << "; a value computed once serves one chunk";
+      }
+  }
+  // Every read within one chunk.
+  for (Operation *op : all)
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp();
+          def && chunk.count(op) && chunk.count(def) && chunk.lookup(def) != chunk.lookup(op))
+        return op->emitOpError() << "is in model chunk " << chunk.lookup(op)
+                                 << " but reads a value of chunk " << chunk.lookup(def)
+                                 << "; the chunks of a rank exchange values only through "
+                                    "mesh.send / mesh.recv";
+  SmallVector<SmallVector<Operation *>> fwd, bwd;
+  fwd.resize(size_t(V));
+  bwd.resize(size_t(V));
+  SmallVector<Operation *> syncs;
+  for (Operation *op : fwdOps)
+    fwd[size_t(chunk.count(op) ? chunk.lookup(op) : V - 1)].push_back(op);
+  for (Operation *op : bwdOps) {
+    if (chunk.count(op))
+      bwd[size_t(chunk.lookup(op))].push_back(op);
+    else if (isa<sched::SchedDialect>(op->getDialect()))
+      syncs.push_back(op);
+    else
+      bwd[size_t(V - 1)].push_back(op);
+  }
+  // A bucket's sync starts at the end of the backward of the lowest chunk holding one of its
+  // parameters: in the last microbatch that unit runs after the other chunks' (chunk V - 1's
+  // backward first, chunk 0's last), so every contribution is in. Other syncs: chunk 0's end.
+  llvm::StringMap<int64_t> chunkOfParam;
+  for (Operation *op : bwdOps)
+    if (auto acc = dyn_cast<sched::AccumulateGradOp>(op); acc && chunk.count(op))
+      chunkOfParam[acc.getParam()] = chunk.lookup(op);
+  SmallVector<SmallVector<Operation *>> syncsOf;
+  syncsOf.resize(size_t(V));
+  for (Operation *op : syncs) {
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp(); def && !llvm::is_contained(syncs, def))
+        return op->emitOpError() << "reads a value of the backward; a gradient sync placed at "
+                                    "the end of a chunk's backward reads none";
+    int64_t c = V;
+    auto start = dyn_cast<sched::GradSyncStartOp>(op);
+    auto buffer = start ? module.lookupSymbol<sched::GradBufferOp>(start.getBufferAttr())
+                        : sched::GradBufferOp();
+    if (buffer && int64_t(start.getBucket()) < buffer.getNumBuckets()) {
+      const int64_t lo = buffer.getBucketBounds()[size_t(start.getBucket())],
+                    hi = buffer.getBucketBounds()[size_t(start.getBucket() + 1)];
+      for (auto [i, name] : llvm::enumerate(buffer.getParams())) {
+        const int64_t first = buffer.getOffsets()[i], end = first + buffer.getSizes()[i];
+        auto it = chunkOfParam.find(cast<FlatSymbolRefAttr>(name).getValue());
+        if (first < hi && end > lo && it != chunkOfParam.end())
+          c = std::min(c, it->second);
+      }
+    }
+    syncsOf[size_t(c < V ? c : 0)].push_back(op);
+  }
+  SmallVector<SmallVector<unsigned>> resultsOf;
+  resultsOf.resize(size_t(V));
+  for (int64_t v = 0; v < V; ++v) {
+    llvm::append_range(bwd[size_t(v)], syncsOf[size_t(v)]);
+    llvm::DenseSet<Operation *> in(bwd[size_t(v)].begin(), bwd[size_t(v)].end());
+    for (auto [i, r] : llvm::enumerate(body.getTerminator()->getOperands()))
+      if (Operation *def = r.getDefiningOp(); def && in.contains(def))
+        resultsOf[size_t(v)].push_back(unsigned(i));
+  }
+  for (auto [i, r] : llvm::enumerate(body.getTerminator()->getOperands()))
+    if (llvm::none_of(resultsOf, [&](auto &rs) { return llvm::is_contained(rs, unsigned(i)); }))
+      return fn.emitOpError() << "@" << fn.getSymName() << " returns token " << i
+                              << ", which no chunk's backward produces";
+
+  SmallVector<Units> units;
+  for (int64_t v = 0; v < V; ++v) {
+    llvm::DenseSet<Operation *> inChunkForward(fwd[size_t(v)].begin(), fwd[size_t(v)].end());
+    SmallVector<Value> stashValues;
+    SmallVector<Operation *> bwdWithRemat;
+    stashOf(bwd[size_t(v)], inChunkForward, stashValues, bwdWithRemat);
+    const std::string base = (fn.getSymName() + ".chunk" + Twine(v)).str();
+    Units u;
+    u.forward = buildForward(fn, fwd[size_t(v)], stashValues, base + ".forward");
+    if (func::FuncOp same = findEquivalent(u.forward)) {
+      u.forward.erase();
+      u.forward = same;
+    } else {
+      forwards.push_back(u.forward);
+    }
+    u.results = resultsOf[size_t(v)];
+    u.backward = buildBackward(fn, bwdWithRemat, stashValues, base + ".backward",
+                               ArrayRef<unsigned>(u.results));
+    units.push_back(u);
+  }
+  doneChunks[fn.getSymName()] = units;
+  return units;
+}
+
 func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
-                                    ArrayRef<Value> stash) {
+                                    ArrayRef<Value> stash, StringRef name) {
   OpBuilder b(fn);
   SmallVector<Type> results;
   for (Value v : stash)
     results.push_back(v.getType());
-  auto f = b.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".forward").str(),
+  auto f = b.create<func::FuncOp>(fn.getLoc(), name,
                                   b.getFunctionType(fn.getArgumentTypes(), results));
   copyFunctionAttrs(fn, f);
   f->removeAttr("sched.last_microbatch");
@@ -179,7 +376,18 @@ func::FuncOp Splitter::buildForward(func::FuncOp fn, ArrayRef<Operation *> ops,
 }
 
 func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
-                                     ArrayRef<Value> stash) {
+                                     ArrayRef<Value> stash, StringRef name,
+                                     std::optional<ArrayRef<unsigned>> results) {
+  Operation *term = fn.getBody().front().getTerminator();
+  SmallVector<unsigned> which;
+  if (results)
+    which.assign(results->begin(), results->end());
+  else
+    for (unsigned i = 0; i < term->getNumOperands(); ++i)
+      which.push_back(i);
+  SmallVector<Type> resultTypes;
+  for (unsigned i : which)
+    resultTypes.push_back(term->getOperand(i).getType());
   OpBuilder b(fn);
   // The stage function's arguments except the tokens it waits on (its forward waits), then the
   // stash; its results are the tokens of the collectives the backward starts.
@@ -196,8 +404,7 @@ func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
     }
   for (Value v : stash)
     args.push_back(v.getType());
-  auto f = b.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".backward").str(),
-                                  b.getFunctionType(args, fn.getResultTypes()));
+  auto f = b.create<func::FuncOp>(fn.getLoc(), name, b.getFunctionType(args, resultTypes));
   copyFunctionAttrs(fn, f);
   f->removeAttr("sched.first_microbatch");
   f->setAttr("sched.unit", b.getStringAttr("backward"));
@@ -215,8 +422,8 @@ func::FuncOp Splitter::buildBackward(func::FuncOp fn, ArrayRef<Operation *> ops,
   for (Operation *op : ops)
     b.clone(*op, map);
   SmallVector<Value> ret;
-  for (Value v : fn.getBody().front().getTerminator()->getOperands())
-    ret.push_back(map.lookupOrDefault(v));
+  for (unsigned i : which)
+    ret.push_back(map.lookupOrDefault(term->getOperand(i)));
   b.create<func::ReturnOp>(fn.getLoc(), ret);
   return f;
 }
@@ -262,9 +469,11 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     std::string schedule;
     if (failed(resolvePlanOption(module, this->schedule, "schedule", schedule)))
       return signalPassFailure();
-    if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b") {
+    if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b" &&
+        schedule != "interleaved") {
       module.emitError() << "trainc-schedule-units: schedule '" << schedule
-                         << "' is not one of 'no-pipelining', '1f1b', 'all-forward-first'";
+                         << "' is not one of 'no-pipelining', '1f1b', 'interleaved', "
+                            "'all-forward-first'";
       return signalPassFailure();
     }
     // A pipeline stage's place (trainc-pipeline-split); one stage without it.
@@ -273,6 +482,21 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
       numStages = a.getInt();
     if (auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_stage"))
       stageIndex = a.getInt();
+    // The model chunks of an interleaved rank (trainc-pipeline-split virtual-stages).
+    int64_t numChunks = 1, groupSize = 0;
+    if (auto a = module->getAttrOfType<IntegerAttr>("trainc.pipeline_virtual_stages"))
+      numChunks = a.getInt();
+    if (auto a = module->getAttrOfType<IntegerAttr>("trainc.microbatch_group_size_per_vp_stage"))
+      groupSize = a.getInt();
+    if ((numChunks > 1) != (schedule == "interleaved")) {
+      module.emitError() << "trainc-schedule-units: schedule '" << schedule << "' with "
+                         << numChunks << " model chunk(s) per pipeline stage ("
+                         << (numChunks > 1 ? "use 'interleaved'"
+                                           : "'interleaved' needs trainc-pipeline-split with "
+                                             "virtual-stages > 1")
+                         << ")";
+      return signalPassFailure();
+    }
     if (numStages > 1 && schedule == "no-pipelining") {
       module.emitError() << "trainc-schedule-units: schedule 'no-pipelining' runs one stage; "
                             "this module is stage "
@@ -312,7 +536,13 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
         mb.emitOpError() << "calls @" << mb.getCallee() << ", not a function in this module";
         return signalPassFailure();
       }
-      FailureOr<Units> u = splitter.split(fn);
+      if (schedule == "interleaved" && int64_t(mb.getIndex()) != int64_t(units.size())) {
+        mb.emitOpError() << "is microbatch " << mb.getIndex() << " at position " << units.size()
+                         << "; the microbatches of an iteration are in index order";
+        return signalPassFailure();
+      }
+      // (Interleaved: the chunk units are split below.)
+      FailureOr<Units> u = schedule == "interleaved" ? Units{} : splitter.split(fn);
       if (failed(u))
         return signalPassFailure();
       units.push_back({*u, int64_t(mb.getIndex())});
@@ -333,7 +563,56 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
       for (auto [o, r] : llvm::zip(calls[k].getTokens(), bwd.getTokens()))
         o.replaceAllUsesWith(r);
     };
-    if (schedule == "no-pipelining") {
+    if (schedule == "interleaved") {
+      auto layers = module->getAttrOfType<DenseI64ArrayAttr>("trainc.pipeline_layers");
+      if (!layers || int64_t(layers.size()) != 2 * numChunks) {
+        module.emitError() << "trainc-schedule-units: trainc.pipeline_layers does not give the "
+                              "[first, end) layers of each of the "
+                           << numChunks << " model chunks";
+        return signalPassFailure();
+      }
+      const int64_t m = int64_t(units.size());
+      if (std::string e = checkInterleavedSchedule(numStages, numChunks, m, groupSize);
+          !e.empty()) {
+        module.emitError() << "trainc-schedule-units: " << e;
+        return signalPassFailure();
+      }
+      SmallVector<SmallVector<Units>> chunkUnits;
+      for (sched::MicrobatchOp mb : calls) {
+        if (!mb.getWaits().empty()) {
+          mb.emitOpError() << "waits on tokens (overlapped parameter gathers); the interleaved "
+                              "schedule does not split those over model chunks";
+          return signalPassFailure();
+        }
+        FailureOr<SmallVector<Units>> u =
+            splitter.splitChunks(module.lookupSymbol<func::FuncOp>(mb.getCalleeAttr()),
+                                 layers.asArrayRef());
+        if (failed(u))
+          return signalPassFailure();
+        chunkUnits.push_back(*u);
+      }
+      SmallVector<SmallVector<sched::ForwardOp>> fs;
+      fs.resize(size_t(m));
+      for (auto &row : fs)
+        row.resize(size_t(numChunks));
+      for (ScheduleStep st :
+           interleavedOneForwardOneBackward(numStages, stageIndex, numChunks, m, groupSize)) {
+        const size_t k = size_t(st.microbatch), v = size_t(st.chunk);
+        Units u = chunkUnits[k][v];
+        if (st.forward) {
+          fs[k][v] = b.create<sched::ForwardOp>(calls.front().getLoc(),
+                                                sched::StashType::get(b.getContext()),
+                                                u.forward.getSymName(), st.microbatch, st.chunk,
+                                                ValueRange{});
+          continue;
+        }
+        auto bwd = b.create<sched::BackwardOp>(fs[k][v].getLoc(), u.backward.getResultTypes(),
+                                               u.backward.getSymName(), fs[k][v].getStash(),
+                                               st.microbatch, st.chunk);
+        for (auto [i, r] : llvm::zip(u.results, bwd.getTokens()))
+          calls[k].getTokens()[i].replaceAllUsesWith(r);
+      }
+    } else if (schedule == "no-pipelining") {
       for (size_t k = 0; k < units.size(); ++k)
         backward(units[k].first, forward(units[k].first, k), k);
     } else if (schedule == "1f1b") {

@@ -28,12 +28,12 @@ using namespace trainc::test;
 namespace {
 
 std::vector<std::string> flags(int64_t pp, int64_t dp, int64_t mbs, int64_t gbs,
-                               std::vector<std::string> extra = {}) {
+                               std::vector<std::string> extra = {}, int64_t layers = 4) {
   std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
                                 "--global-batch-size",  std::to_string(gbs),
                                 "--data-parallel-size", std::to_string(dp),
                                 "--pipeline-model-parallel-size", std::to_string(pp),
-                                "--num-layers",         "4",
+                                "--num-layers",         std::to_string(layers),
                                 "--hidden-dropout",     "0",
                                 "--attention-dropout",  "0"};
   f.insert(f.end(), extra.begin(), extra.end());
@@ -144,12 +144,16 @@ struct Variant {
   bool distributedOptimizer = false;
   /// Megatron's uneven split: this many layers on the first stage (0: even).
   int64_t firstStageLayers = 0;
+  /// Model chunks per stage (--virtual-pipeline-model-parallel-size; interleaved 1F1B when > 1).
+  int64_t vpp = 1;
+  int64_t layers = 4;
 };
 
 void PrintTo(const Variant &v, std::ostream *os) {
   *os << v.preset << " pp " << v.pp << " dp " << v.dp << " m " << v.m
       << (v.distributedOptimizer ? " zero-1" : "")
-      << (v.firstStageLayers ? " first stage " + std::to_string(v.firstStageLayers) : "");
+      << (v.firstStageLayers ? " first stage " + std::to_string(v.firstStageLayers) : "")
+      << (v.vpp > 1 ? " vpp " + std::to_string(v.vpp) : "") << " layers " << v.layers;
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<Variant> {};
@@ -158,7 +162,7 @@ TEST_P(PipelineEquivalence, MatchesTheSingleRankPlan) {
   const Variant v = GetParam();
   const int64_t mbs = 1, iters = 10, gbs = mbs * v.dp * v.m;
   std::vector<Samples> batches = makeBatches(iters, gbs, 211);
-  History ref = train(v.preset, flags(1, 1, mbs, gbs), mbs, batches, iters);
+  History ref = train(v.preset, flags(1, 1, mbs, gbs, {}, v.layers), mbs, batches, iters);
   ASSERT_EQ(ref.losses.size(), size_t(iters));
   std::vector<std::string> extra;
   if (v.distributedOptimizer)
@@ -167,7 +171,11 @@ TEST_P(PipelineEquivalence, MatchesTheSingleRankPlan) {
     extra.push_back("--decoder-first-pipeline-num-layers");
     extra.push_back(std::to_string(v.firstStageLayers));
   }
-  History h = train(v.preset, flags(v.pp, v.dp, mbs, gbs, extra), mbs, batches, iters);
+  if (v.vpp > 1) {
+    extra.push_back("--virtual-pipeline-model-parallel-size");
+    extra.push_back(std::to_string(v.vpp));
+  }
+  History h = train(v.preset, flags(v.pp, v.dp, mbs, gbs, extra, v.layers), mbs, batches, iters);
   std::ostringstream what;
   PrintTo(v, &what);
   expectClose(h, ref, what.str());
@@ -178,7 +186,9 @@ std::string variantName(const ::testing::TestParamInfo<Variant> &i) {
   std::replace(p.begin(), p.end(), '-', '_');
   return p + "_pp" + std::to_string(i.param.pp) + "_dp" + std::to_string(i.param.dp) + "_m" +
          std::to_string(i.param.m) + (i.param.distributedOptimizer ? "_zero1" : "") +
-         (i.param.firstStageLayers ? "_first" + std::to_string(i.param.firstStageLayers) : "");
+         (i.param.firstStageLayers ? "_first" + std::to_string(i.param.firstStageLayers) : "") +
+         (i.param.vpp > 1 ? "_vpp" + std::to_string(i.param.vpp) : "") +
+         (i.param.layers != 4 ? "_layers" + std::to_string(i.param.layers) : "");
 }
 
 // m in {1, P, 2P + 1}: no steady state, a full pipeline, more microbatches than stages.
@@ -194,6 +204,22 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"tiny-llama", 4, 1, 1}, Variant{"tiny-llama", 4, 1, 4},
                       Variant{"tiny-llama", 4, 1, 9}, Variant{"tiny-gpt", 4, 1, 4},
                       Variant{"tiny-gpt", 4, 1, 9}),
+    variantName);
+
+// Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving), 2 model chunks
+// per stage: pp 2 (4 layers, one per chunk) and pp 4 (8 layers), m in {P, 2P} (Megatron requires
+// m % P == 0), untied and tied, and dp 2 with the distributed optimizer (untied).
+INSTANTIATE_TEST_SUITE_P(
+    Interleaved, PipelineEquivalence,
+    ::testing::Values(Variant{"tiny-llama", 2, 1, 2, false, 0, 2},
+                      Variant{"tiny-llama", 2, 1, 4, false, 0, 2},
+                      Variant{"tiny-gpt", 2, 1, 2, false, 0, 2},
+                      Variant{"tiny-gpt", 2, 1, 4, false, 0, 2},
+                      Variant{"tiny-llama", 4, 1, 4, false, 0, 2, 8},
+                      Variant{"tiny-llama", 4, 1, 8, false, 0, 2, 8},
+                      Variant{"tiny-gpt", 4, 1, 4, false, 0, 2, 8},
+                      Variant{"tiny-gpt", 4, 1, 8, false, 0, 2, 8},
+                      Variant{"tiny-llama", 2, 2, 4, true, 0, 2}),
     variantName);
 
 } // namespace
@@ -236,6 +262,28 @@ TEST(PipelineVerifier, RefusesAPlanThatDeadlocks) {
             std::string::npos)
       << e;
   EXPECT_NE(e.find("forward_backward.backward#"), std::string::npos) << e;
+  EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
+            std::string::npos)
+      << e;
+}
+
+// The interleaved plan (pp 2, 2 chunks, m 2) passes the whole-plan check; with rank 0's first
+// backward unit (chunk 1's) moved before its forwards, rank 0 waits for a gradient of rank 1,
+// which waits for rank 0's activation: refused, naming both ranks and instruction paths.
+TEST(PipelineVerifier, RefusesAnInterleavedPlanThatDeadlocks) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama", flags(2, 1, 1, 2, {"--virtual-pipeline-model-parallel-size", "2"}), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  EXPECT_EQ(plan.parallel.pipeline_schedule, "interleaved");
+  EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+  backwardFirst(programs[0]);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
+                   "from rank 1 (train_step#"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("forward_backward.chunk1.backward#"), std::string::npos) << e;
   EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
             std::string::npos)
       << e;
@@ -289,6 +337,81 @@ TEST(PipelineTimeline, OneForwardOneBackwardBubbleIsTheClosedForm) {
         EXPECT_DOUBLE_EQ(t.makespan, (1 + b) * double(m + P - 1)) << P << " " << m;
       }
     }
+}
+
+// Megatron's interleaved 1F1B with V chunks on the cost model (every chunk unit costing the
+// same): the idle share is (P - 1) / (V m + P - 1), i.e. bubble time / ideal time =
+// (P - 1) / (V m), Narayanan et al. 2021 (arXiv 2104.04473) section 2.2.2: the 1F1B bubble
+// divided by V. Checked for m % P == 0 (Megatron's requirement), group sizes P and 2P, and
+// with B = 2 F; V = 1 would be 1F1B's closed form.
+TEST(PipelineTimeline, InterleavedBubbleIsNarayanansClosedForm) {
+  for (int64_t P : {2, 3, 4, 8})
+    for (int64_t V : {2, 3, 4})
+      for (int64_t m : {P, 2 * P, 3 * P, 4 * P})
+        for (int64_t G : {P, 2 * P}) {
+          if (!mlir::trainc::checkInterleavedSchedule(P, V, m, G).empty())
+            continue;
+          std::vector<std::vector<mlir::trainc::TimelineUnit>> stages(static_cast<size_t>(P));
+          for (int64_t s = 0; s < P; ++s)
+            for (mlir::trainc::ScheduleStep st :
+                 mlir::trainc::interleavedOneForwardOneBackward(P, s, V, m, G)) {
+              mlir::trainc::TimelineUnit u;
+              u.forward = st.forward;
+              u.microbatch = st.microbatch;
+              u.chunk = st.chunk;
+              stages[size_t(s)].push_back(u);
+            }
+          for (double b : {1.0, 2.0}) {
+            mlir::trainc::Timeline t;
+            ASSERT_EQ(mlir::trainc::playTimeline(stages, 1, b, t), "")
+                << "P " << P << " V " << V << " m " << m << " G " << G;
+            if (G != P) // the closed form is for Megatron's default group size
+              continue;
+            EXPECT_NEAR(t.bubble, double(P - 1) / double(V * m + P - 1), 1e-12)
+                << "P " << P << " V " << V << " m " << m << " B " << b;
+            EXPECT_DOUBLE_EQ(t.makespan, (1 + b) * double(V * m + P - 1)) << P << " " << m;
+          }
+        }
+}
+
+// Megatron's order: warmup (P - r - 1) * 2 + (V - 1) * P forwards taken from the schedule table
+// (microbatch groups of P run chunk by chunk), backwards from chunk V - 1 down.
+TEST(PipelineTimeline, InterleavedOrderIsMegatrons) {
+  auto str = [](const llvm::SmallVector<mlir::trainc::ScheduleStep> &o) {
+    std::string s;
+    for (auto st : o)
+      s += (st.forward ? "F" : "B") + std::to_string(st.microbatch) + "." +
+           std::to_string(st.chunk) + " ";
+    return s;
+  };
+  // pp 2, V 2, m 4: rank 0 warms up with 2 + 2 = 4 forwards, rank 1 with 2.
+  EXPECT_EQ(str(mlir::trainc::interleavedOneForwardOneBackward(2, 0, 2, 4, 2)),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0 ");
+  EXPECT_EQ(str(mlir::trainc::interleavedOneForwardOneBackward(2, 1, 2, 4, 2)),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0 ");
+  // Everything in the warmup when it exceeds V m.
+  EXPECT_EQ(str(mlir::trainc::interleavedOneForwardOneBackward(2, 0, 2, 2, 2)),
+            "F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0 ");
+  EXPECT_EQ(mlir::trainc::checkInterleavedSchedule(2, 2, 3, 2),
+            "number of microbatches (3) is not divisible by pipeline-model-parallel-size (2) "
+            "when using interleaved schedule");
+  EXPECT_NE(mlir::trainc::checkInterleavedSchedule(4, 2, 8, 3).find("should range in [PP=4 , M=8]"),
+            std::string::npos);
+  EXPECT_NE(mlir::trainc::checkInterleavedSchedule(2, 2, 4, 3).find("but it is 1."),
+            std::string::npos);
+  EXPECT_EQ(mlir::trainc::checkInterleavedSchedule(3, 2, 9, 6), "");
+  // Megatron allows groups of 4 at pp 2, m 4; trainc refuses them: activations and gradients
+  // between the two ranks would meet the wrong receives (same shapes: silently wrong numbers).
+  EXPECT_EQ(mlir::trainc::checkInterleavedMessages(2, 2, 4, 4),
+            "pipeline rank 0 receives the activation for chunk 1 of microbatch 3 from rank 1 "
+            "where it expects the gradient for chunk 1 of microbatch 0 (activations and "
+            "gradients between two ranks are matched in order)");
+  EXPECT_NE(mlir::trainc::checkInterleavedSchedule(2, 2, 4, 4).find(
+                "--microbatch-group-size-per-vp-stage 4 with 2 pipeline stages"),
+            std::string::npos);
+  for (int64_t P : {2, 3, 4})
+    for (int64_t m : {P, 2 * P, 3 * P})
+      EXPECT_EQ(mlir::trainc::checkInterleavedMessages(P, 2, m, P), "") << P << " " << m;
 }
 
 // An order whose input never arrives (stage 0 waits for a gradient before sending the

@@ -355,13 +355,17 @@ TEST(PlanConfigTest, VirtualPipelineSizeAndLayersPerChunkDeriveEachOther) {
   a.model.num_layers = 16;
   a.parallel.pipeline_model_parallel_size = 2;
   a.parallel.num_layers_per_virtual_pipeline_stage = 2;
-  ASSERT_FALSE(a.finalize());
+  a.training.global_batch_size = 2; // interleaving: microbatches divisible by the stages
+  ASSERT_EQ(errorText(a.finalize()), "");
   EXPECT_EQ(a.parallel.virtual_pipeline_model_parallel_size, 4);
+  EXPECT_EQ(a.parallel.pipeline_schedule, "interleaved");
+  EXPECT_EQ(a.parallel.microbatch_group_size_per_vp_stage, 2); // Megatron's default: pp
 
   PlanConfig b = validPlan();
   b.model.num_layers = 16;
   b.parallel.pipeline_model_parallel_size = 2;
   b.parallel.virtual_pipeline_model_parallel_size = 2;
+  b.training.global_batch_size = 4;
   ASSERT_FALSE(b.finalize());
   EXPECT_EQ(b.parallel.num_layers_per_virtual_pipeline_stage, 4);
 
@@ -370,6 +374,48 @@ TEST(PlanConfigTest, VirtualPipelineSizeAndLayersPerChunkDeriveEachOther) {
   ASSERT_FALSE(one.finalize());
   EXPECT_EQ(one.parallel.virtual_pipeline_model_parallel_size, 0);
   EXPECT_EQ(one.parallel.num_layers_per_virtual_pipeline_stage, 0);
+}
+
+// --pipeline-schedule defaults to what Megatron's flags imply and must agree with them; the
+// interleaved schedule's microbatch constraints are Megatron's (schedules.py, e03878b5f).
+TEST(PlanConfigErrorTest, PipelineSchedule) {
+  PlanConfig c = validPlan();
+  c.model.num_layers = 4;
+  c.parallel.pipeline_model_parallel_size = 2;
+  c.training.global_batch_size = 3;
+  ASSERT_FALSE(c.finalize());
+  EXPECT_EQ(c.parallel.pipeline_schedule, "1f1b");
+  c = validPlan();
+  c.model.num_layers = 4;
+  c.parallel.pipeline_model_parallel_size = 2;
+  c.parallel.virtual_pipeline_model_parallel_size = 2;
+  c.training.global_batch_size = 3;
+  EXPECT_CONTAINS(finalizeError(c),
+                  "number of microbatches (3) is not divisible by pipeline-model-parallel-size "
+                  "(2) when using interleaved schedule");
+  c.training.global_batch_size = 4;
+  c.parallel.microbatch_group_size_per_vp_stage = 5;
+  EXPECT_CONTAINS(finalizeError(c), "The number of contiguous micro-batches in a virtual "
+                                    "pipeline stage should range in [PP=2 , M=4] "
+                                    "(--microbatch-group-size-per-vp-stage 5)");
+  c.parallel.microbatch_group_size_per_vp_stage = 3;
+  EXPECT_CONTAINS(finalizeError(c), "should be 0, or larger than or equal to the "
+                                    "pipeline-parallel size, but it is 1");
+  c.parallel.microbatch_group_size_per_vp_stage = 0;
+  c.parallel.pipeline_schedule = "1f1b";
+  EXPECT_CONTAINS(finalizeError(c), "--pipeline-schedule 1f1b runs one model chunk per pipeline "
+                                    "stage, but --virtual-pipeline-model-parallel-size is 2");
+  c = validPlan();
+  c.model.num_layers = 4;
+  c.parallel.pipeline_model_parallel_size = 2;
+  c.parallel.pipeline_schedule = "interleaved";
+  EXPECT_CONTAINS(finalizeError(c), "--pipeline-schedule interleaved requires "
+                                    "--num-layers-per-virtual-pipeline-stage or "
+                                    "--virtual-pipeline-model-parallel-size");
+  c = validPlan();
+  c.parallel.pipeline_schedule = "1f1b";
+  EXPECT_CONTAINS(finalizeError(c), "--pipeline-schedule 1f1b requires "
+                                    "--pipeline-model-parallel-size greater than 1");
 }
 
 TEST(PlanConfigTest, SequenceParallelIsDisabledWithoutTensorParallelism) {
@@ -838,11 +884,19 @@ TEST(CheckSupportedTest, EachUnsupportedFeatureIsNamed) {
                                                "--tensor-model-parallel-size 2"),
             "--num-query-groups 1 is not divisible by --tensor-model-parallel-size 2 (Megatron "
             "requires num_query_groups % tensor_model_parallel_size == 0)");
+  // Interleaving is supported, but not with overlapped parameter gathers.
   EXPECT_CONTAINS(parseError("--num-layers 4 --hidden-size 16 --num-attention-heads 4 "
                              "--seq-length 8 --vocab-size 37 --micro-batch-size 1 "
+                             "--global-batch-size 4 --data-parallel-size 2 "
                              "--pipeline-model-parallel-size 2 "
-                             "--virtual-pipeline-model-parallel-size 2"),
-                  "not supported yet: --virtual-pipeline-model-parallel-size 2");
+                             "--virtual-pipeline-model-parallel-size 2 "
+                             "--use-distributed-optimizer --overlap-grad-reduce "
+                             "--overlap-param-gather --untie-embeddings-and-output-weights"),
+                  "not supported yet: --overlap-param-gather with "
+                  "--virtual-pipeline-model-parallel-size 2");
+  parseOk("--num-layers 4 --hidden-size 16 --num-attention-heads 4 --seq-length 8 "
+          "--vocab-size 37 --micro-batch-size 1 --global-batch-size 2 "
+          "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2");
 
   // Sizes of 1 are accepted.
   parseOk(std::string(kMinimal) + " --tensor-model-parallel-size 1 "
@@ -1022,7 +1076,7 @@ TEST(MegatronFlagsTest, EveryOtherFlag) {
   EXPECT_FALSE(legacy.training.calculate_per_token_loss);
   PlanConfig vpp = parseOk("--num-layers 8 --hidden-size 16 --num-attention-heads 4 "
                            "--seq-length 8 --vocab-size 37 --micro-batch-size 1 "
-                           "--pipeline-model-parallel-size 2 "
+                           "--pipeline-model-parallel-size 2 --global-batch-size 2 "
                            "--num-layers-per-virtual-pipeline-stage 2",
                            [] {
                              FlagParseOptions o;
