@@ -6,12 +6,21 @@
 //   attention_backward: q, k, v, o, lse, do -> dq, dk, dv (overwritten)
 //   attention_dropout:  q, k, v, rng -> o, lse; attention_dropout_backward: q, k, v, o, lse, do,
 //                       rng -> dq, dk, dv (rng: i64 [3] or [4] dropout key, as dropout's)
+//   attention_segments, attention_dropout_segments, and their _backward: the same inputs plus a
+//                       last input doc_start: i32 [B, S] (Megatron's --reset-attention-mask)
 // Query head h reads key/value head h / (NH / NG). Attributes: causal (query i attends keys
 // j <= i) and scale (0 means 1 / sqrt(D)); the dropout kernels add p and op_id. Dropout is
 // applied to the normalised probabilities before P.V (Megatron's core attention): probability
 // (b, h, i, j) is kept, scaled by 1/(1-p), when the dropout kernel's Philox uniform at global
 // index ((first + b) * NH + h) * S^2 + i * S + j is >= p (docs/kernels.md); the backward
 // regenerates the mask. p = 0 gives attention's results.
+//
+// Segments (--reset-attention-mask, Megatron's get_ltor_masks_and_position_ids): query i of
+// sample b attends key j only when doc_start[b, i] <= j <= i, where doc_start[b, i] is the first
+// position of token i's document (one past the last EOD before i: an EOD token belongs to the
+// document it ends). Causal only; a start outside [0, i] is clamped into it. doc_start = 0
+// everywhere gives attention's results bitwise (the same blocks, sums and orders). Key blocks
+// entirely before every start of a query block are skipped.
 //
 // Flash-attention structure, single-threaded and deterministic: a block of kBr query rows is
 // processed against blocks of kBc keys. The forward keeps a running max and sum per row (online
@@ -77,6 +86,8 @@ struct AttnShape {
   bool causal;
   double scale;
   AttnDropout drop;
+  /// doc_start [B, S] (i32) of the segment kernels, else null.
+  const int32_t *docStart = nullptr;
 };
 
 /// u[j] = the dropout kernel's uniform (Philox.h philoxUniform4) of global index g0 + j, j < n <=
@@ -149,6 +160,12 @@ AttnShape attnShape(const KernelCtx &c) {
   s.scale = c.attrs->f(1);
   if (s.scale == 0)
     s.scale = s.D > 0 ? 1.0 / std::sqrt(double(s.D)) : 1.0;
+  return s;
+}
+
+/// The segment kernels: doc_start is input `docInput`.
+AttnShape withSegments(AttnShape s, const KernelCtx &c, int docInput) {
+  s.docStart = c.in[docInput].as<int32_t>();
   return s;
 }
 
@@ -375,11 +392,29 @@ void packRows(const T *src, int64_t stride, int rows, int D, A *dst, A mul) {
   }
 }
 
-/// Number of keys of block [j0, j0 + bc) that query row i may attend.
-inline int validKeys(bool causal, int64_t i, int64_t j0, int bc) {
-  if (!causal)
-    return bc;
-  return int(std::clamp<int64_t>(i - j0 + 1, 0, bc));
+/// Keys [lo, hi) of block [j0, j0 + bc) (offsets in the block) that query row i may attend:
+/// j <= i under causal masking, j >= doc_start[i] with segments (`ds` is sample b's row of
+/// doc_start, or null). hi >= lo.
+struct KeyRange {
+  int lo, hi;
+};
+inline int64_t docStartOf(const int32_t *ds, int64_t i) {
+  return ds ? std::clamp<int64_t>(ds[i], 0, i) : 0;
+}
+inline KeyRange keyRange(bool causal, const int32_t *ds, int64_t i, int64_t j0, int bc) {
+  int hi = causal ? int(std::clamp<int64_t>(i - j0 + 1, 0, bc)) : bc;
+  int lo = ds ? int(std::clamp<int64_t>(docStartOf(ds, i) - j0, 0, bc)) : 0;
+  return {lo, std::max(lo, hi)};
+}
+/// The first key block (a multiple of kBc, so the blocks are the unsegmented kernel's) that any
+/// of query rows [i0, i0 + mr) attends.
+inline int64_t firstKeyBlock(const int32_t *ds, int64_t i0, int mr) {
+  if (!ds)
+    return 0;
+  int64_t m = i0;
+  for (int r = 0; r < mr; ++r)
+    m = std::min(m, docStartOf(ds, i0 + r));
+  return m / kBc * kBc;
 }
 
 //===----------------------------------------------------------------------===//
@@ -411,6 +446,7 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
       const int64_t b = bg / NG, g = bg % NG;
       const T *kg = k + b * S * kvStride + g * D;
       const T *vg = v + b * S * kvStride + g * D;
+      const int32_t *docs = s.docStart ? s.docStart + b * S : nullptr;
       packRows(kg, kvStride, int(S), D, kn.data(), A(1));
       packRows(vg, kvStride, int(S), D, vn.data(), A(1));
       for (int64_t h = g * headsPerGroup; h < (g + 1) * headsPerGroup; ++h) {
@@ -424,7 +460,7 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
           std::fill(rowM.begin(), rowM.end(), -std::numeric_limits<A>::infinity());
           std::fill(rowL.begin(), rowL.end(), A(0));
           int64_t kEnd = s.causal ? std::min<int64_t>(S, i0 + mr) : S;
-          for (int64_t j0 = 0; j0 < kEnd; j0 += kBc) {
+          for (int64_t j0 = firstKeyBlock(docs, i0, mr); j0 < kEnd; j0 += kBc) {
             int bc = int(std::min<int64_t>(kBc, kEnd - j0));
             // Scores of the tile (the scale is in qs).
             gemm(false, true, mr, bc, D, qs.data(), D, kn.data() + j0 * D, D, sc.data(), kBc,
@@ -432,14 +468,16 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
             // Online softmax: new running max, rescale of the running sum and output.
             for (int r = 0; r < mr; ++r) {
               A *p = sc.data() + int64_t(r) * kBc;
-              int valid = validKeys(s.causal, i0 + r, j0, bc);
+              const KeyRange kr = keyRange(s.causal, docs, i0 + r, j0, bc);
+              const int valid = kr.hi - kr.lo;
               if (valid > 0) {
-                A mNew = std::max(rowM[r], rowMax(p, valid));
-                expInPlace(p, valid, mNew);
+                A *pv = p + kr.lo;
+                A mNew = std::max(rowM[r], rowMax(pv, valid));
+                expInPlace(pv, valid, mNew);
                 A alpha = rowM[r] == -std::numeric_limits<A>::infinity()
                               ? A(0)
                               : A(std::exp(rowM[r] - mNew));
-                rowL[r] = alpha * rowL[r] + rowSum(p, valid);
+                rowL[r] = alpha * rowL[r] + rowSum(pv, valid);
                 if (alpha != A(1)) {
                   A *orow = oacc.data() + int64_t(r) * D;
                   for (int d = 0; d < D; ++d)
@@ -448,12 +486,14 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
                 rowM[r] = mNew;
                 // Dropout after the normaliser's sum: P V uses the kept probabilities / (1-p).
                 if (s.drop.on) {
-                  dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0), valid, keep.data());
+                  dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0 + kr.lo), valid, keep.data());
                   for (int j = 0; j < valid; ++j)
-                    p[j] *= keep[j];
+                    pv[j] *= keep[j];
                 }
               }
-              for (int j = std::max(valid, 0); j < bc; ++j)
+              for (int j = 0; j < kr.lo; ++j)
+                p[j] = A(0);
+              for (int j = kr.hi; j < bc; ++j)
                 p[j] = A(0);
             }
             gemm(false, false, mr, D, bc, sc.data(), kBc, vn.data() + j0 * D, D, oacc.data(), D,
@@ -516,6 +556,7 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
       const int64_t b = bg / NG, g = bg % NG;
       const T *kg = k + b * S * kvStride + g * D;
       const T *vg = v + b * S * kvStride + g * D;
+      const int32_t *docs = s.docStart ? s.docStart + b * S : nullptr;
       packRows(kg, kvStride, int(S), D, kn.data(), A(1));
       packRows(vg, kvStride, int(S), D, vn.data(), A(1));
       std::fill(dkAcc.begin(), dkAcc.end(), A(0));
@@ -535,16 +576,18 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
           packRows(dout + hOff + i0 * qStride, qStride, mr, D, dos.data(), A(1));
           std::fill(dqAcc.begin(), dqAcc.end(), A(0));
           int64_t kEnd = s.causal ? std::min<int64_t>(S, i0 + mr) : S;
-          for (int64_t j0 = 0; j0 < kEnd; j0 += kBc) {
+          for (int64_t j0 = firstKeyBlock(docs, i0, mr); j0 < kEnd; j0 += kBc) {
             int bc = int(std::min<int64_t>(kBc, kEnd - j0));
             // P = exp(q . k * scale - lse), masked entries exactly 0.
             gemm(false, true, mr, bc, D, qs.data(), D, kn.data() + j0 * D, D, pt.data(), kBc,
                  false, scratch);
             for (int r = 0; r < mr; ++r) {
               A *p = pt.data() + int64_t(r) * kBc;
-              int valid = validKeys(s.causal, i0 + r, j0, bc);
-              expInPlace(p, valid, A(lseh[i0 + r]));
-              for (int j = std::max(valid, 0); j < bc; ++j)
+              const KeyRange kr = keyRange(s.causal, docs, i0 + r, j0, bc);
+              expInPlace(p + kr.lo, kr.hi - kr.lo, A(lseh[i0 + r]));
+              for (int j = 0; j < kr.lo; ++j)
+                p[j] = A(0);
+              for (int j = kr.hi; j < bc; ++j)
                 p[j] = A(0);
             }
             // dP = do . v^T; dS = P * (dP - D_i).
@@ -557,9 +600,12 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
               A *d = ds.data() + int64_t(r) * kBc;
               A di = rowD[i0 + r];
               if (s.drop.on) {
-                int valid = validKeys(s.causal, i0 + r, j0, bc);
-                dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0), valid, keep.data());
-                for (int j = valid; j < bc; ++j)
+                const KeyRange kr = keyRange(s.causal, docs, i0 + r, j0, bc);
+                for (int j = 0; j < kr.lo; ++j)
+                  keep[j] = A(0);
+                dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0 + kr.lo), kr.hi - kr.lo,
+                           keep.data() + kr.lo);
+                for (int j = kr.hi; j < bc; ++j)
                   keep[j] = A(0);
                 for (int j = 0; j < bc; ++j) {
                   d[j] = p[j] * (keep[j] * d[j] - di);
@@ -617,6 +663,19 @@ void attentionDropoutKernel(const KernelCtx &c) { runAttention(c, attnDropoutSha
 void attentionDropoutBackwardKernel(const KernelCtx &c) {
   runAttentionBackward(c, attnDropoutShape(c, 6));
 }
+// The segment kernels: the same inputs and then doc_start.
+void attentionSegmentsKernel(const KernelCtx &c) {
+  runAttention(c, withSegments(attnShape(c), c, 3));
+}
+void attentionSegmentsBackwardKernel(const KernelCtx &c) {
+  runAttentionBackward(c, withSegments(attnShape(c), c, 6));
+}
+void attentionDropoutSegmentsKernel(const KernelCtx &c) {
+  runAttention(c, withSegments(attnDropoutShape(c, 3), c, 4));
+}
+void attentionDropoutSegmentsBackwardKernel(const KernelCtx &c) {
+  runAttentionBackward(c, withSegments(attnDropoutShape(c, 6), c, 7));
+}
 
 } // namespace
 
@@ -625,6 +684,10 @@ void registerAttentionKernels(KernelTable &t) {
   t["attention_backward"] = attentionBackwardKernel;
   t["attention_dropout"] = attentionDropoutKernel;
   t["attention_dropout_backward"] = attentionDropoutBackwardKernel;
+  t["attention_segments"] = attentionSegmentsKernel;
+  t["attention_segments_backward"] = attentionSegmentsBackwardKernel;
+  t["attention_dropout_segments"] = attentionDropoutSegmentsKernel;
+  t["attention_dropout_segments_backward"] = attentionDropoutSegmentsBackwardKernel;
 }
 
 } // namespace trainc::rt::cpu
