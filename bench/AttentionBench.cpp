@@ -1,8 +1,13 @@
 //===- AttentionBench.cpp - attention forward and forward + backward ------===//
 //
 // Times the CPU backend's `attention` and `attention_backward` kernels, called directly (no
-// executor), at B = 1, S = 1024, NH = NG = 8, D = 64, f32, causal: one warm-up, then the best of
-// 5 repetitions. FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for
+// executor), at B = 1, S = 1024, NH = NG = 8, D = 64, f32, causal, and in the same run the GEMM
+// rate they are measured against: oneDNN's sgemm at M = N = K = 1024 with its default threads
+// (the rate the runtime's matmul reaches, bench_gemm). The measurements are interleaved in
+// rounds (GEMM, forward, forward + backward, ...) and each figure is the best over the rounds
+// (argument 1, default 7), so that load from other processes on a shared machine affects all of
+// them alike; TRAINC_BENCH_CPU_TIME=1 times CPU time instead of wall-clock time (use it with
+// OMP_NUM_THREADS=1 on a loaded machine). FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for
 // the backward (forward + backward = 3.5 times). Then the same with attention dropout p = 0.1
 // (attention_dropout kernels: one Philox call per 4 probabilities, forward and backward).
 //
@@ -11,26 +16,37 @@
 #include "runtime/core/Backend.h"
 #include "runtime/core/Kernel.h"
 
+#include "dnnl.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace trainc::rt;
 
 namespace {
 
-template <typename F> double bestSeconds(int reps, F &&f) {
-  f(); // warm-up
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
+/// Seconds of one call of f(): wall-clock, or with TRAINC_BENCH_CPU_TIME=1 the process's CPU
+/// time (on a machine shared with other jobs, time spent descheduled does not count; meaningful
+/// with OMP_NUM_THREADS=1, where no thread spins at a barrier).
+template <typename F> double seconds(F &&f) {
+  static const bool cpuTime = std::getenv("TRAINC_BENCH_CPU_TIME") &&
+                              std::string(std::getenv("TRAINC_BENCH_CPU_TIME")) == "1";
+  if (cpuTime) {
+    timespec a, b;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
     f();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+    return double(b.tv_sec - a.tv_sec) + 1e-9 * double(b.tv_nsec - a.tv_nsec);
   }
-  return best;
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// Calls kernel `name` after checking its signature; returns false (with a message) on error.
@@ -54,9 +70,9 @@ bool call(const Backend &backend, const char *name, std::vector<TensorView> in,
 
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
   const int64_t B = 1, S = 1024, NH = 8, NG = 8, D = 64;
-  const int reps = 5;
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
   std::unique_ptr<Backend> backend = createCpuBackend();
 
   std::mt19937 gen(1);
@@ -86,37 +102,59 @@ int main() {
   attrs.scalars = {1, 0}; // causal = 1, scale = 0 (1 / sqrt(D))
   attrs.lists = {{}, {}};
 
-  bool ok = true;
-  double tFwd = bestSeconds(reps, [&] { ok &= call(*backend, "attention", {qv, kv, vv}, {ov, lv}, attrs); });
-  double tBoth = bestSeconds(reps, [&] {
-    ok &= call(*backend, "attention", {qv, kv, vv}, {ov, lv}, attrs);
-    ok &= call(*backend, "attention_backward", {qv, kv, vv, ov, lv, dov}, {dqv, dkv, dvv}, attrs);
-  });
-  if (!ok)
-    return 1;
-
   // Attention dropout p = 0.1: attrs causal, scale, p, op_id; key (seed, iteration, first sample).
   int64_t key[3] = {1234, 1, 0};
   TensorView rv = makeView(DType::I64, {3}, key);
   Attrs dattrs;
   dattrs.scalars = {1, 0, 0.1, 3};
   dattrs.lists = {{}, {}, {}, {}};
-  double tDropFwd = bestSeconds(
-      reps, [&] { ok &= call(*backend, "attention_dropout", {qv, kv, vv, rv}, {ov, lv}, dattrs); });
-  double tDropBoth = bestSeconds(reps, [&] {
+
+  const int64_t G = 1024;
+  std::vector<float> ga = randomVec(G * G), gb = randomVec(G * G), gc(size_t(G * G));
+  bool ok = true;
+  auto gemm = [&] {
+    ok &= dnnl_sgemm('N', 'N', G, G, G, 1.0f, ga.data(), G, gb.data(), G, 0.0f, gc.data(), G) ==
+          dnnl_success;
+  };
+  auto fwd = [&] { ok &= call(*backend, "attention", {qv, kv, vv}, {ov, lv}, attrs); };
+  auto both = [&] {
+    fwd();
+    ok &= call(*backend, "attention_backward", {qv, kv, vv, ov, lv, dov}, {dqv, dkv, dvv}, attrs);
+  };
+  auto dropFwd = [&] {
     ok &= call(*backend, "attention_dropout", {qv, kv, vv, rv}, {ov, lv}, dattrs);
+  };
+  auto dropBoth = [&] {
+    dropFwd();
     ok &= call(*backend, "attention_dropout_backward", {qv, kv, vv, ov, lv, dov, rv},
                {dqv, dkv, dvv}, dattrs);
-  });
+  };
+  gemm(); // warm-up
+  fwd();
+  both();
+  dropBoth();
+  double tGemm = 1e30, tFwd = 1e30, tBoth = 1e30, tDropFwd = 1e30, tDropBoth = 1e30;
+  for (int r = 0; r < rounds; ++r) {
+    tGemm = std::min(tGemm, seconds(gemm));
+    tFwd = std::min(tFwd, seconds(fwd));
+    tBoth = std::min(tBoth, seconds(both));
+    tDropFwd = std::min(tDropFwd, seconds(dropFwd));
+    tDropBoth = std::min(tDropBoth, seconds(dropBoth));
+  }
   if (!ok)
     return 1;
 
   double fwdFlops = 0.5 * 4.0 * double(B) * double(NH) * double(S) * double(S) * double(D);
   double bothFlops = 3.5 * fwdFlops;
-  std::printf("attention fwd  S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s)\n", (long long)S,
-              (long long)NH, (long long)D, tFwd * 1e3, fwdFlops / tFwd * 1e-9);
-  std::printf("attention fwd+bwd S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s)\n", (long long)S,
-              (long long)NH, (long long)D, tBoth * 1e3, bothFlops / tBoth * 1e-9);
+  const double gemmRate = 2.0 * double(G) * double(G) * double(G) / tGemm * 1e-9;
+  std::printf("gemm f32 M=N=K=%lld (oneDNN sgemm, default threads): %.1f GFLOP/s (best of %d "
+              "interleaved rounds)\n", (long long)G, gemmRate, rounds);
+  std::printf("attention fwd  S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s, %.0f%% of the GEMM "
+              "rate)\n", (long long)S, (long long)NH, (long long)D, tFwd * 1e3,
+              fwdFlops / tFwd * 1e-9, 100 * fwdFlops / tFwd * 1e-9 / gemmRate);
+  std::printf("attention fwd+bwd S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s, %.0f%% of the GEMM "
+              "rate)\n", (long long)S, (long long)NH, (long long)D, tBoth * 1e3,
+              bothFlops / tBoth * 1e-9, 100 * bothFlops / tBoth * 1e-9 / gemmRate);
   std::printf("attention bwd (fwd+bwd - fwd) S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s)\n",
               (long long)S, (long long)NH, (long long)D, (tBoth - tFwd) * 1e3,
               2.5 * fwdFlops / (tBoth - tFwd) * 1e-9);

@@ -258,6 +258,8 @@ const std::vector<FlagSpec> &flagTable() {
               model(&ModelConfig::untie_embeddings_and_output_weights)),
       number("--attention-dropout", model(&ModelConfig::attention_dropout)),
       number("--hidden-dropout", model(&ModelConfig::hidden_dropout)),
+      // A data argument in Megatron; compile-time here (the model's doc_start input).
+      setBool("--reset-attention-mask", model(&ModelConfig::reset_attention_mask)),
       number("--init-method-std", model(&ModelConfig::init_method_std)),
 
       section("parallelism", FlagKind::CompileTime),

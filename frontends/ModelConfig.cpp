@@ -300,6 +300,7 @@ KeyValues ModelConfig::toKeyValues() const {
       {"attention_dropout", str(attention_dropout)},
       {"hidden_dropout", str(hidden_dropout)},
       {"init_method_std", str(init_method_std)},
+      {"reset_attention_mask", str(reset_attention_mask)},
   };
 }
 

@@ -85,6 +85,10 @@ struct ModelConfig {
   /// Probabilities in [0, 1).
   double attention_dropout = 0.1;
   double hidden_dropout = 0.1;
+  /// Megatron's --reset-attention-mask (a data argument there): no attention across documents
+  /// inside a sample (get_ltor_masks_and_position_ids). Compile-time in trainc, because the
+  /// model gets one more input, "doc_start" (docs/design.md "Document attention masks").
+  bool reset_attention_mask = false;
   /// Standard deviation of the normal initialisation.
   double init_method_std = 0.02;
 

@@ -132,6 +132,12 @@ LogicalResult ModelIRBuilder::build() {
     inputs.push_back("rng");
     argTypes.push_back(t({3}, b.getI64Type()));
   }
+  // --reset-attention-mask: each token's document start (the runtime's DOC_START input).
+  const bool docMask = cfg.reset_attention_mask;
+  if (docMask) {
+    inputs.push_back("doc_start");
+    argTypes.push_back(t({B, S}, i32));
+  }
   Type scalar = t({}, stats);
   b.setInsertionPointToEnd(module.getBody());
   auto fn = b.create<func::FuncOp>(loc, opts.functionName,
@@ -162,6 +168,7 @@ LogicalResult ModelIRBuilder::build() {
   Value tokens = body->getArgument(in0), pos = body->getArgument(in0 + 1);
   Value labels = body->getArgument(in0 + 2), mask = body->getArgument(in0 + 3);
   Value rng = dropout ? body->getArgument(in0 + 4) : Value();
+  Value docStart = docMask ? body->getArgument(in0 + (dropout ? 5 : 4)) : Value();
   int64_t opId = 0;
   // The op builders take the parameter values: @forward's arguments or @decoder_layer's.
   auto dropWith = [&](Value x, Value key, int64_t id, Location l) -> Value {
@@ -222,6 +229,10 @@ LogicalResult ModelIRBuilder::build() {
     layerArgs.push_back(pos.getType());
     layerArgAttrs.push_back(b.getDictionaryAttr({}));
   }
+  if (docMask) {
+    layerArgs.push_back(docStart.getType());
+    layerArgAttrs.push_back(b.getDictionaryAttr({}));
+  }
   Type keyType = t({4}, b.getI64Type());
   if (dropout) {
     layerArgs.push_back(keyType);
@@ -244,6 +255,7 @@ LogicalResult ModelIRBuilder::build() {
       local[i] = lb->getArgument(unsigned(k) + 1);
     auto LP = [&](unsigned i) { return local.lookup(i); }; // null for an absent parameter
     Value lpos = rope ? lb->getArgument(unsigned(slots.size()) + 1) : Value();
+    Value ldoc = docMask ? lb->getArgument(unsigned(slots.size()) + (rope ? 2 : 1)) : Value();
     Value key = dropout ? lb->getArgument(lb->getNumArguments() - 1) : Value();
     opId = 0;
     auto ldrop = [&](Value v, Location l) { return dropWith(v, key, firstLayerOpId + ++opId, l); };
@@ -273,7 +285,7 @@ LogicalResult ModelIRBuilder::build() {
     const int64_t attnOpId = attnDropout ? firstLayerOpId + opId + 3 : 0;
     auto attn = b.create<model::AttentionOp>(
         la, TypeRange{q.getType(), t({B, NH, S}, stats)}, q, k, v,
-        attnDropout ? key : Value(), b.getBoolAttr(true), b.getF64FloatAttr(0.0),
+        attnDropout ? key : Value(), ldoc, b.getBoolAttr(true), b.getF64FloatAttr(0.0),
         b.getF64FloatAttr(attnDropout ? cfg.attention_dropout : 0.0),
         b.getI64IntegerAttr(attnOpId));
     Value o = reshape(attn.getResult(), {B, S, NH * D}, la);
@@ -304,6 +316,8 @@ LogicalResult ModelIRBuilder::build() {
         args.push_back(P(i));
     if (rope)
       args.push_back(pos);
+    if (docMask)
+      args.push_back(docStart);
     if (dropout)
       args.push_back(b.create<model::RngOffsetOp>(lc, keyType, rng,
                                                   b.getI64IntegerAttr(sitesPerLayer * l)));

@@ -8,12 +8,13 @@
 // "normal" | "ones" | "zeros", init_std, no_weight_decay on biases and norm weights).
 // Arguments: every parameter (model.param = @its name), then the
 // inputs of one microbatch (model.input = "tokens", "position_ids", "labels", "loss_mask" and,
-// with hidden or attention dropout, "rng"). Results: (loss_sum, num_tokens) of cross entropy over the padded
+// with hidden or attention dropout, "rng"; with --reset-attention-mask, "doc_start": i32 [b, s],
+// each token's first attended key). Results: (loss_sum, num_tokens) of cross entropy over the padded
 // vocabulary with padding columns masked out.
 //
 // The decoder layer is built once, as `func.func private @decoder_layer(x, the layer's
-// parameters in state-dict order, [position_ids], [dropout key: tensor<4xi64>]) -> x`, and
-// @forward calls it once per layer (`model.layer_index`) with layer i's parameters and the key
+// parameters in state-dict order, [position_ids], [doc_start], [dropout key: tensor<4xi64>]) -> x`,
+// and @forward calls it once per layer (`model.layer_index`) with layer i's parameters and the key
 // `model.rng_offset(rng, sites per layer x i)`, so each dropout site keeps the op id of a flat
 // model: embedding 1, layer i's attention and MLP outputs 2 + 2i and 3 + 2i. With attention
 // dropout a layer has three sites: attention output 2 + 3i, MLP output 3 + 3i and the attention

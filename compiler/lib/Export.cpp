@@ -423,7 +423,7 @@ LogicalResult Exporter::run() {
         return b.emitOpError() << "export: input buffer '" << b.getSymName() << "': model.input '"
                                << role
                                << "' is not an input the runtime fills (expected tokens, "
-                                  "position_ids, labels, loss_mask or rng)";
+                                  "position_ids, labels, loss_mask, rng or doc_start)";
       buf->mutable_host_input()->set_role(r);
       buf->mutable_host_input()->set_microbatch(microbatch);
     }

@@ -472,8 +472,30 @@ LogicalResult verifyAttentionDropout(Operation *op, double p, Value rng) {
 }
 } // namespace
 
+namespace {
+/// --reset-attention-mask: doc_start is i32 [batch, seq] of the query, and the mask causal.
+LogicalResult verifyDocStart(Operation *op, Value q, Value docStart, bool causal) {
+  if (!docStart)
+    return success();
+  ArrayRef<int64_t> qs = shapeOf(q);
+  if (ty(q).getRank() == 4 && failed(expectShape(op, docStart, {qs[0], qs[1]}, "doc_start")))
+    return failure();
+  if (!causal)
+    return op->emitOpError() << "doc_start (--reset-attention-mask) needs causal = true";
+  return success();
+}
+
+/// The kernel of the forward (backward when `grad`): attention[_dropout][_segments][_backward].
+std::string attentionKernelName(bool dropout, bool segments, bool grad) {
+  return std::string("attention") + (dropout ? "_dropout" : "") + (segments ? "_segments" : "") +
+         (grad ? "_backward" : "");
+}
+} // namespace
+
 LogicalResult AttentionOp::verify() {
   if (failed(verifyAttentionDropout(*this, getDropout().convertToDouble(), getRng())))
+    return failure();
+  if (failed(verifyDocStart(*this, getQuery(), getDocStart(), getCausal())))
     return failure();
   if (failed(verifyAttention(*this, getQuery(), getKey(), getValue())) ||
       failed(expectShape(*this, getResult(), shapeOf(getQuery()), "result")))
@@ -495,16 +517,20 @@ int64_t globalHeads(Operation *op) {
 } // namespace
 
 void AttentionOp::emitKernels(KernelEmitter &e) {
-  if (getDropout().convertToDouble() > 0) {
-    e.kernel("attention_dropout", {e.operand(0), e.operand(1), e.operand(2), e.operand(3)},
-             {e.result(0), e.result(1)},
-             {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
-              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
-              e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
-    return;
-  }
-  e.kernel("attention", {e.operand(0), e.operand(1), e.operand(2)}, {e.result(0), e.result(1)},
-           {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble())});
+  // Inputs q, k, v[, rng][, doc_start] (the operands' order); the segment kernels take doc_start
+  // last.
+  const bool dropout = getDropout().convertToDouble() > 0, segments = bool(getDocStart());
+  SmallVector<Value> in = {e.operand(0), e.operand(1), e.operand(2)};
+  if (dropout)
+    in.push_back(e.operand(3));
+  if (segments)
+    in.push_back(e.operand(getNumOperands() - 1));
+  SmallVector<NamedAttribute> attrs = {e.intAttr("causal", getCausal()),
+                                       e.floatAttr("scale", getScale().convertToDouble())};
+  if (dropout)
+    attrs.append({e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
+                  e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
+  e.kernel(attentionKernelName(dropout, segments, false), in, {e.result(0), e.result(1)}, attrs);
 }
 SmallVector<Value> AttentionOp::buildVJP(OpBuilder &b, ValueRange g) {
   SmallVector<Value> none(getNumOperands(), Value());
@@ -512,19 +538,20 @@ SmallVector<Value> AttentionOp::buildVJP(OpBuilder &b, ValueRange g) {
     return none;
   auto grad = b.create<AttentionGradOp>(
       getLoc(), TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
-      getQuery(), getKey(), getValue(), getResult(), getLse(), g[0], getRng(), getCausalAttr(),
-      getScaleAttr(), getDropoutAttr(), getOpIdAttr());
+      getQuery(), getKey(), getValue(), getResult(), getLse(), g[0], getRng(), getDocStart(),
+      getCausalAttr(), getScaleAttr(), getDropoutAttr(), getOpIdAttr());
   copyRankOffsets(*this, grad);
   if (Attribute heads = (*this)->getAttr("model.global_heads"))
     grad->setAttr("model.global_heads", heads);
   SmallVector<Value> grads = {grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
-  if (getRng())
-    grads.push_back(Value());
+  grads.resize(getNumOperands()); // no cotangent for rng and doc_start
   return grads;
 }
 
 LogicalResult AttentionGradOp::verify() {
   if (failed(verifyAttentionDropout(*this, getDropout().convertToDouble(), getRng())))
+    return failure();
+  if (failed(verifyDocStart(*this, getQuery(), getDocStart(), getCausal())))
     return failure();
   if (failed(verifyAttention(*this, getQuery(), getKey(), getValue())) ||
       failed(expectShape(*this, getGrad(), shapeOf(getQuery()), "grad")) ||
@@ -542,20 +569,22 @@ LogicalResult AttentionGradOp::verify() {
 double AttentionGradOp::getFlops() { return 2.5 * attentionFlops(getQuery(), getCausal()); }
 double AttentionGradOp::getBytesMoved() { return bytesOf(*this); }
 void AttentionGradOp::emitKernels(KernelEmitter &e) {
-  if (getDropout().convertToDouble() > 0) {
-    e.kernel("attention_dropout_backward",
-             {e.operand(0), e.operand(1), e.operand(2), e.operand(3), e.operand(4), e.operand(5),
-              e.operand(6)},
-             {e.result(0), e.result(1), e.result(2)},
-             {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble()),
-              e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
-              e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
-    return;
-  }
-  e.kernel("attention_backward",
-           {e.operand(0), e.operand(1), e.operand(2), e.operand(3), e.operand(4), e.operand(5)},
-           {e.result(0), e.result(1), e.result(2)},
-           {e.intAttr("causal", getCausal()), e.floatAttr("scale", getScale().convertToDouble())});
+  // Inputs q, k, v, o, lse, do[, rng][, doc_start], as the forward's.
+  const bool dropout = getDropout().convertToDouble() > 0, segments = bool(getDocStart());
+  SmallVector<Value> in;
+  for (unsigned i = 0; i < 6; ++i)
+    in.push_back(e.operand(i));
+  if (dropout)
+    in.push_back(e.operand(6));
+  if (segments)
+    in.push_back(e.operand(getNumOperands() - 1));
+  SmallVector<NamedAttribute> attrs = {e.intAttr("causal", getCausal()),
+                                       e.floatAttr("scale", getScale().convertToDouble())};
+  if (dropout)
+    attrs.append({e.floatAttr("p", getDropout().convertToDouble()), e.intAttr("op_id", getOpId()),
+                  e.intAttr("head_start", 0), e.intAttr("num_heads", globalHeads(*this))});
+  e.kernel(attentionKernelName(dropout, segments, true), in,
+           {e.result(0), e.result(1), e.result(2)}, attrs);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1403,6 +1432,8 @@ ShardingRule AttentionOp::getShardingRule() {
   r.operand({b, t, g, d});
   if (getRng())
     r.operand({}); // the dropout key is replicated
+  if (getDocStart())
+    r.operand({b, s}); // document starts: per query position, every head
   r.result({b, s, h, d});
   r.result({b, h, s});
   return r.build();

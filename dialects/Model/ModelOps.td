@@ -167,25 +167,32 @@ def Model_RopeOp : Model_FwdOp<"rope"> {
   let results = (outs FloatTensor:$result);
 }
 
-def Model_AttentionOp : Model_FwdOp<"attention"> {
+def Model_AttentionOp : Model_FwdOp<"attention", [AttrSizedOperandSegments]> {
   let summary = "Fused core attention (causal, GQA) returning out and log-sum-exp";
   let description = [{
     q [b, s, heads, d], k and v [b, s, groups, d] with groups dividing heads; out [b, s, heads, d],
     lse [b, heads, s]. With `dropout` = p > 0 the optional `rng` key (as model.dropout's) drops
     each probability with probability p (keyed by op_id and its global (b, head, query, key)
     coordinates) and scales the kept ones by 1/(1-p); lse stays that of the undropped softmax.
+    The optional `doc_start` [b, s] (i32; Megatron's --reset-attention-mask) confines query i of
+    sample b to keys doc_start[b, i] <= j <= i: no attention across documents (causal only).
     ```mlir
     %o, %lse = model.attention %q, %k, %v {causal = true}
         : (tensor<1x9x4x4xf32>, tensor<1x9x2x4xf32>, tensor<1x9x2x4xf32>) -> (tensor<1x9x4x4xf32>, tensor<1x4x9xf32>)
     ```
   }];
   let arguments = (ins FloatTensor:$query, FloatTensor:$key, FloatTensor:$value,
-                   Optional<RngTensor>:$rng,
+                   Optional<RngTensor>:$rng, Optional<IdTensor>:$doc_start,
                    DefaultValuedAttr<BoolAttr, "true">:$causal,
                    DefaultValuedAttr<F64Attr, "0.0">:$scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    DefaultValuedAttr<I64Attr, "0">:$op_id);
   let results = (outs FloatTensor:$result, FloatTensor:$lse);
+  // The generic form's syntax, with the document starts after the keyword doc_start.
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`,` $rng^)? (`doc_start` `(` $doc_start^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
 }
 
 def Model_GeluOp : Model_FwdOp<"gelu"> {
@@ -439,22 +446,27 @@ def Model_RopeGradOp : Model_Op<"rope_grad"> {
   let results = (outs FloatTensor:$result);
 }
 
-def Model_AttentionGradOp : Model_Op<"attention_grad"> {
+def Model_AttentionGradOp : Model_Op<"attention_grad", [AttrSizedOperandSegments]> {
   let summary = "dq, dk, dv of attention, recomputing probabilities from the log-sum-exp";
   let description = [{
     With `dropout` > 0 the optional `rng` key, `dropout` and `op_id` are the forward's: the mask
-    is regenerated, not stored.
+    is regenerated, not stored. The optional `doc_start` is the forward's.
     ```mlir
     %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %lse, %do {causal = true} : (...) -> (...)
     ```
   }];
   let arguments = (ins FloatTensor:$query, FloatTensor:$key, FloatTensor:$value, FloatTensor:$out,
                    FloatTensor:$lse, FloatTensor:$grad, Optional<RngTensor>:$rng,
+                   Optional<IdTensor>:$doc_start,
                    DefaultValuedAttr<BoolAttr, "true">:$causal,
                    DefaultValuedAttr<F64Attr, "0.0">:$scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    DefaultValuedAttr<I64Attr, "0">:$op_id);
   let results = (outs FloatTensor:$query_grad, FloatTensor:$key_grad, FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $out `,` $lse `,` $grad (`,` $rng^)?
+    (`doc_start` `(` $doc_start^ `)`)? attr-dict `:` functional-type(operands, results)
+  }];
 }
 
 def Model_GeluGradOp : Model_Op<"gelu_grad"> {

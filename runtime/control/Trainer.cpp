@@ -112,6 +112,8 @@ const std::vector<RunFlag> &runFlagTable() {
        [](O) { return std::string("PREFIX's cache/GPTDataset_indices"); }},
       {"data", "--eod-mask-loss", "", "", [](O o) { return showOnOff(o.eodMaskLoss); }},
       {"data", "--reset-position-ids", "", "", [](O o) { return showOnOff(o.resetPositionIds); }},
+      {"data", "--reset-attention-mask", "", "",
+       [](O) { return std::string("the plan's (trainc compile --reset-attention-mask)"); }},
       {"training", "--train-iters", "N", "3", [](O) { return std::string("plan's"); }},
       {"training", "--train-samples", "N", "24", [](O) { return std::string("plan's"); }},
       {"training", "--seed", "INT", "7", [](O o) { return showInt(o.seed); }},
@@ -220,8 +222,6 @@ const std::vector<RunFlag> &runFlagTable() {
       {"profiling and dumps (trainc)", "--profile-step-end", "N", "2",
        [](O) { return std::string("the last iteration"); }},
       // Megatron flags refused with the reason (not silently dropped).
-      {"not supported yet (refused, naming the reason)", "--reset-attention-mask", "", "",
-       [](O) { return std::string("off"); }},
       {"not supported yet (refused, naming the reason)", "--use-dist-ckpt", "", "",
        [](O) { return std::string("off"); }},
       {"not supported yet (refused, naming the reason)", "--ckpt-format", "", "",
@@ -474,8 +474,7 @@ absl::StatusOr<RunOptions> parseRunOptions(const schema::Program &program,
     } else if (flag == "--reset-position-ids") {
       o.resetPositionIds = true;
     } else if (flag == "--reset-attention-mask") {
-      s = absl::InvalidArgumentError("not supported yet: --reset-attention-mask (it needs a "
-                                     "segment-aware attention kernel)");
+      o.resetAttentionMask = true;
     } else if (flag == "--split") {
       s = next(o.split);
     } else if (flag == "--seq-length") {
@@ -603,6 +602,8 @@ struct Trainer::Impl {
     DType dtype;
   };
   std::vector<std::vector<HostBuffer>> inputs;
+  /// The plan has the DOC_START input (compiled with --reset-attention-mask).
+  bool docMask = false;
   std::vector<double> losses, gradNorms, weightDecays;
   std::vector<EvalResult> evals;
   OutputFile batchesOut, lossesOut; // --dump-dir, written every iteration
@@ -857,15 +858,21 @@ struct Trainer::Impl {
 
   /// Megatron's _get_ltor_masks_and_position_ids for one sample's `seq` input tokens: with
   /// --eod-mask-loss loss_mask is 0 where the input token is EOD, with --reset-position-ids the
-  /// position ids restart at 0 after each EOD; otherwise mask 1 and positions 0..seq-1.
-  void applyEod(int32_t eod, const int32_t *tok, float *mask32, double *mask64, int32_t *pos) {
-    int32_t p = 0;
+  /// position ids restart at 0 after each EOD; otherwise mask 1 and positions 0..seq-1. With
+  /// --reset-attention-mask (docMask) docStart[j] is the first position of token j's document:
+  /// Megatron zeroes attention_mask[(e + 1):, :(e + 1)] for each EOD at e, so the EOD belongs to
+  /// the document it ends and token j attends keys docStart[j] <= k <= j.
+  void applyEod(int32_t eod, const int32_t *tok, float *mask32, double *mask64, int32_t *pos,
+                int32_t *docStart) {
+    int32_t p = 0, start = 0;
     for (int64_t j = 0; j < seq; ++j) {
       bool isEod = tok[j] == eod;
       mask32[j] = opts.eodMaskLoss && isEod ? 0.0f : 1.0f;
       mask64[j] = mask32[j];
       pos[j] = opts.resetPositionIds ? p : int32_t(j);
       p = opts.resetPositionIds && isEod ? 0 : p + 1;
+      docStart[j] = docMask ? start : 0;
+      start = isEod ? int32_t(j + 1) : start;
     }
   }
 
@@ -875,7 +882,7 @@ struct Trainer::Impl {
   absl::Status fillBatch(const Dataset &ds, int64_t first, int64_t iteration,
                          std::vector<int32_t> *record) {
     std::vector<int32_t> sample(size_t(seq + 1)), tok(size_t(mbs * seq)), lab(size_t(mbs * seq)),
-        pos(size_t(mbs * seq));
+        pos(size_t(mbs * seq)), docStart(size_t(mbs * seq), 0);
     std::vector<float> mask32(size_t(mbs * seq), 1.0f);
     std::vector<double> mask64(size_t(mbs * seq), 1.0);
     for (int64_t i = 0; i < mbs * seq; ++i)
@@ -889,9 +896,9 @@ struct Trainer::Impl {
           record->insert(record->end(), sample.begin(), sample.end());
         std::memcpy(tok.data() + b * seq, sample.data(), size_t(seq) * 4);
         std::memcpy(lab.data() + b * seq, sample.data() + 1, size_t(seq) * 4);
-        if (opts.eodMaskLoss || opts.resetPositionIds)
+        if (opts.eodMaskLoss || opts.resetPositionIds || docMask)
           applyEod(ds.eodToken(), tok.data() + b * seq, mask32.data() + b * seq,
-                   mask64.data() + b * seq, pos.data() + b * seq);
+                   mask64.data() + b * seq, pos.data() + b * seq, docStart.data() + b * seq);
       }
       // The dropout key: the index in the global batch of this microbatch's first sample, so
       // that a sample's masks are the same under every data-parallel layout (Philox.h).
@@ -904,6 +911,7 @@ struct Trainer::Impl {
         case schema::TOKENS: data = tok.data(); break;
         case schema::LABELS: data = lab.data(); break;
         case schema::POSITION_IDS: data = pos.data(); break;
+        case schema::DOC_START: data = docStart.data(); break;
         case schema::LOSS_MASK:
           data = h.dtype == DType::F64 ? static_cast<const void *>(mask64.data()) : mask32.data();
           bytes = mask32.size() * dtypeSize(h.dtype);
@@ -1274,7 +1282,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     if (prog.buffers(b).has_host_input()) {
       const schema::HostInput &h = prog.buffers(b).host_input();
       im->inputs[h.microbatch()].push_back({h.role(), b, DType(int(prog.buffers(b).dtype()))});
+      im->docMask |= h.role() == schema::DOC_START;
     }
+  if (options.resetAttentionMask && !im->docMask)
+    return absl::InvalidArgumentError(
+        "--reset-attention-mask: the plan was compiled without it (its program has no doc_start "
+        "input); recompile with trainc compile ... --reset-attention-mask");
   if (absl::Status s = initializeParameters(*im->ex, uint64_t(options.seed)); !s.ok())
     return s;
   log << " done (" << absl::StrFormat("%.2f", seconds(t0, std::chrono::steady_clock::now()))
@@ -1328,6 +1341,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const std::string &plan
     return absl::InvalidArgumentError(
         "--eod-mask-loss and --reset-position-ids need the EOD token id of the .bin/.idx data: "
         "give --tokenizer-type (and its files) as preprocess_data had");
+  if (im->docMask && im->data.train->eodToken() < 0)
+    return absl::InvalidArgumentError(
+        "--reset-attention-mask (compiled into the plan) needs the EOD token id of the .bin/.idx "
+        "data: give --tokenizer-type (and its files) as preprocess_data had");
   log << " done (" << absl::StrFormat("%.2f", seconds(t1, std::chrono::steady_clock::now()))
       << " s): " << im->data.train->numSamples() << " train samples, "
       << (im->data.valid ? im->data.valid->numSamples() : 0) << " validation samples\n";

@@ -75,6 +75,9 @@ struct RunOptions {
   /// Megatron's --eod-mask-loss (loss_mask 0 where the input token is EOD) and
   /// --reset-position-ids (position ids restart at 0 after each EOD in a sample).
   bool eodMaskLoss = false, resetPositionIds = false;
+  /// Megatron's --reset-attention-mask: compile-time in trainc (the plan's doc_start input,
+  /// docs/design.md "Document attention masks"); given at run time it must agree with the plan.
+  bool resetAttentionMask = false;
   /// Checkpoints and exits: --save, --save-interval, --load, --exit-signal-handler, ...
   /// (Checkpoint.h).
   CheckpointOptions ckpt;

@@ -463,6 +463,38 @@ std::string verifyAttentionDropoutBackward(const KernelCtx &c) {
   return e.empty() ? verifyAttentionDropoutKey(c, 6) : e;
 }
 
+/// The segment kernels (--reset-attention-mask): their base kernel's checks, then doc_start at
+/// input `docIn`: i32 [B, S] of the query's batch and sequence, and causal = 1 (a document
+/// start bounds the keys from below; the causal mask bounds them from above).
+std::string verifyDocStart(const KernelCtx &c, int docIn) {
+  Check k(c);
+  k.dtype(I, docIn, DType::I32);
+  k.rank(I, docIn, 2);
+  if (k.ok()) {
+    k.dimEq(I, docIn, 0, c.in[0].dims[0], "batch");
+    k.dimEq(I, docIn, 1, c.in[0].dims[1], "sequence");
+  }
+  k.attrCond(c.attrs->i(0) == 1, "causal = " + std::to_string(c.attrs->i(0)) +
+                                     ", expected 1 (doc_start segments are causal)");
+  return k.result();
+}
+std::string verifyAttentionSegments(const KernelCtx &c) {
+  std::string e = verifyAttention(c);
+  return e.empty() ? verifyDocStart(c, 3) : e;
+}
+std::string verifyAttentionSegmentsBackward(const KernelCtx &c) {
+  std::string e = verifyAttentionBackward(c);
+  return e.empty() ? verifyDocStart(c, 6) : e;
+}
+std::string verifyAttentionDropoutSegments(const KernelCtx &c) {
+  std::string e = verifyAttentionDropout(c);
+  return e.empty() ? verifyDocStart(c, 4) : e;
+}
+std::string verifyAttentionDropoutSegmentsBackward(const KernelCtx &c) {
+  std::string e = verifyAttentionDropoutBackward(c);
+  return e.empty() ? verifyDocStart(c, 7) : e;
+}
+
 std::string verifyGeluBackward(const KernelCtx &c) {
   Check k(c);
   k.floatT(I, 1);
@@ -809,6 +841,19 @@ std::vector<KernelSignature> buildTable() {
        {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0},
         A{"head_start", Int, 0}, A{"num_heads", Int, 0}},
        verifyAttentionDropoutBackward, "dq, dk, dv of attention_dropout, regenerating the mask"},
+      {"attention_segments", 4, 2, {A{"causal", Int, 1}, A{"scale", Flt, 0}},
+       verifyAttentionSegments,
+       "attention where query i attends keys doc_start[b, i] <= j <= i (--reset-attention-mask)"},
+      {"attention_segments_backward", 7, 3, {A{"causal", Int, 1}, A{"scale", Flt, 0}},
+       verifyAttentionSegmentsBackward, "dq, dk, dv of attention_segments"},
+      {"attention_dropout_segments", 5, 2,
+       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0},
+        A{"head_start", Int, 0}, A{"num_heads", Int, 0}},
+       verifyAttentionDropoutSegments, "attention_dropout within documents (doc_start)"},
+      {"attention_dropout_segments_backward", 8, 3,
+       {A{"causal", Int, 1}, A{"scale", Flt, 0}, A{"p", Flt, 0}, A{"op_id", Int, 0},
+        A{"head_start", Int, 0}, A{"num_heads", Int, 0}},
+       verifyAttentionDropoutSegmentsBackward, "dq, dk, dv of attention_dropout_segments"},
       {"gelu", 1, 1, {A{"approximate", Int, 0}}, verifyUnarySame,
        "gelu (erf form; tanh form when approximate = 1)"},
       {"gelu_backward", 2, 1, {A{"approximate", Int, 0}}, verifyGeluBackward, "dx of gelu"},

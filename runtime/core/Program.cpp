@@ -494,10 +494,10 @@ absl::Status Validator::checkPlan() {
       return top(absl::StrCat(what, ": host_input is set on a buffer of kind ",
                               schema::BufferKind_Name(b.kind()), ", expected INPUT"));
     const schema::HostInput &h = b.host_input();
-    if (h.role() <= schema::INPUT_ROLE_UNSPECIFIED || h.role() > schema::RNG)
+    if (h.role() <= schema::INPUT_ROLE_UNSPECIFIED || h.role() > schema::DOC_START)
       return top(absl::StrCat(what, ": host_input.role ", int(h.role()),
                               " is not a valid input role (expected TOKENS, POSITION_IDS, LABELS, "
-                              "LOSS_MASK or RNG)"));
+                              "LOSS_MASK, RNG or DOC_START)"));
     const std::string role = schema::InputRole_Name(h.role());
     if (h.microbatch() >= plan.num_microbatches())
       return top(absl::StrCat(what, ": host_input.microbatch ", h.microbatch(),

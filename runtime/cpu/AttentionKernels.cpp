@@ -6,6 +6,8 @@
 //   attention_backward: q, k, v, o, lse, do -> dq, dk, dv (overwritten)
 //   attention_dropout:  q, k, v, rng -> o, lse; attention_dropout_backward: q, k, v, o, lse, do,
 //                       rng -> dq, dk, dv (rng: i64 [3] or [4] dropout key, as dropout's)
+//   attention_segments, attention_dropout_segments, and their _backward: the same inputs plus a
+//                       last input doc_start: i32 [B, S] (Megatron's --reset-attention-mask)
 // Query head h reads key/value head h / (NH / NG). Attributes: causal (query i attends keys
 // j <= i) and scale (0 means 1 / sqrt(D)); the dropout kernels add p and op_id. Dropout is
 // applied to the normalised probabilities before P.V (Megatron's core attention): probability
@@ -13,18 +15,29 @@
 // index ((first + b) * NH + h) * S^2 + i * S + j is >= p (docs/kernels.md); the backward
 // regenerates the mask. p = 0 gives attention's results.
 //
-// Flash-attention structure, single-threaded and deterministic: a block of kBr query rows is
-// processed against blocks of kBc keys. The forward keeps a running max and sum per row (online
-// softmax) and never materialises more than a kBr x kBc tile of scores; the backward recomputes the
-// probabilities of each tile from the stored log-sum-exp (P = exp(scale q.k - lse)), forms
-// dS = P * (do.v - D) with D_i = do_i . o_i, and accumulates dq += dS k, dk += dS^T q and
-// dv += P^T do, dk and dv summed over the query heads that share a kv head. Key blocks entirely
-// above the diagonal are skipped under causal masking. Scratch memory is O(S * D) per (batch, kv
-// head) plus O(kBr * kBc) tiles; there is never an S x S buffer.
+// Segments (--reset-attention-mask, Megatron's get_ltor_masks_and_position_ids): query i of
+// sample b attends key j only when doc_start[b, i] <= j <= i, where doc_start[b, i] is the first
+// position of token i's document (one past the last EOD before i: an EOD token belongs to the
+// document it ends). Causal only; a start outside [0, i] is clamped into it. doc_start = 0
+// everywhere gives attention's results bitwise (the same blocks, sums and orders). Key blocks
+// entirely before every start of a query block are skipped.
+//
+// Blocked structure (issue 17), single-threaded per (batch, kv head) and deterministic: a block
+// of kBr query rows is processed against all the keys it may attend at once, as one row panel of
+// kBr x n scores (n <= S: the keys up to the block's diagonal under causal masking, from the
+// first key block any of its rows attends with segments). The forward takes an exact softmax per
+// row of the panel (max, exp, sum) and one P.V product; the backward recomputes the panel's
+// probabilities from the stored log-sum-exp (P = exp(scale q.k - lse)), forms dS = P * (do.v - D)
+// with D_i = do_i . o_i, and computes dq = dS k, dk += dS^T q and dv += P^T do, dk and dv summed
+// over the query heads that share a kv head. So each query block costs 2 (forward) and 5
+// (backward) GEMM calls with K or N up to S, instead of 2 and 5 per 64 x 128 tile as the earlier
+// online-softmax tiles did (fewer, larger products: measured 48% -> 55% (forward) and 48% -> 59%
+// (forward + backward) of the GEMM rate at S = 1024, D = 64; docs/kernels.md). Scratch memory is
+// O(S * D) per (batch, kv head) plus the panels, O(kBr * S): O(S) per query row, never S x S.
 //
 // Storage f32, f64 and bf16; arithmetic in Acc<T> (f32 for f32/bf16, f64 for f64); lse is stored
 // as Stat<T>. Operands are packed per head into contiguous Acc<T> buffers (converting bf16 once),
-// the query pre-multiplied by the scale. The tile products run through oneDNN's sgemm for f32 (and
+// the query pre-multiplied by the scale. The panel products run through oneDNN's sgemm for f32 (and
 // bf16), kept on the calling thread, and through register-tiled loops for f64. exp in f32 is a
 // polynomial that vectorises (max error ~1.5 ulp); f64 uses std::exp. Every reduction has a fixed
 // order, so results are bitwise reproducible from run to run.
@@ -53,10 +66,12 @@ extern "C" void omp_set_num_threads(int) __attribute__((weak));
 namespace trainc::rt::cpu {
 namespace {
 
-// Tile sizes (f32 at S = 1024, D = 64: 64 x 128 is within noise of the best measured, with less
-// work wasted above the causal diagonal than larger key blocks).
-constexpr int kBr = 64;  // query rows per block
-constexpr int kBc = 128; // keys per block
+// Query rows per panel (f32 at S = 1024, D = 64: 128 rows measured within noise of 64, with
+// twice the work wasted above the causal diagonal and twice the scratch). kBc: the key blocks
+// that segments skip whole (the first key of a panel is a multiple of kBc) and the chunk of
+// dropout draws.
+constexpr int kBr = 64;
+constexpr int kBc = 128;
 
 /// Attention dropout (attention_dropout kernels): the key and the keep scale. Probability
 /// (b, h, i, j) of the microbatch is kept when u(g) >= p, g = ((( first + b) * NH + h) * S + i) * S
@@ -77,11 +92,13 @@ struct AttnShape {
   bool causal;
   double scale;
   AttnDropout drop;
+  /// doc_start [B, S] (i32) of the segment kernels, else null.
+  const int32_t *docStart = nullptr;
 };
 
 /// u[j] = the dropout kernel's uniform (Philox.h philoxUniform4) of global index g0 + j, j < n <=
 /// kBc: the blocks' counters in separate arrays, so the ten rounds vectorise across blocks.
-TRAINC_AVX2_CLONE void dropoutUniforms(const AttnDropout &d, uint64_t g0, int n, float *u) {
+TRAINC_AVX512_CLONE void dropoutUniforms(const AttnDropout &d, uint64_t g0, int n, float *u) {
   constexpr int kMaxBlocks = kBc / 4 + 2;
   const uint64_t b0 = g0 / 4;
   const int nb = int((g0 + uint64_t(n) - 1) / 4 - b0) + 1;
@@ -152,6 +169,12 @@ AttnShape attnShape(const KernelCtx &c) {
   return s;
 }
 
+/// The segment kernels: doc_start is input `docInput`.
+AttnShape withSegments(AttnShape s, const KernelCtx &c, int docInput) {
+  s.docStart = c.in[docInput].as<int32_t>();
+  return s;
+}
+
 /// attention_dropout / attention_dropout_backward: attrs (causal, scale, p, op_id, head_start,
 /// num_heads), the rng key
 /// (seed, iteration, first sample[, op id offset]) is input `rngInput`.
@@ -175,7 +198,7 @@ AttnShape attnDropoutShape(const KernelCtx &c, int rngInput) {
 // op(X) = X^T when the flag is set (A is then K x M, B is N x K).
 //===----------------------------------------------------------------------===//
 
-/// Scratch for the loop GEMM's transposed operands (tiles of at most kBr/kBc x D).
+/// Scratch for the loop GEMM's transposed operands (panels of at most kBr x S).
 template <typename A> struct GemmScratch {
   std::vector<A> a, b;
 };
@@ -308,7 +331,7 @@ void gemm(bool ta, bool tb, int M, int N, int K, const float *a, int lda, const 
 /// order-preserving integers (negative floats' magnitude bits flipped): an integer max reduction,
 /// which GCC vectorises, unlike a float compare-and-select under -ftrapping-math. A positive NaN
 /// wins (and propagates to the outputs).
-TRAINC_AVX2_CLONE float rowMax(const float *x, int n) {
+TRAINC_AVX512_CLONE float rowMax(const float *x, int n) {
   int32_t mk = std::numeric_limits<int32_t>::min();
   for (int j = 0; j < n; ++j) {
     int32_t b;
@@ -375,16 +398,50 @@ void packRows(const T *src, int64_t stride, int rows, int D, A *dst, A mul) {
   }
 }
 
-/// Number of keys of block [j0, j0 + bc) that query row i may attend.
-inline int validKeys(bool causal, int64_t i, int64_t j0, int bc) {
-  if (!causal)
-    return bc;
-  return int(std::clamp<int64_t>(i - j0 + 1, 0, bc));
+/// Keys [lo, hi) of block [j0, j0 + bc) (offsets in the block) that query row i may attend:
+/// j <= i under causal masking, j >= doc_start[i] with segments (`ds` is sample b's row of
+/// doc_start, or null). hi >= lo.
+struct KeyRange {
+  int lo, hi;
+};
+inline int64_t docStartOf(const int32_t *ds, int64_t i) {
+  return ds ? std::clamp<int64_t>(ds[i], 0, i) : 0;
+}
+inline KeyRange keyRange(bool causal, const int32_t *ds, int64_t i, int64_t j0, int bc) {
+  int hi = causal ? int(std::clamp<int64_t>(i - j0 + 1, 0, bc)) : bc;
+  int lo = ds ? int(std::clamp<int64_t>(docStartOf(ds, i) - j0, 0, bc)) : 0;
+  return {lo, std::max(lo, hi)};
+}
+/// The first key of the panel of query rows [i0, i0 + mr): the last multiple of kBc at or
+/// before every row's document start (0 without segments).
+inline int64_t firstKeyBlock(const int32_t *ds, int64_t i0, int mr) {
+  if (!ds)
+    return 0;
+  int64_t m = i0;
+  for (int r = 0; r < mr; ++r)
+    m = std::min(m, docStartOf(ds, i0 + r));
+  return m / kBc * kBc;
 }
 
 //===----------------------------------------------------------------------===//
 // attention
 //===----------------------------------------------------------------------===//
+
+/// Leading dimension of a row panel of scores: S rounded up to 16 elements (64 bytes in f32).
+inline int64_t panelStride(int64_t S) { return (S + 15) / 16 * 16; }
+
+/// ks[c] (c in [lo, hi)) *= the keep scale of probability (b, h, i, j0 + c), in chunks of kBc
+/// (dropoutRow's limit).
+template <typename A>
+void applyDropout(const AttnShape &s, int64_t b, int64_t h, int64_t i, int64_t j0, int lo, int hi,
+                  A *p, A *keep) {
+  for (int c = lo; c < hi; c += kBc) {
+    const int n = std::min(kBc, hi - c);
+    dropoutRow(s.drop, dropIndex(s, b, h, i, j0 + c), n, keep);
+    for (int j = 0; j < n; ++j)
+      p[c + j] *= keep[j];
+  }
+}
 
 template <typename T>
 void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T *o,
@@ -394,6 +451,7 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
   const int D = int(s.D);
   const int64_t qStride = NH * D, kvStride = NG * D;
   const int64_t headsPerGroup = NH / NG;
+  const int64_t ldp = panelStride(S);
   const A scale = A(s.scale);
 
   // (batch, kv head) pairs are independent: they are split over the OpenMP threads, each pair
@@ -402,7 +460,7 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
   {
   SingleThreadedGemm singleThreaded;
   std::vector<A> kn(size_t(S * D)), vn(size_t(S * D));
-  std::vector<A> qs(size_t(kBr) * D), oacc(size_t(kBr) * D), sc(size_t(kBr) * kBc);
+  std::vector<A> qs(size_t(kBr) * D), oacc(size_t(kBr) * D), sc(size_t(kBr * ldp));
   std::vector<A> rowM(kBr), rowL(kBr), keep(kBc);
   GemmScratch<A> scratch;
 
@@ -411,6 +469,7 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
       const int64_t b = bg / NG, g = bg % NG;
       const T *kg = k + b * S * kvStride + g * D;
       const T *vg = v + b * S * kvStride + g * D;
+      const int32_t *docs = s.docStart ? s.docStart + b * S : nullptr;
       packRows(kg, kvStride, int(S), D, kn.data(), A(1));
       packRows(vg, kvStride, int(S), D, vn.data(), A(1));
       for (int64_t h = g * headsPerGroup; h < (g + 1) * headsPerGroup; ++h) {
@@ -418,47 +477,35 @@ void attentionForward(const AttnShape &s, const T *q, const T *k, const T *v, T 
         T *oh = o + b * S * qStride + h * D;
         Stat<T> *lseh = lse + (b * NH + h) * S;
         for (int64_t i0 = 0; i0 < S; i0 += kBr) {
-          int mr = int(std::min<int64_t>(kBr, S - i0));
+          const int mr = int(std::min<int64_t>(kBr, S - i0));
           packRows(qh + i0 * qStride, qStride, mr, D, qs.data(), scale);
-          std::fill(oacc.begin(), oacc.end(), A(0));
-          std::fill(rowM.begin(), rowM.end(), -std::numeric_limits<A>::infinity());
-          std::fill(rowL.begin(), rowL.end(), A(0));
-          int64_t kEnd = s.causal ? std::min<int64_t>(S, i0 + mr) : S;
-          for (int64_t j0 = 0; j0 < kEnd; j0 += kBc) {
-            int bc = int(std::min<int64_t>(kBc, kEnd - j0));
-            // Scores of the tile (the scale is in qs).
-            gemm(false, true, mr, bc, D, qs.data(), D, kn.data() + j0 * D, D, sc.data(), kBc,
-                 false, scratch);
-            // Online softmax: new running max, rescale of the running sum and output.
-            for (int r = 0; r < mr; ++r) {
-              A *p = sc.data() + int64_t(r) * kBc;
-              int valid = validKeys(s.causal, i0 + r, j0, bc);
-              if (valid > 0) {
-                A mNew = std::max(rowM[r], rowMax(p, valid));
-                expInPlace(p, valid, mNew);
-                A alpha = rowM[r] == -std::numeric_limits<A>::infinity()
-                              ? A(0)
-                              : A(std::exp(rowM[r] - mNew));
-                rowL[r] = alpha * rowL[r] + rowSum(p, valid);
-                if (alpha != A(1)) {
-                  A *orow = oacc.data() + int64_t(r) * D;
-                  for (int d = 0; d < D; ++d)
-                    orow[d] *= alpha;
-                }
-                rowM[r] = mNew;
-                // Dropout after the normaliser's sum: P V uses the kept probabilities / (1-p).
-                if (s.drop.on) {
-                  dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0), valid, keep.data());
-                  for (int j = 0; j < valid; ++j)
-                    p[j] *= keep[j];
-                }
-              }
-              for (int j = std::max(valid, 0); j < bc; ++j)
-                p[j] = A(0);
+          // The row panel: keys [j0, kEnd) of rows [i0, i0 + mr), all at once.
+          const int64_t j0 = firstKeyBlock(docs, i0, mr);
+          const int64_t kEnd = s.causal ? std::min<int64_t>(S, i0 + mr) : S;
+          const int n = int(kEnd - j0);
+          gemm(false, true, mr, n, D, qs.data(), D, kn.data() + j0 * D, D, sc.data(), int(ldp),
+               false, scratch);
+          // Exact softmax per row over its keys [lo, hi) (the scale is in qs).
+          for (int r = 0; r < mr; ++r) {
+            A *p = sc.data() + r * ldp;
+            const KeyRange kr = keyRange(s.causal, docs, i0 + r, j0, n);
+            const int valid = kr.hi - kr.lo;
+            rowM[r] = -std::numeric_limits<A>::infinity();
+            rowL[r] = A(0);
+            if (valid > 0) {
+              A *pv = p + kr.lo;
+              rowM[r] = rowMax(pv, valid);
+              expInPlace(pv, valid, rowM[r]);
+              rowL[r] = rowSum(pv, valid);
+              // Dropout after the normaliser's sum: P V uses the kept probabilities / (1-p).
+              if (s.drop.on)
+                applyDropout(s, b, h, i0 + r, j0, kr.lo, kr.hi, p, keep.data());
             }
-            gemm(false, false, mr, D, bc, sc.data(), kBc, vn.data() + j0 * D, D, oacc.data(), D,
-                 true, scratch);
+            std::fill(p, p + kr.lo, A(0));
+            std::fill(p + kr.hi, p + n, A(0));
           }
+          gemm(false, false, mr, D, n, sc.data(), int(ldp), vn.data() + j0 * D, D, oacc.data(),
+               D, false, scratch);
           for (int r = 0; r < mr; ++r) {
             A inv = A(1) / rowL[r];
             const A *orow = oacc.data() + int64_t(r) * D;
@@ -495,6 +542,7 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
   const int D = int(s.D);
   const int64_t qStride = NH * D, kvStride = NG * D;
   const int64_t headsPerGroup = NH / NG;
+  const int64_t ldp = panelStride(S);
   const A scale = A(s.scale);
 
   // Per (batch, kv head): packed K and V, dK and dV accumulators.
@@ -507,8 +555,8 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
   std::vector<A> rowD(static_cast<size_t>(S));
   std::vector<A> qs(size_t(kBr) * D), dos(size_t(kBr) * D), dqAcc(size_t(kBr) * D);
   std::vector<A> orow(static_cast<size_t>(D));
-  // Tiles: probabilities and dP / dS.
-  std::vector<A> pt(size_t(kBr) * kBc), ds(size_t(kBr) * kBc), keep(kBc);
+  // Row panels: probabilities and dP / dS.
+  std::vector<A> pt(size_t(kBr * ldp)), ds(size_t(kBr * ldp)), keep(kBc);
   GemmScratch<A> scratch;
 
 #pragma omp for schedule(dynamic)
@@ -516,6 +564,7 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
       const int64_t b = bg / NG, g = bg % NG;
       const T *kg = k + b * S * kvStride + g * D;
       const T *vg = v + b * S * kvStride + g * D;
+      const int32_t *docs = s.docStart ? s.docStart + b * S : nullptr;
       packRows(kg, kvStride, int(S), D, kn.data(), A(1));
       packRows(vg, kvStride, int(S), D, vn.data(), A(1));
       std::fill(dkAcc.begin(), dkAcc.end(), A(0));
@@ -530,54 +579,51 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
           rowD[i] = dot(dos.data(), orow.data(), D);
         }
         for (int64_t i0 = 0; i0 < S; i0 += kBr) {
-          int mr = int(std::min<int64_t>(kBr, S - i0));
+          const int mr = int(std::min<int64_t>(kBr, S - i0));
           packRows(q + hOff + i0 * qStride, qStride, mr, D, qs.data(), scale);
           packRows(dout + hOff + i0 * qStride, qStride, mr, D, dos.data(), A(1));
-          std::fill(dqAcc.begin(), dqAcc.end(), A(0));
-          int64_t kEnd = s.causal ? std::min<int64_t>(S, i0 + mr) : S;
-          for (int64_t j0 = 0; j0 < kEnd; j0 += kBc) {
-            int bc = int(std::min<int64_t>(kBc, kEnd - j0));
-            // P = exp(q . k * scale - lse), masked entries exactly 0.
-            gemm(false, true, mr, bc, D, qs.data(), D, kn.data() + j0 * D, D, pt.data(), kBc,
-                 false, scratch);
-            for (int r = 0; r < mr; ++r) {
-              A *p = pt.data() + int64_t(r) * kBc;
-              int valid = validKeys(s.causal, i0 + r, j0, bc);
-              expInPlace(p, valid, A(lseh[i0 + r]));
-              for (int j = std::max(valid, 0); j < bc; ++j)
-                p[j] = A(0);
-            }
-            // dP = do . v^T; dS = P * (dP - D_i).
-            gemm(false, true, mr, bc, D, dos.data(), D, vn.data() + j0 * D, D, ds.data(), kBc,
-                 false, scratch);
-            // With dropout (keep scale m): dP = m * (do . v^T), dS = P * (dP - D_i) where
-            // D_i = do_i . o_i is still sum_j P_ij dP_ij, and dv takes the dropped P m.
-            for (int r = 0; r < mr; ++r) {
-              A *p = pt.data() + int64_t(r) * kBc;
-              A *d = ds.data() + int64_t(r) * kBc;
-              A di = rowD[i0 + r];
-              if (s.drop.on) {
-                int valid = validKeys(s.causal, i0 + r, j0, bc);
-                dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0), valid, keep.data());
-                for (int j = valid; j < bc; ++j)
-                  keep[j] = A(0);
-                for (int j = 0; j < bc; ++j) {
-                  d[j] = p[j] * (keep[j] * d[j] - di);
-                  p[j] *= keep[j];
+          const int64_t j0 = firstKeyBlock(docs, i0, mr);
+          const int64_t kEnd = s.causal ? std::min<int64_t>(S, i0 + mr) : S;
+          const int n = int(kEnd - j0);
+          // P = exp(q . k * scale - lse), masked entries exactly 0.
+          gemm(false, true, mr, n, D, qs.data(), D, kn.data() + j0 * D, D, pt.data(), int(ldp),
+               false, scratch);
+          // dP = do . v^T.
+          gemm(false, true, mr, n, D, dos.data(), D, vn.data() + j0 * D, D, ds.data(), int(ldp),
+               false, scratch);
+          // dS = P * (dP - D_i). With dropout (keep scale m): dP = m * (do . v^T), where
+          // D_i = do_i . o_i is still sum_j P_ij dP_ij, and dv takes the dropped P m.
+          for (int r = 0; r < mr; ++r) {
+            A *p = pt.data() + r * ldp;
+            A *d = ds.data() + r * ldp;
+            const KeyRange kr = keyRange(s.causal, docs, i0 + r, j0, n);
+            const A di = rowD[i0 + r];
+            expInPlace(p + kr.lo, kr.hi - kr.lo, A(lseh[i0 + r]));
+            if (s.drop.on) {
+              for (int c = kr.lo; c < kr.hi; c += kBc) {
+                const int cnt = std::min(kBc, kr.hi - c);
+                dropoutRow(s.drop, dropIndex(s, b, h, i0 + r, j0 + c), cnt, keep.data());
+                for (int j = 0; j < cnt; ++j) {
+                  d[c + j] = p[c + j] * (keep[j] * d[c + j] - di);
+                  p[c + j] *= keep[j];
                 }
-              } else {
-                for (int j = 0; j < bc; ++j)
-                  d[j] = p[j] * (d[j] - di);
               }
+            } else {
+              for (int j = kr.lo; j < kr.hi; ++j)
+                d[j] = p[j] * (d[j] - di);
             }
-            // dq += dS . k (scaled at the end); dk += dS^T . (scale q); dv += P^T . do.
-            gemm(false, false, mr, D, bc, ds.data(), kBc, kn.data() + j0 * D, D, dqAcc.data(), D,
-                 true, scratch);
-            gemm(true, false, bc, D, mr, ds.data(), kBc, qs.data(), D, dkAcc.data() + j0 * D, D,
-                 true, scratch);
-            gemm(true, false, bc, D, mr, pt.data(), kBc, dos.data(), D, dvAcc.data() + j0 * D, D,
-                 true, scratch);
+            std::fill(p, p + kr.lo, A(0));
+            std::fill(p + kr.hi, p + n, A(0));
+            std::fill(d, d + kr.lo, A(0));
+            std::fill(d + kr.hi, d + n, A(0));
           }
+          // dq = dS . k (scaled at the end); dk += dS^T . (scale q); dv += P^T . do.
+          gemm(false, false, mr, D, n, ds.data(), int(ldp), kn.data() + j0 * D, D, dqAcc.data(),
+               D, false, scratch);
+          gemm(true, false, n, D, mr, ds.data(), int(ldp), qs.data(), D, dkAcc.data() + j0 * D,
+               D, true, scratch);
+          gemm(true, false, n, D, mr, pt.data(), int(ldp), dos.data(), D, dvAcc.data() + j0 * D,
+               D, true, scratch);
           for (int r = 0; r < mr; ++r) {
             const A *src = dqAcc.data() + int64_t(r) * D;
             T *out = dq + hOff + (i0 + r) * qStride;
@@ -617,6 +663,19 @@ void attentionDropoutKernel(const KernelCtx &c) { runAttention(c, attnDropoutSha
 void attentionDropoutBackwardKernel(const KernelCtx &c) {
   runAttentionBackward(c, attnDropoutShape(c, 6));
 }
+// The segment kernels: the same inputs and then doc_start.
+void attentionSegmentsKernel(const KernelCtx &c) {
+  runAttention(c, withSegments(attnShape(c), c, 3));
+}
+void attentionSegmentsBackwardKernel(const KernelCtx &c) {
+  runAttentionBackward(c, withSegments(attnShape(c), c, 6));
+}
+void attentionDropoutSegmentsKernel(const KernelCtx &c) {
+  runAttention(c, withSegments(attnDropoutShape(c, 3), c, 4));
+}
+void attentionDropoutSegmentsBackwardKernel(const KernelCtx &c) {
+  runAttentionBackward(c, withSegments(attnDropoutShape(c, 6), c, 7));
+}
 
 } // namespace
 
@@ -625,6 +684,10 @@ void registerAttentionKernels(KernelTable &t) {
   t["attention_backward"] = attentionBackwardKernel;
   t["attention_dropout"] = attentionDropoutKernel;
   t["attention_dropout_backward"] = attentionDropoutBackwardKernel;
+  t["attention_segments"] = attentionSegmentsKernel;
+  t["attention_segments_backward"] = attentionSegmentsBackwardKernel;
+  t["attention_dropout_segments"] = attentionDropoutSegmentsKernel;
+  t["attention_dropout_segments_backward"] = attentionDropoutSegmentsBackwardKernel;
 }
 
 } // namespace trainc::rt::cpu

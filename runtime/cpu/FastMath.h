@@ -10,10 +10,15 @@
 // SSE2 (4 lanes); an AVX2 clone (8 lanes, chosen at load time when the CPU has AVX2) doubles its
 // speed. AVX2 alone does not enable FMA contraction, so both clones compute bitwise identical
 // results.
+// TRAINC_AVX512_CLONE adds an AVX-512F clone (16 lanes) for the attention kernels' row loops;
+// AVX-512F does not enable FMA either (GCC defines no __FMA__ for it), so all three clones give
+// the same bits.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TRAINC_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#define TRAINC_AVX512_CLONE __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TRAINC_AVX2_CLONE
+#define TRAINC_AVX512_CLONE
 #endif
 
 namespace trainc::rt::cpu {
@@ -23,7 +28,7 @@ namespace trainc::rt::cpu {
 /// vectorises it under the default -ftrapping-math: the clamp of x - bias to [-87, 88] selects with
 /// integer masks rather than branches. Below -87 it returns ~exp(-87) = 1.6e-38 instead of a
 /// smaller number or 0 (callers zero masked entries explicitly); NaN stays NaN.
-TRAINC_AVX2_CLONE static void expInPlace(float *x, int n, float bias) {
+TRAINC_AVX512_CLONE static void expInPlace(float *x, int n, float bias) {
   const int32_t loBits = int32_t(0xc2ae0000u); // -87.0f
   const int32_t hiBits = int32_t(0x42b00000u); // 88.0f
   for (int i = 0; i < n; ++i) {

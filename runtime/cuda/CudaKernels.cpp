@@ -353,6 +353,16 @@ void attentionDropoutRefused(const KernelCtx &c) {
                            "--attention-dropout 0.0 or run with --backend cpu");
 }
 
+/// attention_segments, attention_dropout_segments and their backward (--reset-attention-mask):
+/// not implemented by the CUDA kernels either; refused at the first launch, before touching
+/// the device, rather than run without the document mask.
+void attentionSegmentsRefused(const KernelCtx &) {
+  throw std::runtime_error("CUDA attention: --reset-attention-mask (the attention_segments "
+                           "kernels, no attention across documents) is not implemented on the "
+                           "CUDA backend; compile without --reset-attention-mask or run with "
+                           "--backend cpu");
+}
+
 // q, k, v, o, lse, do -> dq, dk, dv
 void attentionBackwardKernel(const KernelCtx &c) {
   const KernelData &kd = KD(c);
@@ -720,6 +730,10 @@ const KernelTable &cudaKernelTable() {
       {"attention_backward", attentionBackwardKernel},
       {"attention_dropout", attentionDropoutRefused},
       {"attention_dropout_backward", attentionDropoutRefused},
+      {"attention_segments", attentionSegmentsRefused},
+      {"attention_segments_backward", attentionSegmentsRefused},
+      {"attention_dropout_segments", attentionSegmentsRefused},
+      {"attention_dropout_segments_backward", attentionSegmentsRefused},
       {"gelu", geluKernel},
       {"gelu_backward", geluBackwardKernel},
       {"swiglu", swigluKernel},

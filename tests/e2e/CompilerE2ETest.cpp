@@ -301,7 +301,7 @@ TEST(Export, TagsInputBuffersWithTheirHostRoleAndMicrobatch) {
   EXPECT_TRUE(mlir::failed(exportBuffer("segment_ids.0", error)));
   EXPECT_EQ(error, "'rt.buffer' op export: input buffer 'segment_ids.0': model.input "
                    "'segment_ids' is not an input the runtime fills (expected tokens, "
-                   "position_ids, labels, loss_mask or rng)");
+                   "position_ids, labels, loss_mask, rng or doc_start)");
   EXPECT_TRUE(mlir::failed(exportBuffer("tokens", error)));
   EXPECT_EQ(error, "'rt.buffer' op export: internal error: input buffer 'tokens' is not named "
                    "<model.input>.<microbatch>");

@@ -109,6 +109,32 @@ TEST(CudaBackend, RefusesAttentionDropout) {
 #endif
 }
 
+// Runs without a device: the segment kernels (--reset-attention-mask) refuse at the first launch,
+// naming the flag and what to do instead, rather than attend across documents.
+TEST(CudaBackend, RefusesResetAttentionMask) {
+#ifndef TRAINC_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  for (const char *name : {"attention_segments", "attention_segments_backward",
+                           "attention_dropout_segments", "attention_dropout_segments_backward"}) {
+    KernelFn fn = findCudaKernel(name);
+    ASSERT_NE(fn, nullptr) << name;
+    Attrs attrs;
+    KernelCtx ctx{nullptr, 0, nullptr, 0, &attrs, nullptr};
+    try {
+      fn(ctx);
+      ADD_FAILURE() << name << " did not refuse";
+    } catch (const std::runtime_error &e) {
+      EXPECT_EQ(std::string(e.what()),
+                "CUDA attention: --reset-attention-mask (the attention_segments kernels, no "
+                "attention across documents) is not implemented on the CUDA backend; compile "
+                "without --reset-attention-mask or run with --backend cpu")
+          << name;
+    }
+  }
+#endif
+}
+
 // Runs without a device where the CUDA 13 libraries are installed: every entry point of the
 // backend's dlsym table exists in libcudart.so.13, libcublasLt.so.13 and libnccl.so.2.
 TEST(CudaBackend, SymbolTableResolvesInTheInstalledLibraries) {

@@ -820,8 +820,9 @@ TEST(Validator, RefusesHostInputOnABufferThatIsNotAnInput) {
 TEST(Validator, RefusesAnInvalidHostInputRole) {
   Program p = plannedProgram();
   p.mutable_buffers(0)->mutable_host_input()->set_role(schema::InputRole(9));
-  EXPECT_EQ(validateMessage(p), "buffer 0 'tokens.0': host_input.role 9 is not a valid input role "
-                                "(expected TOKENS, POSITION_IDS, LABELS, LOSS_MASK or RNG)");
+  EXPECT_EQ(validateMessage(p),
+            "buffer 0 'tokens.0': host_input.role 9 is not a valid input role "
+            "(expected TOKENS, POSITION_IDS, LABELS, LOSS_MASK, RNG or DOC_START)");
   p.mutable_buffers(0)->mutable_host_input()->set_role(schema::INPUT_ROLE_UNSPECIFIED);
   EXPECT_NE(validateMessage(p).find("host_input.role 0 is not a valid input role"),
             std::string::npos);

@@ -609,3 +609,21 @@ func.func @attention_grad_dropout_key(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x
   %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %lse, %do, %rng {dropout = 0.1 : f64} : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x2x4xf32>, tensor<2x2x5xf32>, tensor<2x5x2x4xf32>, tensor<5xi64>) -> (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>)
   return
 }
+
+// -----
+
+// Tests that doc_start (--reset-attention-mask) is [batch, seq] of the query.
+func.func @attention_doc_start_shape(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x4xf32>, %v: tensor<2x5x1x4xf32>, %ds: tensor<2x4xi32>) {
+  // expected-error@+1 {{'model.attention' op doc_start has shape [2, 4], expected [2, 5]}}
+  %o, %lse = model.attention %q, %k, %v doc_start(%ds) : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<2x4xi32>) -> (tensor<2x5x2x4xf32>, tensor<2x2x5xf32>)
+  return
+}
+
+// -----
+
+// Tests that document starts need the causal mask.
+func.func @attention_grad_doc_start_causal(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x4xf32>, %v: tensor<2x5x1x4xf32>, %o: tensor<2x5x2x4xf32>, %lse: tensor<2x2x5xf32>, %do: tensor<2x5x2x4xf32>, %ds: tensor<2x5xi32>) {
+  // expected-error@+1 {{'model.attention_grad' op doc_start (--reset-attention-mask) needs causal = true}}
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o, %lse, %do doc_start(%ds) {causal = false} : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x2x4xf32>, tensor<2x2x5xf32>, tensor<2x5x2x4xf32>, tensor<2x5xi32>) -> (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>)
+  return
+}

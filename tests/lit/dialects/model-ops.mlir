@@ -152,6 +152,19 @@ func.func @rope_grad(%dy: tensor<2x5x2x4xf32>, %pos: tensor<2x5xi32>) -> tensor<
   return %0 : tensor<2x5x2x4xf32>
 }
 
+// Tests that model.attention and model.attention_grad take the optional document starts
+// (--reset-attention-mask) after the optional dropout key.
+// CHECK-LABEL: func.func @attention_doc_start
+// CHECK: model.attention %{{.*}}, %{{.*}}, %{{.*}} doc_start(%{{.*}}) : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5xi32>)
+// CHECK: model.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} doc_start(%{{.*}}) {dropout = 1.000000e-01 : f64} : ({{.*}}, tensor<3xi64>, tensor<2x5xi32>)
+// CHECK: model.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} doc_start(%{{.*}}) {dropout = 1.000000e-01 : f64} : ({{.*}}, tensor<3xi64>, tensor<2x5xi32>)
+func.func @attention_doc_start(%q: tensor<2x5x2x4xf32>, %k: tensor<2x5x1x4xf32>, %v: tensor<2x5x1x4xf32>, %ds: tensor<2x5xi32>, %rng: tensor<3xi64>) -> tensor<2x5x2x4xf32> {
+  %o, %lse = model.attention %q, %k, %v doc_start(%ds) : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5xi32>) -> (tensor<2x5x2x4xf32>, tensor<2x2x5xf32>)
+  %o2, %lse2 = model.attention %q, %k, %v, %rng doc_start(%ds) {dropout = 0.1 : f64} : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<3xi64>, tensor<2x5xi32>) -> (tensor<2x5x2x4xf32>, tensor<2x2x5xf32>)
+  %dq, %dk, %dv = model.attention_grad %q, %k, %v, %o2, %lse2, %o, %rng doc_start(%ds) {dropout = 0.1 : f64} : (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x2x4xf32>, tensor<2x2x5xf32>, tensor<2x5x2x4xf32>, tensor<3xi64>, tensor<2x5xi32>) -> (tensor<2x5x2x4xf32>, tensor<2x5x1x4xf32>, tensor<2x5x1x4xf32>)
+  return %dq : tensor<2x5x2x4xf32>
+}
+
 // Tests that model.attention_grad returns dq, dk, dv of the grouped-query shapes.
 // CHECK-LABEL: func.func @attention_grad
 // CHECK-SAME: (%[[Q:[^:]+]]: tensor<2x5x2x4xf32>, %[[K:[^:]+]]: tensor<2x5x1x4xf32>, %[[V:[^:]+]]: tensor<2x5x1x4xf32>, %[[O:[^:]+]]: tensor<2x5x2x4xf32>, %[[LSE:[^:]+]]: tensor<2x2x5xf32>, %[[DO:[^:]+]]: tensor<2x5x2x4xf32>)
