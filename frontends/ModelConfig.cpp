@@ -805,14 +805,8 @@ Error checkSupported(const PlanConfig &config) {
   divisible("--num-query-groups", m.num_query_groups,
             "Megatron requires num_query_groups % tensor_model_parallel_size == 0");
   // Pipeline parallelism: even or uneven split, Megatron's 1F1B or interleaved schedule
-  // (docs/design.md "Pipeline parallelism"). The tied word embedding's two copies are
-  // summed over the embd group on whole main grads, which the distributed optimizer's shards
-  // are not (Megatron gives the shared embedding its own bucket; not done yet).
-  if (p.pipeline_model_parallel_size > 1 && p.use_distributed_optimizer &&
-      p.data_parallel_size > 1 && !config.model.untie_embeddings_and_output_weights)
-    reject("--use-distributed-optimizer with --pipeline-model-parallel-size " +
-           Twine(p.pipeline_model_parallel_size) +
-           " and tied embeddings (add --untie-embeddings-and-output-weights)");
+  // (docs/design.md "Pipeline parallelism"). With the distributed optimizer the tied word
+  // embedding has a bucket of its own on both stages (trainc-grad-buckets).
   // Interleaving (docs/design.md "Pipeline parallelism"): the chunks' units are split from one
   // stage function; overlapped parameter gathers would wait in every chunk's forward.
   if (p.virtual_pipeline_model_parallel_size > 1 && p.overlap_param_gather)

@@ -214,12 +214,30 @@ private:
   }
   /// Megatron's _allreduce_word_embedding_grads: the shared copies' main grads summed over the
   /// embd group (first and last stage), before finalize scales them.
+  /// With the distributed optimizer the copy has a bucket of its own on both stages
+  /// (trainc-grad-buckets), which the DP reduce-scatter has already reduced: only this rank's
+  /// shard of it is summed (the same elements on both stages; Megatron all-reduces the whole
+  /// main_grad, of which the optimizer reads the same shard).
   void allReduceSharedGrads(OpBuilder &ob, Location loc) {
     for (ParamInfo &p : params)
       if (isSharedAcrossStages(p.name)) {
         Value g = gradRef(ob, loc, p);
+        if (layout.op && layout.distributed())
+          g = shardOf(ob, loc, layout.mainGrad, sharedBucket(p));
         createCollective(ob, loc, "all_reduce", "embd", g, g, -1);
       }
+  }
+  /// The bucket of the shared parameter `p` under the distributed optimizer (its own).
+  int64_t sharedBucket(const ParamInfo &p) { return layout.bucketOf(layoutIndex.lookup(p.name)); }
+  /// Whether bucket k holds the copy of a shared parameter that a later stage must not count
+  /// in the grad norm (the first stage counts it).
+  bool isSharedCopyBucket(int64_t k) {
+    if (pipelineStage() == 0)
+      return false;
+    for (ParamInfo &p : params)
+      if (isSharedAcrossStages(p.name) && sharedBucket(p) == k)
+        return true;
+    return false;
   }
   rt::KernelOp kernel(OpBuilder &ob, Location loc, StringRef name, ValueRange ins, ValueRange outs,
                       ArrayRef<NamedAttribute> attrs = {}, ArrayRef<int32_t> inPlace = {}) {
@@ -1119,6 +1137,8 @@ void Lowering::lowerTensorParallelShardNorm(OpBuilder &ob, Location loc, Value s
   // param_is_not_tensor_parallel_duplicate).
   std::map<int64_t, std::array<SmallVector<int64_t>, 2>> segments; // bucket -> (replicated, split)
   for (const ParamInfo &p : params) {
+    if (pipelineStage() > 0 && isSharedAcrossStages(p.name))
+      continue; // the tied copy counts on the first stage
     size_t i = layoutIndex.lookup(p.name);
     int64_t k = layout.bucketOf(i), lo = layout.bound(k);
     segments[k][p.tpSplit].append(
@@ -1185,9 +1205,17 @@ void Lowering::lowerGradNorm(OpBuilder &ob, Location loc, double maxNorm) {
   } else {
     // This rank's shard of every bucket (each element once over DP; the padding's gradients are
     // zero), then the sum over DP.
-    for (int64_t k = 0; k < layout.numBuckets(); ++k)
+    // A later stage's copy of the tied embedding (its own bucket) is counted on the first stage.
+    bool first = true;
+    for (int64_t k = 0; k < layout.numBuckets(); ++k) {
+      if (isSharedCopyBucket(k))
+        continue;
       kernel(ob, loc, "sum_squares", {shardOf(ob, loc, layout.mainGrad, k)}, {sumsq},
-             {f64("beta", k == 0 ? 0.0 : 1.0)});
+             {f64("beta", first ? 0.0 : 1.0)});
+      first = false;
+    }
+    if (first)
+      kernel(ob, loc, "fill", {}, {sumsq});
     if (layout.dp() > 1)
       collective(ob, loc, "all_reduce", sumsq, sumsq, -1);
   }

@@ -139,8 +139,17 @@ struct GradBucketsPass : mlir::trainc::impl::GradBucketsPassBase<GradBucketsPass
       fn.emitOpError() << "has no parameters to bucket";
       return signalPassFailure();
     }
+    // A parameter held by two pipeline stages (trainc.pipeline_shared: the tied word embedding)
+    // gets its own bucket under the distributed optimizer (Megatron's
+    // _does_param_require_new_bucket), so its shards line up on both stages.
+    std::vector<bool> ownBucket(order.size(), false);
+    if (auto shared = module->getAttrOfType<ArrayAttr>("trainc.pipeline_shared"))
+      for (Attribute a : shared)
+        if (auto it = index.find(cast<FlatSymbolRefAttr>(a).getValue()); it != index.end())
+          ownBucket[it->second] = true;
     ::trainc::grad::GradLayout geo = ::trainc::grad::GradLayout::compute(
-        std::vector<int64_t>(sizes.begin(), sizes.end()), dp, bucketSize, distributedOptimizer);
+        std::vector<int64_t>(sizes.begin(), sizes.end()), dp, bucketSize, distributedOptimizer,
+        ownBucket);
     ArrayRef<size_t> lastParamOfBucket = geo.lastParam;
     OpBuilder b(module.getContext());
     b.setInsertionPointToStart(module.getBody());

@@ -9,7 +9,11 @@
 //    parameter never spans two buckets), and the last bucket takes the rest;
 //  - with the distributed optimizer each bucket is padded at its end to a multiple of dp, and DP
 //    rank r owns the contiguous shard [start + r * size / dp, start + (r + 1) * size / dp) of
-//    every bucket; a parameter may straddle two shards; padding belongs to no parameter.
+//    every bucket; a parameter may straddle two shards; padding belongs to no parameter;
+//  - with the distributed optimizer a parameter marked `ownBucket` (the word embedding tied
+//    across pipeline stages) gets a bucket of its own: the bucket before it closes and it closes
+//    its own (Megatron's _does_param_require_new_bucket), so both stages shard it alike and the
+//    embd all-reduce can sum the two copies' shards after the DP reduce-scatter.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TRAINC_PASSES_GRAD_GRADLAYOUT_H
@@ -49,26 +53,32 @@ struct GradLayout {
   }
 
   /// Lays out parameters of `sizes` elements (each > 0) for `dp` ranks; bucketSize <= 0 means
-  /// defaultBucketSize(dp).
+  /// defaultBucketSize(dp). `ownBucket` (empty, or one flag per parameter) marks the
+  /// parameters that get a bucket of their own when `distributed`.
   static GradLayout compute(const std::vector<int64_t> &sizes, int64_t dp, int64_t bucketSize,
-                            bool distributed) {
+                            bool distributed, const std::vector<bool> &ownBucket = {}) {
     GradLayout l;
     l.dp = dp;
     l.distributed = distributed;
     l.sizes = sizes;
     const int64_t limit = bucketSize > 0 ? bucketSize : defaultBucketSize(dp);
     int64_t offset = 0;
+    auto close = [&](size_t last) {
+      int64_t len = offset - l.bounds.back();
+      if (distributed)
+        len = (len + dp - 1) / dp * dp;
+      offset = l.bounds.back() + len;
+      l.bounds.push_back(offset);
+      l.lastParam.push_back(last);
+    };
     for (size_t i = 0; i < sizes.size(); ++i) {
+      const bool own = distributed && i < ownBucket.size() && ownBucket[i];
+      if (own && offset > l.bounds.back())
+        close(i - 1);
       l.offsets.push_back(offset);
       offset += sizes[i];
-      if (offset - l.bounds.back() >= limit || i + 1 == sizes.size()) {
-        int64_t len = offset - l.bounds.back();
-        if (distributed)
-          len = (len + dp - 1) / dp * dp;
-        offset = l.bounds.back() + len;
-        l.bounds.push_back(offset);
-        l.lastParam.push_back(i);
-      }
+      if (offset - l.bounds.back() >= limit || i + 1 == sizes.size() || own)
+        close(i);
     }
     return l;
   }

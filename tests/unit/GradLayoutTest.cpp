@@ -47,6 +47,31 @@ TEST(GradLayoutTest, BucketClosesAfterTheParameterReachingTheSize) {
   EXPECT_EQ(p[1].stateOffset, 2);
 }
 
+// Megatron's _does_param_require_new_bucket: with the distributed optimizer the shared embedding
+// closes the bucket before it and its own, so both pipeline stages shard it alike; without it the
+// flag changes nothing.
+TEST(GradLayoutTest, SharedEmbeddingGetsItsOwnBucketUnderTheDistributedOptimizer) {
+  // Shared parameter last (stage 0: the embedding's gradient is the last one), dp 4, bucket 8.
+  GradLayout first = GradLayout::compute({5, 2, 6}, 4, 8, true, {false, false, true});
+  EXPECT_EQ(first.bounds, (std::vector<int64_t>{0, 8, 16}));
+  EXPECT_EQ(first.offsets, (std::vector<int64_t>{0, 5, 8}));
+  // Shared parameter first (last stage: the output layer's gradient comes first).
+  GradLayout last = GradLayout::compute({6, 5, 2}, 4, 8, true, {true, false, false});
+  EXPECT_EQ(last.bounds, (std::vector<int64_t>{0, 8, 16}));
+  EXPECT_EQ(last.lastParam, (std::vector<size_t>{0, 2}));
+  // Its shards cover the same elements of the parameter on both stages.
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(first.shardBegin(1, r) - first.offsets[2], last.shardBegin(0, r) - last.offsets[0]);
+    EXPECT_EQ(first.shardSize(1), last.shardSize(0));
+  }
+  // In the middle: closes the bucket before it even below the size.
+  GradLayout mid = GradLayout::compute({1, 3, 2}, 1, 100, true, {false, true, false});
+  EXPECT_EQ(mid.bounds, (std::vector<int64_t>{0, 1, 4, 6}));
+  // Without the distributed optimizer the flag is ignored (Megatron's condition).
+  GradLayout plain = GradLayout::compute({1, 3, 2}, 1, 100, false, {false, true, false});
+  EXPECT_EQ(plain.bounds, (std::vector<int64_t>{0, 6}));
+}
+
 TEST(GradLayoutTest, RandomLayoutsShardDisjointlyAndCoverEveryParameterOnce) {
   std::mt19937 g(12345);
   for (int trial = 0; trial < 400; ++trial) {
