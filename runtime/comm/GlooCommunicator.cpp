@@ -10,7 +10,10 @@
 //  - all_gather is in place when `in` is this rank's chunk of `out` (the compiler's form).
 //  - send/recv use unbound buffers; the slot of the k-th message from rank a to rank b of a
 //    context is a per-(context, peer, direction) sequence number, so both sides agree without
-//    tags in the program.
+//    tags in the program. Each message is preceded by a 24-byte header (P2PHeader: magic,
+//    sequence number, bytes) on a slot of its own; the receiver reads it first and
+//    refuses a message whose size is not the one it expects (ranks running programs
+//    of different plans, or a corrupted program), where Gloo would wait for the timeout.
 //
 //===----------------------------------------------------------------------===//
 
@@ -108,8 +111,9 @@ struct Ctx {
   /// Sends posted and not yet known to be complete, oldest first: the unbound buffer and the
   /// copy of the message it sends from.
   struct PendingSend {
-    std::unique_ptr<gloo::transport::UnboundBuffer> ub;
-    std::unique_ptr<char[]> data;
+    /// The header's and the payload's sends (payload: null for an empty message).
+    std::unique_ptr<gloo::transport::UnboundBuffer> header, ub;
+    std::unique_ptr<char[]> data; // header, then the payload's copy
   };
   std::deque<PendingSend> pending;
 };
@@ -124,6 +128,26 @@ struct Group {
 };
 
 constexpr uint8_t kP2PSlotPrefix = 0x40; // above Gloo's collective prefixes (0x01..0x08)
+constexpr uint8_t kP2PHeaderSlotPrefix = 0x41;
+
+/// What precedes every point-to-point message (on slot (kP2PHeaderSlotPrefix, seq)); the
+/// receiver checks it against its own receive before posting the payload's.
+struct P2PHeader {
+  uint32_t magic;
+  uint32_t seq;    // the sender's message number to this peer
+  uint64_t bytes;  // payload size
+  uint64_t reserved; // 0 (room for a dtype once Communicator::send carries one)
+};
+static_assert(sizeof(P2PHeader) == 24);
+constexpr uint32_t kP2PMagic = 0x74703270; // "tp2p"
+
+/// Waits for both sends of a pending message.
+bool waitPendingSend(Ctx::PendingSend &ps, std::chrono::milliseconds timeout) {
+  bool ok = ps.header->waitSend(timeout);
+  if (ps.ub)
+    ok = ps.ub->waitSend(timeout) && ok;
+  return ok;
+}
 
 class GlooCommunicator final : public Communicator {
 public:
@@ -138,7 +162,7 @@ public:
     for (Group &g : groups_)
       while (g.ctx && !g.ctx->pending.empty()) {
         try {
-          g.ctx->pending.front().ub->waitSend(o_.timeout);
+          waitPendingSend(g.ctx->pending.front(), o_.timeout);
         } catch (const std::exception &) {
         }
         g.ctx->pending.pop_front();
@@ -283,8 +307,6 @@ public:
     std::lock_guard<std::mutex> l(mu_);
     const Group &g = get(group, "send");
     checkPeer(g, peer, "send");
-    if (bytes == 0)
-      return;
     uint32_t seq = g.ctx->sendSeq[peer]++;
     // Eager (buffered) send, as MPI_Bsend: the message is copied and posted, and send returns
     // before the peer receives it, so that two stages sending to each other (1F1B's steady
@@ -292,13 +314,19 @@ public:
     // known complete (waited for once kMaxPendingSends are in flight, and at destruction).
     guarded("send", g, [&] {
       Ctx::PendingSend ps;
-      ps.data.reset(new char[bytes]);
-      std::memcpy(ps.data.get(), buf, bytes);
-      ps.ub = g.ctx->gloo->createUnboundBuffer(ps.data.get(), bytes);
-      ps.ub->send(int(peer), uint64_t(gloo::Slot::build(kP2PSlotPrefix, seq)));
+      ps.data.reset(new char[sizeof(P2PHeader) + bytes]);
+      P2PHeader h{kP2PMagic, seq, uint64_t(bytes), 0};
+      std::memcpy(ps.data.get(), &h, sizeof h);
+      std::memcpy(ps.data.get() + sizeof h, buf, bytes);
+      ps.header = g.ctx->gloo->createUnboundBuffer(ps.data.get(), sizeof h);
+      ps.header->send(int(peer), uint64_t(gloo::Slot::build(kP2PHeaderSlotPrefix, seq)));
+      if (bytes > 0) {
+        ps.ub = g.ctx->gloo->createUnboundBuffer(ps.data.get() + sizeof h, bytes);
+        ps.ub->send(int(peer), uint64_t(gloo::Slot::build(kP2PSlotPrefix, seq)));
+      }
       g.ctx->pending.push_back(std::move(ps));
       while (g.ctx->pending.size() > kMaxPendingSends) {
-        if (!g.ctx->pending.front().ub->waitSend(o_.timeout))
+        if (!waitPendingSend(g.ctx->pending.front(), o_.timeout))
           throw std::runtime_error("send aborted");
         g.ctx->pending.pop_front();
       }
@@ -309,9 +337,29 @@ public:
     std::lock_guard<std::mutex> l(mu_);
     const Group &g = get(group, "recv");
     checkPeer(g, peer, "recv");
+    uint32_t seq = g.ctx->recvSeq[peer]++;
+    P2PHeader h{};
+    guarded("recv", g, [&] {
+      auto hub = g.ctx->gloo->createUnboundBuffer(&h, sizeof h);
+      hub->recv(int(peer), uint64_t(gloo::Slot::build(kP2PHeaderSlotPrefix, seq)));
+      if (!hub->waitRecv(o_.timeout))
+        throw std::runtime_error("recv aborted");
+    });
+    // Checked outside `guarded`: a disagreement is not a dead peer or a timeout.
+    if (h.magic != kP2PMagic || h.seq != seq || h.bytes != bytes)
+      throw std::runtime_error(absl::StrCat(
+          "rank ", o_.rank, ": recv from rank ", g.ctx->ranks[size_t(peer)], " (peer ", peer,
+          " of group '", g.name, "' [", absl::StrJoin(g.ctx->ranks, ","), "]), message ", seq,
+          ": ",
+          h.magic != kP2PMagic
+              ? std::string("the header is not a trainc p2p header")
+              : absl::StrCat("the sender sent ", h.bytes, " bytes",
+                             h.seq != seq ? absl::StrCat(" as its message ", h.seq) : "",
+                             ", this rank expects ", bytes, " bytes"),
+          "; the two ranks' programs disagree (programs of different plans, or a corrupted "
+          "program)"));
     if (bytes == 0)
       return;
-    uint32_t seq = g.ctx->recvSeq[peer]++;
     guarded("recv", g, [&] {
       auto ub = g.ctx->gloo->createUnboundBuffer(buf, bytes);
       ub->recv(int(peer), uint64_t(gloo::Slot::build(kP2PSlotPrefix, seq)));

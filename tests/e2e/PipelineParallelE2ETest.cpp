@@ -314,6 +314,51 @@ TEST(PipelineVerifier, RefusesMismatchedSizes) {
   EXPECT_NE(e.find("rank 1 receives 7 f32 elements ("), std::string::npos) << e;
 }
 
+// The run-time check behind the compile-time one: rank 0 of a plan with micro-batch size 1 and
+// rank 1 of one with micro-batch size 2 (the trainer's fingerprint check bypassed: executors
+// run directly). Rank 1's first receive meets an activation of half its size and is refused at
+// once by the header of the Gloo communicator, naming both sizes, well within the 5 s timeout
+// (rank 0 then times out waiting for a gradient).
+TEST(PipelineRuntime, RefusesATransferOfAnotherPlan) {
+  config::PlanConfig planA, planB;
+  std::vector<schema::Program> a =
+      CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 1, 2), &planA);
+  std::vector<schema::Program> b =
+      CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 2, 2), &planB);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  auto store = rt::TcpStoreServer::start("127.0.0.1", 0, kToken);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::string errors[2];
+  double seconds[2] = {0, 0};
+  auto rankMain = [&](int64_t r) {
+    rt::GlooOptions o;
+    o.rank = r;
+    o.worldSize = 2;
+    o.storePort = (*store)->port();
+    o.token = kToken;
+    o.timeout = std::chrono::seconds(5);
+    auto comm = rt::createGlooCommunicator(o);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    CompiledPlan p(r == 0 ? planA : planB, r == 0 ? a[0] : b[1], std::move(*comm));
+    ASSERT_TRUE(p.ok());
+    auto t0 = std::chrono::steady_clock::now();
+    absl::Status st =
+        p.ex().run([](schema::HostIOKind, const std::string &) { return absl::OkStatus(); });
+    seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    errors[r] = st.ok() ? "ok" : std::string(st.message());
+  };
+  std::thread t0(rankMain, 0), t1(rankMain, 1);
+  t0.join();
+  t1.join();
+  const std::string expected = "rank 1: recv from rank 0 (peer 0 of group 'pp' [0,1]), message 0: "
+                               "the sender sent 576 bytes, this rank expects 1152 bytes; the two "
+                               "ranks' programs disagree";
+  EXPECT_NE(errors[1].find(expected), std::string::npos) << errors[1];
+  EXPECT_LT(seconds[1], 4.0) << errors[1];
+  EXPECT_NE(errors[0], "ok");
+}
+
 } // namespace
 
 namespace {

@@ -464,6 +464,50 @@ TEST(GlooCommunicatorTest, CrossingSendsDoNotWaitForTheReceiver) {
       5s);
 }
 
+// Every message carries a header (size, sequence number): a receive that does not match the
+// send is refused at once with both sides named, not after the timeout, and the messages after
+// it still match (rank 0 sends four, rank 1's second and third expect other sizes).
+TEST(GlooCommunicatorTest, MismatchedPointToPointIsRefusedAtOnce) {
+  Job job;
+  job.run(
+      2,
+      [&](int64_t r, Communicator &c) {
+        ASSERT_EQ(c.setupGroups({{"pp", {0, 1}}}), "");
+        std::vector<float> f(16, float(r + 1));
+        if (r == 0) {
+          c.send(0, 1, f.data(), 8 * sizeof(float));
+          c.send(0, 1, f.data(), 16 * sizeof(float));
+          c.send(0, 1, f.data(), 0);
+          c.send(0, 1, f.data(), 2 * sizeof(float));
+          return;
+        }
+        c.recv(0, 0, f.data(), 8 * sizeof(float));
+        EXPECT_EQ(f[7], 1.f);
+        auto error = [&](size_t bytes) -> std::string {
+          try {
+            c.recv(0, 0, f.data(), bytes);
+          } catch (const std::exception &e) {
+            return e.what();
+          }
+          return "no error";
+        };
+        EXPECT_EQ(error(8 * sizeof(float)),
+                  "rank 1: recv from rank 0 (peer 0 of group 'pp' [0,1]), message 1: the sender "
+                  "sent 64 bytes, this rank expects 32 bytes; the two ranks' programs disagree "
+                  "(programs of different plans, or a corrupted program)");
+        // An empty send against a non-empty receive (without the header: a wait until timeout).
+        EXPECT_EQ(error(4),
+                  "rank 1: recv from rank 0 (peer 0 of group 'pp' [0,1]), message 2: the sender "
+                  "sent 0 bytes, this rank expects 4 bytes; the two ranks' programs disagree "
+                  "(programs of different plans, or a corrupted program)");
+        f.assign(16, -1);
+        c.recv(0, 0, f.data(), 2 * sizeof(float));
+        EXPECT_EQ(f[1], 1.f);
+        EXPECT_EQ(f[2], -1.f);
+      },
+      3s);
+}
+
 TEST(GlooCommunicatorTest, GroupErrors) {
   Job job;
   auto c = createGlooCommunicator(job.options(1, 4));
