@@ -449,6 +449,9 @@ const std::vector<FlagSpec> &flagTable() {
       // replaced by the global token count (default).
       ignored("--accumulate-allreduce-grads-in-fp32"),
       ignored("--ddp-average-in-collective"),
+      // Pipeline p2p is never overlapped with compute; eager sends pair a send with the next
+      // receive as batch_p2p_comm does (docs/design.md "Pipeline parallelism").
+      ignored("--no-overlap-p2p-communication"),
       ignored("--use-mcore-models"),
       ignored("--transformer-impl", Arity::One),
       ignored("--use-flash-attn"),
