@@ -43,8 +43,14 @@ public:
   /// `in` holds `count` elements; `out` receives groupSize * count, chunks in group-rank order.
   virtual void allGather(int group, const void *in, void *out, int64_t count, DType dtype) = 0;
   virtual void broadcast(int group, void *buf, int64_t count, DType dtype, int64_t root) = 0;
-  virtual void send(int group, int64_t peer, const void *buf, size_t bytes) = 0;
-  virtual void recv(int group, int64_t peer, void *buf, size_t bytes) = 0;
+  /// Point-to-point: `bytes` bytes of `dtype` (U8: untyped) to / from group rank `peer`; the
+  /// k-th send from a to b meets b's k-th receive from a. A communicator that can check it
+  /// (Gloo: a header with each message) refuses a receive whose size or dtype differs from the
+  /// send's, naming both, instead of waiting for its timeout.
+  virtual void send(int group, int64_t peer, const void *buf, size_t bytes,
+                    DType dtype = DType::U8) = 0;
+  virtual void recv(int group, int64_t peer, void *buf, size_t bytes,
+                    DType dtype = DType::U8) = 0;
   virtual void barrier(int group) = 0;
 };
 

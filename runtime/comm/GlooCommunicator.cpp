@@ -11,8 +11,8 @@
 //  - send/recv use unbound buffers; the slot of the k-th message from rank a to rank b of a
 //    context is a per-(context, peer, direction) sequence number, so both sides agree without
 //    tags in the program. Each message is preceded by a 24-byte header (P2PHeader: magic,
-//    sequence number, bytes) on a slot of its own; the receiver reads it first and
-//    refuses a message whose size is not the one it expects (ranks running programs
+//    sequence number, bytes, dtype) on a slot of its own; the receiver reads it first and
+//    refuses a message whose size or dtype is not the one it expects (ranks running programs
 //    of different plans, or a corrupted program), where Gloo would wait for the timeout.
 //
 //===----------------------------------------------------------------------===//
@@ -136,10 +136,19 @@ struct P2PHeader {
   uint32_t magic;
   uint32_t seq;    // the sender's message number to this peer
   uint64_t bytes;  // payload size
-  uint64_t reserved; // 0 (room for a dtype once Communicator::send carries one)
+  uint32_t dtype;  // DType of the sender's buffer (U8: untyped)
+  uint32_t unused;
 };
 static_assert(sizeof(P2PHeader) == 24);
 constexpr uint32_t kP2PMagic = 0x74703270; // "tp2p"
+
+/// "576 bytes (144 x f32)", or "576 bytes" when untyped.
+std::string describeMessage(uint64_t bytes, uint32_t dtype) {
+  DType t = DType(dtype);
+  if (t == DType::U8 || dtypeSize(t) == 0)
+    return absl::StrCat(bytes, " bytes");
+  return absl::StrCat(bytes, " bytes (", bytes / dtypeSize(t), " x ", dtypeName(t), ")");
+}
 
 /// Waits for both sends of a pending message.
 bool waitPendingSend(Ctx::PendingSend &ps, std::chrono::milliseconds timeout) {
@@ -303,7 +312,7 @@ public:
     });
   }
 
-  void send(int group, int64_t peer, const void *buf, size_t bytes) override {
+  void send(int group, int64_t peer, const void *buf, size_t bytes, DType dtype) override {
     std::lock_guard<std::mutex> l(mu_);
     const Group &g = get(group, "send");
     checkPeer(g, peer, "send");
@@ -315,7 +324,7 @@ public:
     guarded("send", g, [&] {
       Ctx::PendingSend ps;
       ps.data.reset(new char[sizeof(P2PHeader) + bytes]);
-      P2PHeader h{kP2PMagic, seq, uint64_t(bytes), 0};
+      P2PHeader h{kP2PMagic, seq, uint64_t(bytes), uint32_t(dtype), 0};
       std::memcpy(ps.data.get(), &h, sizeof h);
       std::memcpy(ps.data.get() + sizeof h, buf, bytes);
       ps.header = g.ctx->gloo->createUnboundBuffer(ps.data.get(), sizeof h);
@@ -333,7 +342,7 @@ public:
     });
   }
 
-  void recv(int group, int64_t peer, void *buf, size_t bytes) override {
+  void recv(int group, int64_t peer, void *buf, size_t bytes, DType dtype) override {
     std::lock_guard<std::mutex> l(mu_);
     const Group &g = get(group, "recv");
     checkPeer(g, peer, "recv");
@@ -346,16 +355,20 @@ public:
         throw std::runtime_error("recv aborted");
     });
     // Checked outside `guarded`: a disagreement is not a dead peer or a timeout.
-    if (h.magic != kP2PMagic || h.seq != seq || h.bytes != bytes)
+    // Untyped (U8) on either side matches any dtype of the same size.
+    const bool dtypesDiffer = h.dtype != uint32_t(dtype) && dtype != DType::U8 &&
+                              DType(h.dtype) != DType::U8;
+    if (h.magic != kP2PMagic || h.seq != seq || h.bytes != bytes || dtypesDiffer)
       throw std::runtime_error(absl::StrCat(
           "rank ", o_.rank, ": recv from rank ", g.ctx->ranks[size_t(peer)], " (peer ", peer,
           " of group '", g.name, "' [", absl::StrJoin(g.ctx->ranks, ","), "]), message ", seq,
           ": ",
           h.magic != kP2PMagic
               ? std::string("the header is not a trainc p2p header")
-              : absl::StrCat("the sender sent ", h.bytes, " bytes",
+              : absl::StrCat("the sender sent ", describeMessage(h.bytes, h.dtype),
                              h.seq != seq ? absl::StrCat(" as its message ", h.seq) : "",
-                             ", this rank expects ", bytes, " bytes"),
+                             ", this rank expects ",
+                             describeMessage(bytes, uint32_t(dtype))),
           "; the two ranks' programs disagree (programs of different plans, or a corrupted "
           "program)"));
     if (bytes == 0)

@@ -29,10 +29,10 @@ public:
     copy(in, out, n, t);
   }
   void broadcast(int, void *, int64_t, DType, int64_t) override {}
-  void send(int, int64_t, const void *, size_t) override {
+  void send(int, int64_t, const void *, size_t, DType) override {
     throw std::logic_error("send on a single-rank communicator"); // validator rejects peer == self
   }
-  void recv(int, int64_t, void *, size_t) override {
+  void recv(int, int64_t, void *, size_t, DType) override {
     throw std::logic_error("recv on a single-rank communicator");
   }
   void barrier(int) override {}

@@ -278,10 +278,10 @@ void runComm(Communicator &comm, const PInstr &pi, const TensorView *v) {
     }
     break;
   case Op::Send:
-    comm.send(pi.group, pi.peerOrRoot, v[0].data, v[0].bytes());
+    comm.send(pi.group, pi.peerOrRoot, v[0].data, v[0].bytes(), v[0].dtype);
     break;
   case Op::Recv:
-    comm.recv(pi.group, pi.peerOrRoot, v[0].data, v[0].bytes());
+    comm.recv(pi.group, pi.peerOrRoot, v[0].data, v[0].bytes(), v[0].dtype);
     break;
   default:
     break;

@@ -185,10 +185,10 @@ public:
                                  s_.comm),
               "ncclBroadcast", g);
   }
-  void send(int group, int64_t peer, const void *buf, size_t bytes) override {
+  void send(int group, int64_t peer, const void *buf, size_t bytes, DType) override {
     p2p(group, peer, const_cast<void *>(buf), bytes, true);
   }
-  void recv(int group, int64_t peer, void *buf, size_t bytes) override {
+  void recv(int group, int64_t peer, void *buf, size_t bytes, DType) override {
     p2p(group, peer, buf, bytes, false);
   }
   void barrier(int group) override {

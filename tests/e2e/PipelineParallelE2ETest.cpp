@@ -352,8 +352,8 @@ TEST(PipelineRuntime, RefusesATransferOfAnotherPlan) {
   t0.join();
   t1.join();
   const std::string expected = "rank 1: recv from rank 0 (peer 0 of group 'pp' [0,1]), message 0: "
-                               "the sender sent 576 bytes, this rank expects 1152 bytes; the two "
-                               "ranks' programs disagree";
+                               "the sender sent 576 bytes (144 x f32), this rank expects 1152 "
+                               "bytes (288 x f32); the two ranks' programs disagree";
   EXPECT_NE(errors[1].find(expected), std::string::npos) << errors[1];
   EXPECT_LT(seconds[1], 4.0) << errors[1];
   EXPECT_NE(errors[0], "ok");

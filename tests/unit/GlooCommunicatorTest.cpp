@@ -464,9 +464,10 @@ TEST(GlooCommunicatorTest, CrossingSendsDoNotWaitForTheReceiver) {
       5s);
 }
 
-// Every message carries a header (size, sequence number): a receive that does not match the
-// send is refused at once with both sides named, not after the timeout, and the messages after
-// it still match (rank 0 sends four, rank 1's second and third expect other sizes).
+// Every message carries a header (size, dtype, sequence number): a receive that does not match
+// the send is refused at once with both sides named, not after the timeout, and the messages
+// after it still match (rank 0 sends five, rank 1's second to fourth expect other sizes or
+// another dtype of the same size).
 TEST(GlooCommunicatorTest, MismatchedPointToPointIsRefusedAtOnce) {
   Job job;
   job.run(
@@ -478,14 +479,15 @@ TEST(GlooCommunicatorTest, MismatchedPointToPointIsRefusedAtOnce) {
           c.send(0, 1, f.data(), 8 * sizeof(float));
           c.send(0, 1, f.data(), 16 * sizeof(float));
           c.send(0, 1, f.data(), 0);
-          c.send(0, 1, f.data(), 2 * sizeof(float));
+          c.send(0, 1, f.data(), 4 * sizeof(float), DType::F32);
+          c.send(0, 1, f.data(), 2 * sizeof(float), DType::F32);
           return;
         }
         c.recv(0, 0, f.data(), 8 * sizeof(float));
         EXPECT_EQ(f[7], 1.f);
-        auto error = [&](size_t bytes) -> std::string {
+        auto error = [&](size_t bytes, DType t = DType::U8) -> std::string {
           try {
-            c.recv(0, 0, f.data(), bytes);
+            c.recv(0, 0, f.data(), bytes, t);
           } catch (const std::exception &e) {
             return e.what();
           }
@@ -500,8 +502,15 @@ TEST(GlooCommunicatorTest, MismatchedPointToPointIsRefusedAtOnce) {
                   "rank 1: recv from rank 0 (peer 0 of group 'pp' [0,1]), message 2: the sender "
                   "sent 0 bytes, this rank expects 4 bytes; the two ranks' programs disagree "
                   "(programs of different plans, or a corrupted program)");
+        // Same size, another dtype (an fp32 plan's activation met by a bf16 plan of twice the
+        // micro-batch size).
+        EXPECT_EQ(error(16, DType::BF16),
+                  "rank 1: recv from rank 0 (peer 0 of group 'pp' [0,1]), message 3: the sender "
+                  "sent 16 bytes (4 x f32), this rank expects 16 bytes (8 x bf16); the two "
+                  "ranks' programs disagree (programs of different plans, or a corrupted "
+                  "program)");
         f.assign(16, -1);
-        c.recv(0, 0, f.data(), 2 * sizeof(float));
+        c.recv(0, 0, f.data(), 2 * sizeof(float), DType::F32);
         EXPECT_EQ(f[1], 1.f);
         EXPECT_EQ(f[2], -1.f);
       },
