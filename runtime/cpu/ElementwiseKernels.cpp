@@ -541,7 +541,9 @@ void dropoutApply(const KernelCtx &c) {
     // one dropoutUniforms batch.
     constexpr int64_t kChunk = 4 * kDropoutBatch * 4;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > 32768)
+    // Threaded above 2^18 elements (about 1.5 ms on one thread): a smaller region does not pay when
+    // the machine is loaded (NormKernels.cpp's kParallelMin).
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 18))
     for (int64_t ch = 0; ch < chunks; ++ch) {
       alignas(64) uint32_t bits[4 * kDropoutBatch + 4];
       const int64_t end = std::min(n, (ch + 1) * kChunk);

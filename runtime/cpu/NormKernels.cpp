@@ -39,8 +39,12 @@ template <typename A, typename F> inline A rowSum(int64_t n, F &&f) {
   return s;
 }
 
-/// Elements above which a kernel splits its rows (or columns) over the OpenMP threads.
-constexpr int64_t kParallelMin = 32768;
+/// Elements above which the norms and embedding_backward split their rows (or columns) over the
+/// OpenMP threads: 2^20, about 0.4 ms of one thread's memory-bound work at 0.3-0.5 ns per element.
+/// Below it a parallel region does not pay on a loaded machine: when the other thread is not
+/// running, the region waits for the scheduler to run it (measured on the shared 2-core machine at
+/// load 11: 12-30 ms per call of a 3.1M-element norm, against 1-3 ms on one thread; docs/kernels.md).
+constexpr int64_t kParallelMin = int64_t(1) << 20;
 
 /// Calls f(j0, j1) for contiguous column ranges [j0, j1) covering [0, H), one per OpenMP thread
 /// (boundaries at multiples of 16) when `work` elements exceed kParallelMin, else once for [0, H).

@@ -342,12 +342,12 @@ TEST(Elementwise, DropoutIsCounterBasedAndItsBackwardIsTheSameMask) {
   EXPECT_LT(relError(dx, fd), kFdTol);
 }
 
-// 3 samples of 40001 elements (threaded, batched Philox, runs cut at the sample boundaries whose
+// 3 samples of 100001 elements (above the 2^18 threshold: threaded; batched Philox, runs cut at the sample boundaries whose
 // global indices are not multiples of 4): every element against philoxUniform4 evaluated one
 // element at a time here, and the same bits on 1 and 2 threads, in f32 and bf16; a [4] rng key and
 // a sequence shard (seq_start, seq_length) take the same path.
 TEST(Elementwise, ThreadedDropoutIsTheScalarMaskOnAnyThreadCount) {
-  const int64_t S = 3, L = 40001;
+  const int64_t S = 3, L = 100001;
   HostTensor x = randomTensor(DType::F64, {S, L}, 21, 0.5, 1.5);
   HostTensor rng(DType::I64, {4});
   rng.set(0, 987654321);
@@ -378,7 +378,7 @@ TEST(Elementwise, ThreadedDropoutIsTheScalarMaskOnAnyThreadCount) {
       }
     EXPECT_EQ(y[0].bytes, expect.bytes);
   }
-  // A sequence shard: positions [16000, 40001) of each sample, threaded, is the whole tensor's
+  // A sequence shard: positions [16000, 100001) of each sample, threaded, is the whole tensor's
   // slice.
   HostTensor whole(DType::F32, x.shape), xf = x.as(DType::F32);
   runKernel("dropout", {&xf, &rng}, {&whole}, {AttrArg("p", p), AttrArg("op_id", 3)});

@@ -503,14 +503,14 @@ std::vector<HostTensor> normBackwardRef(const HostTensor &dy, const HostTensor &
   return {dx, dg, db};
 }
 
-// 300 rows of 200 (60000 elements, two column ranges on 2 threads): the norms and their backward split rows and
-// column ranges over the threads. f64 against the naive references, f32 and bf16 against f64, and
+// 4372 rows of 240 (1049280 elements, above the kernels' 2^20 threshold; two column ranges on 2
+// threads): the norms and their backward split rows and column ranges over the threads. f64 against the naive references, f32 and bf16 against f64, and
 // the same bits on 1 and 2 threads.
 TEST(NormKernels, ThreadedNormsMatchTheReferenceAndDoNotDependOnTheThreadCount) {
   const double eps = 1e-5;
-  HostTensor x = randomTensor(DType::F64, {3, 100, 200}, 81, -2, 3);
-  HostTensor gamma = randomTensor(DType::F64, {200}, 82, 0.5, 1.5);
-  HostTensor beta = randomTensor(DType::F64, {200}, 83);
+  HostTensor x = randomTensor(DType::F64, {4, 1093, 240}, 81, -2, 3);
+  HostTensor gamma = randomTensor(DType::F64, {240}, 82, 0.5, 1.5);
+  HostTensor beta = randomTensor(DType::F64, {240}, 83);
   HostTensor dy = randomTensor(DType::F64, x.shape, 84);
   std::vector<HostTensor> lnRef = normBackwardRef(dy, x, gamma, eps, false);
   std::vector<HostTensor> rmsRef = normBackwardRef(dy, x, gamma, eps, true);
@@ -567,13 +567,14 @@ TEST(NormKernels, ThreadedNormsMatchTheReferenceAndDoNotDependOnTheThreadCount) 
   }
 }
 
-// 4000 tokens of hidden 200 over 300 rows (repeats, a quarter outside the shard): the threaded
+// 6000 tokens of hidden 240 over 300 rows (repeats, a sixth outside the shard; ~1.2M elements
+// summed, above the 2^20 threshold): the threaded
 // embedding backward (column ranges, the table zeroed in pieces) against the naive scatter-add, and
 // the same bits on 1 and 2 threads, with beta 0 and 1.
 TEST(Embedding, ThreadedBackwardMatchesTheReferenceAndDoesNotDependOnTheThreadCount) {
-  const int64_t V = 300, H = 200, start = 1000;
-  HostTensor ids = randomInts(DType::I32, {20, 200}, 91, start - 100, start + V);
-  HostTensor dy = randomTensor(DType::F64, {20, 200, H}, 92);
+  const int64_t V = 300, H = 240, start = 1000;
+  HostTensor ids = randomInts(DType::I32, {20, 300}, 91, start - 60, start + V);
+  HostTensor dy = randomTensor(DType::F64, {20, 300, H}, 92);
   HostTensor ref(DType::F64, {V, H});
   for (int64_t i = 0; i < ids.numel(); ++i) {
     int64_t row = int64_t(ids.get(i)) - start;
