@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -206,10 +207,21 @@ void benchInit(Backend &backend, Communicator &comm, int64_t rows, int64_t cols)
   q->set_init("normal");
   q->set_init_std(0.02);
   auto ex = make(p, backend, comm);
+  // The process's CPU time too: on a loaded machine the wall time measures the scheduler; CPU
+  // seconds / threads is what an idle machine's wall time would be.
+  auto cpuNow = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  double cpu0 = cpuNow();
   Timing t = bestSeconds(5, [&] { (void)initializeParameters(*ex, 1234); });
+  double cpuPerRun = (cpuNow() - cpu0) / 6; // 5 repetitions and the warm-up
   report(name, t, double(rows * cols), 0);
-  std::printf("%-34s min %9.3f s  median %9.3f s  per 100M parameters\n", "", t.min * 1e8 / double(rows * cols),
-              t.median * 1e8 / double(rows * cols));
+  const double per100M = 1e8 / double(rows * cols);
+  std::printf("%-34s min %9.3f s  median %9.3f s  per 100M parameters; CPU %.3f s per 100M "
+              "parameters\n",
+              "", t.min * per100M, t.median * per100M, cpuPerRun * per100M);
 }
 
 /// A buffer of a one-kernel program: name, dtype, shape, and the fill range of its values
