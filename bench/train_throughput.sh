@@ -14,15 +14,17 @@
 #                 nproc). One process at a time runs, so nothing is oversubscribed by the bench.
 #   CASES         cases to run (default: "llama-10m gpt-10m llama-100m gpt2-124m"):
 #                   llama-10m   preset llama-10m (6 x 384, ffn 1024, 6/2 heads, vocab 256), seq 256,
-#                               micro batch 4, global batch 16: 9.6M parameters
+#                               micro batch 4, global batch GBS_SMALL (default 4): 9.6M parameters
 #                   gpt-10m     GPT (LayerNorm, learned positions, biases, GELU, tied), 6 x 384,
-#                               ffn 1536, 6 heads, vocab 256, seq 256, micro 4, global 16: 10.8M
+#                               ffn 1536, 6 heads, vocab 256, seq 256, micro 4, global GBS_SMALL:
+#                               10.8M
 #                   llama-100m  12 x 768, ffn 2048, 12/4 heads, vocab 32000 (untied), seq 256,
-#                               micro 2, global 2: 125M
+#                               micro 1, global 1: 125M
 #                   gpt2-124m   GPT-2 124M (12 x 768, 12 heads, vocab 50257, positions 1024) at
 #                               llm.c's CPU shape: seq 64, micro batch 4 (B = 4, T = 64): 124M
-#   ITERS         iterations per small case (default 6), ITERS_LARGE for the ~100M cases (default
-#                 3); the first iteration is warm-up (log interval 1, the rest averaged)
+#   ITERS         iterations per small case (default 3), ITERS_LARGE for the ~100M cases (default
+#                 2); the first iteration is warm-up (log interval 1, the rest averaged). The
+#                 defaults fit the shared, loaded 2-core machine (the whole run ~10 min at load 12)
 #   TORCH_PYTHON  python with torch (default /usr/bin/python3: Debian's python3-torch, installed
 #                 with the OpenMP OpenBLAS by scripts/setup.sh --torch). Debian's torch calls the
 #                 system libblas.so.3 for every fp32 matmul; when that is the reference (netlib)
@@ -41,8 +43,9 @@ TRAINRUN=${2:-$ROOT/build/tools/trainrun}
 WORK=${3:-/tmp/trainc-throughput}
 THREADS=${THREADS:-${OMP_NUM_THREADS:-$(nproc)}}
 CASES=${CASES:-llama-10m gpt-10m llama-100m gpt2-124m}
-ITERS=${ITERS:-6}
-ITERS_LARGE=${ITERS_LARGE:-3}
+ITERS=${ITERS:-3}
+ITERS_LARGE=${ITERS_LARGE:-2}
+GBS_SMALL=${GBS_SMALL:-4}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 BENCH_DIR=${BENCH_DIR:-$ROOT/build/bench}
 
@@ -85,9 +88,9 @@ TORCH_ENV=(env)
 
 case_flags() {
   case "$1" in
-    llama-10m) echo "--preset llama-10m --seq-length 256 --max-position-embeddings 256 --micro-batch-size 4 --global-batch-size 16" ;;
-    gpt-10m) echo "--preset gpt2-small --num-layers 6 --hidden-size 384 --ffn-hidden-size 1536 --num-attention-heads 6 --vocab-size 256 --seq-length 256 --max-position-embeddings 256 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 4 --global-batch-size 16" ;;
-    llama-100m) echo "--preset llama-10m --num-layers 12 --hidden-size 768 --ffn-hidden-size 2048 --num-attention-heads 12 --num-query-groups 4 --vocab-size 32000 --seq-length 256 --max-position-embeddings 256 --micro-batch-size 2 --global-batch-size 2" ;;
+    llama-10m) echo "--preset llama-10m --seq-length 256 --max-position-embeddings 256 --micro-batch-size 4 --global-batch-size $GBS_SMALL" ;;
+    gpt-10m) echo "--preset gpt2-small --num-layers 6 --hidden-size 384 --ffn-hidden-size 1536 --num-attention-heads 6 --vocab-size 256 --seq-length 256 --max-position-embeddings 256 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 4 --global-batch-size $GBS_SMALL" ;;
+    llama-100m) echo "--preset llama-10m --num-layers 12 --hidden-size 768 --ffn-hidden-size 2048 --num-attention-heads 12 --num-query-groups 4 --vocab-size 32000 --seq-length 256 --max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 1" ;;
     gpt2-124m) echo "--preset gpt2-small --seq-length 64 --max-position-embeddings 1024 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 4 --global-batch-size 4" ;;
     *) return 1 ;;
   esac

@@ -247,23 +247,30 @@ void ropeApply(const KernelCtx &c, double sign) {
   std::vector<double> invFreq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(base, -2.0 * double(i) / double(rd));
+  // Positions usually repeat across the samples of a microbatch (0 .. S-1 in each): when their
+  // range is at most the token count, cos and sin are tabulated once per distinct position (the
+  // same expressions, so the same bits as per token) instead of once per token.
+  int32_t pmin = 0, pmax = -1;
+  for (int64_t t = 0; t < B * S; ++t) {
+    pmin = t == 0 ? pos[t] : std::min(pmin, pos[t]);
+    pmax = t == 0 ? pos[t] : std::max(pmax, pos[t]);
+  }
+  const int64_t range = int64_t(pmax) - int64_t(pmin) + 1;
+  const bool table = B * S > 0 && range <= B * S;
+  const bool threaded = B * S * N * D > kParallelMin;
   dispatchFloat(xv.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
     const T *x = xv.as<T>();
     T *y = c.out[0].as<T>();
-    // Tokens are independent: split over the OpenMP threads (results do not depend on the count).
-#pragma omp parallel if (B * S * N * D > 32768)
-    {
-    std::vector<A> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < B * S; ++t) {
-      const double p = double(pos[t]);
+    auto angles = [&](double p, A *cs, A *sn) {
       for (int64_t i = 0; i < half; ++i) {
         double th = p * invFreq[i];
         cs[i] = A(std::cos(th));
         sn[i] = A(sign * std::sin(th));
       }
+    };
+    auto rotate = [&](int64_t t, const A *cs, const A *sn) {
       for (int64_t h = 0; h < N; ++h) {
         const T *xr = x + (t * N + h) * D;
         T *yr = y + (t * N + h) * D;
@@ -276,7 +283,28 @@ void ropeApply(const KernelCtx &c, double sign) {
           for (int64_t j = rd; j < D; ++j)
             yr[j] = xr[j];
       }
+    };
+    if (table) {
+      std::vector<A> cs(static_cast<size_t>(range * half)), sn(static_cast<size_t>(range * half));
+#pragma omp parallel for schedule(static) if (threaded)
+      for (int64_t q = 0; q < range; ++q)
+        angles(double(int64_t(pmin) + q), cs.data() + q * half, sn.data() + q * half);
+#pragma omp parallel for schedule(static) if (threaded)
+      for (int64_t t = 0; t < B * S; ++t) {
+        const int64_t q = int64_t(pos[t]) - pmin;
+        rotate(t, cs.data() + q * half, sn.data() + q * half);
+      }
+      return;
     }
+    // Tokens are independent: split over the OpenMP threads (results do not depend on the count).
+#pragma omp parallel if (threaded)
+    {
+      std::vector<A> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < B * S; ++t) {
+        angles(double(pos[t]), cs.data(), sn.data());
+        rotate(t, cs.data(), sn.data());
+      }
     }
   });
 }

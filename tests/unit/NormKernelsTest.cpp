@@ -19,6 +19,7 @@
 
 #include "KernelTestUtil.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace trainc::rt;
@@ -370,6 +371,34 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(RopeCase{{2, 7, 3, 12}, 0, 10000}, RopeCase{{2, 7, 3, 12}, 8, 10000},
                       RopeCase{{1, 5, 2, 16}, 4, 500000}, RopeCase{{3, 7, 1, 2}, 0, 10000},
                       RopeCase{{1, 9, 4, 64}, 32, 1000000}));
+
+// Positions 0 .. S-1 in every sample (the common case): cos and sin are tabulated per distinct
+// position. Against the naive reference, and bitwise against the per-token path (one outlier
+// position widens the range past the token count: every other token must keep its bits), on 1 and
+// 2 threads, forward and backward, with a shape above the 2^20-element threshold.
+TEST(Rope, TabulatedPositionsEqualThePerTokenPathAndTheReference) {
+  const int64_t B = 4, S = 128, N = 9, D = 128; // x: [B, S, 2N, D], 1179648 elements
+  HostTensor x = randomTensor(DType::F32, {B, S, 2 * N, D}, 57);
+  HostTensor pos(DType::I32, {B, S});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s2 = 0; s2 < S; ++s2)
+      pos.set(b * S + s2, double(s2 + 3 * b)); // shifted per sample: range S + 9 <= B S
+  HostTensor wide = pos;
+  wide.set(B * S - 1, 100000.0);
+  for (double sign : {1.0, -1.0}) {
+    const char *kernel = sign > 0 ? "rope" : "rope_backward";
+    SCOPED_TRACE(kernel);
+    std::vector<AttrArg> attrs = {AttrArg("base", 10000.0), AttrArg("rotary_dim", 96)};
+    HostTensor y1(DType::F32, x.shape), y2(DType::F32, x.shape), yw(DType::F32, x.shape);
+    withOmpThreads(1, [&] { runKernel(kernel, {&x, &pos}, {&y1}, attrs); });
+    withOmpThreads(2, [&] { runKernel(kernel, {&x, &pos}, {&y2}, attrs); });
+    withOmpThreads(2, [&] { runKernel(kernel, {&x, &wide}, {&yw}, attrs); });
+    EXPECT_EQ(y1.bytes, y2.bytes);
+    const size_t lastToken = size_t(2 * N * D) * 4;
+    EXPECT_TRUE(std::equal(y1.bytes.begin(), y1.bytes.end() - long(lastToken), yw.bytes.begin()));
+    EXPECT_LT(relError(y1, ropeRef(x.as(DType::F64), pos, 10000.0, 96, sign)), kF32Tol);
+  }
+}
 
 //===----------------------------------------------------------------------===//
 // embedding
