@@ -2,7 +2,8 @@
 //
 // Prints ns per element (and GB/s where a kernel is memory-bound) of the non-GEMM kernels that
 // issue 17 names: gelu and gelu_backward (erf and tanh forms), adamw, sum_squares, cross_entropy
-// and its backward, and initializeParameters (ns per parameter and s per 100M parameters). Each
+// and its backward, layer_norm / rms_norm (+ backward), embedding_backward, dropout, and
+// initializeParameters (ns per parameter and s per 100M parameters). Each
 // kernel runs as a one-instruction program through the executor, as in an iteration; min and
 // median of several repetitions after one warm-up, measured in one run. The thread count is OpenMP's (OMP_NUM_THREADS).
 //
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -205,10 +207,104 @@ void benchInit(Backend &backend, Communicator &comm, int64_t rows, int64_t cols)
   q->set_init("normal");
   q->set_init_std(0.02);
   auto ex = make(p, backend, comm);
+  // The process's CPU time too: on a loaded machine the wall time measures the scheduler; CPU
+  // seconds / threads is what an idle machine's wall time would be.
+  auto cpuNow = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  double cpu0 = cpuNow();
   Timing t = bestSeconds(5, [&] { (void)initializeParameters(*ex, 1234); });
+  double cpuPerRun = (cpuNow() - cpu0) / 6; // 5 repetitions and the warm-up
   report(name, t, double(rows * cols), 0);
-  std::printf("%-34s min %9.3f s  median %9.3f s  per 100M parameters\n", "", t.min * 1e8 / double(rows * cols),
-              t.median * 1e8 / double(rows * cols));
+  const double per100M = 1e8 / double(rows * cols);
+  std::printf("%-34s min %9.3f s  median %9.3f s  per 100M parameters; CPU %.3f s per 100M "
+              "parameters\n",
+              "", t.min * per100M, t.median * per100M, cpuPerRun * per100M);
+}
+
+/// A buffer of a one-kernel program: name, dtype, shape, and the fill range of its values
+/// (ids: integers in [lo, hi)).
+struct BenchBuf {
+  const char *name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  float lo = -1, hi = 1;
+};
+
+/// Runs `kernel` (inputs `in`, outputs `out` as indices into bufs) as a one-instruction program and
+/// reports it; `elements` and `bytes` give the per-element and GB/s columns.
+void benchKernel(Backend &backend, Communicator &comm, const std::string &name,
+                 const std::string &kernel, const std::vector<BenchBuf> &bufs,
+                 const std::vector<int> &in, const std::vector<int> &out,
+                 const std::vector<AttrArg> &attrs, double elements, double bytes) {
+  if (!selected(name))
+    return;
+  ProgramBuilder b;
+  std::vector<int> ids;
+  for (const BenchBuf &x : bufs)
+    ids.push_back(b.addBuffer(x.name, schema::ACTIVATION, x.dtype, x.shape));
+  int fn = b.addFunction("main");
+  std::vector<schema::Operand> iv, ov;
+  for (int i : in)
+    iv.push_back(ProgramBuilder::buf(ids[size_t(i)]));
+  for (int o : out)
+    ov.push_back(ProgramBuilder::buf(ids[size_t(o)]));
+  b.kernel(fn, kernel, iv, ov, attrs);
+  auto ex = make(b.finish(), backend, comm);
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    size_t n = 1;
+    for (int64_t d : bufs[i].shape)
+      n *= size_t(d);
+    if (bufs[i].dtype == DType::F32) {
+      fillBuffer(*ex, ids[i], n, bufs[i].lo, bufs[i].hi, uint32_t(7 + i));
+    } else if (bufs[i].dtype == DType::I32) {
+      std::vector<int32_t> v(n);
+      uint32_t st = 99;
+      for (size_t k = 0; k < n; ++k) {
+        st = st * 1664525u + 1013904223u;
+        v[k] = int32_t(bufs[i].lo) + int32_t((st >> 8) % uint32_t(bufs[i].hi - bufs[i].lo));
+      }
+      (void)ex->writeBuffer(ids[i], v.data(), n * 4);
+    } else if (bufs[i].dtype == DType::I64) {
+      std::vector<int64_t> v(n, 1);
+      (void)ex->writeBuffer(ids[i], v.data(), n * 8);
+    }
+  }
+  Timing t = bestSeconds(7, [&] { (void)ex->run(); });
+  report(name, t, elements, bytes);
+}
+
+/// The norms (forward and backward), embedding backward and dropout at GPT-2 124M's activation
+/// shape: 4096 tokens (micro batch 4 x seq 1024) x hidden 768, vocabulary 50257.
+void benchRowKernels(Backend &backend, Communicator &comm) {
+  const int64_t R = 4096, H = 768, V = 50257;
+  const double n = double(R * H);
+  const DType F = DType::F32;
+  benchKernel(backend, comm, "layer_norm f32 4096x768", "layer_norm",
+              {{"x", F, {R, H}}, {"g", F, {H}, 0.5f, 1.5f}, {"b", F, {H}}, {"y", F, {R, H}},
+               {"mean", F, {R}}, {"rstd", F, {R}}},
+              {0, 1, 2}, {3, 4, 5}, {}, n, n * 4 * 2);
+  benchKernel(backend, comm, "layer_norm_backward f32 4096x768", "layer_norm_backward",
+              {{"dy", F, {R, H}}, {"x", F, {R, H}}, {"g", F, {H}, 0.5f, 1.5f},
+               {"mean", F, {R}, -0.1f, 0.1f}, {"rstd", F, {R}, 0.9f, 1.1f}, {"dx", F, {R, H}},
+               {"dg", F, {H}}, {"db", F, {H}}},
+              {0, 1, 2, 3, 4}, {5, 6, 7}, {}, n, n * 4 * 3);
+  benchKernel(backend, comm, "rms_norm f32 4096x768", "rms_norm",
+              {{"x", F, {R, H}}, {"g", F, {H}, 0.5f, 1.5f}, {"y", F, {R, H}}, {"rstd", F, {R}}},
+              {0, 1}, {2, 3}, {}, n, n * 4 * 2);
+  benchKernel(backend, comm, "rms_norm_backward f32 4096x768", "rms_norm_backward",
+              {{"dy", F, {R, H}}, {"x", F, {R, H}}, {"g", F, {H}, 0.5f, 1.5f},
+               {"rstd", F, {R}, 0.9f, 1.1f}, {"dx", F, {R, H}}, {"dg", F, {H}}},
+              {0, 1, 2, 3}, {4, 5}, {}, n, n * 4 * 3);
+  // Bytes: the table written once plus the tokens' rows read.
+  benchKernel(backend, comm, "embedding_backward f32 4096 x 50257x768", "embedding_backward",
+              {{"ids", DType::I32, {R}, 0, float(V)}, {"dy", F, {R, H}}, {"dtable", F, {V, H}}},
+              {0, 1}, {2}, {}, double(V * H), double(V * H) * 4 + n * 4);
+  benchKernel(backend, comm, "dropout f32 4096x768 p=0.1", "dropout",
+              {{"x", F, {4, 1024, H}}, {"rng", DType::I64, {3}}, {"y", F, {4, 1024, H}}}, {0, 1},
+              {2}, {AttrArg("p", 0.1)}, n, n * 4 * 2);
 }
 
 } // namespace
@@ -229,6 +325,7 @@ int main(int argc, char **argv) {
   benchSumSquares(*backend, *comm, 16 << 20);
   benchCrossEntropy(*backend, *comm, 512, 50257, false);
   benchCrossEntropy(*backend, *comm, 512, 50257, true);
+  benchRowKernels(*backend, *comm);
   benchInit(*backend, *comm, 2048, 2048);
   return 0;
 }

@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# Single-rank training throughput: trainc (trainrun) next to PyTorch eager on the CPU, same model,
-# same batch, same machine, same thread count, measured in one run.
+# Single-rank fp32 training throughput: trainc (trainrun) next to a fairly configured PyTorch eager
+# on the CPU, same model, same batch, same machine, same thread count, for a Llama and a GPT shape
+# at ~10M and ~100M parameters, measured in one run (issue 17 items 1 and 5). Per case it prints
+# tokens/s of both and their ratio, the iteration's FLOP/s over the measured GEMM FLOP/s (an
+# MFU-like figure), and the share of the iteration's kernel time per kernel class (from
+# trainrun --trace); once, the GEMM rate (bench_gemm) and the initialisation time per 100M
+# parameters (bench_kernels). With LLMC_DIR, also llm.c's CPU trainer on its own GPT-2 124M shape.
 #
 # usage: bench/train_throughput.sh [TRAINC [TRAINRUN [WORK_DIR]]]
 #   defaults: build/tools/trainc, build/tools/trainrun, /tmp/trainc-throughput
 # environment:
-#   THREADS         OpenMP/oneDNN/torch threads for both (default: $OMP_NUM_THREADS, else nproc)
-#   PRESET          model preset (default llama-10m: 6 layers, hidden 384, ffn 1024, 6 heads /
-#                   2 groups, vocab 256; ~9.6M parameters)
-#   SEQ MBS GBS     sequence length 256, micro batch 4, global batch 16
-#   ITERS           iterations for both (default 20); LOG_INTERVAL 5 (the first interval is warm-up)
-#   TORCH_ITERS     iterations of the PyTorch run (default ITERS)
-#   TORCH_PYTHON    python with torch (default /usr/bin/python3, Debian's python3-torch)
-#   TORCH_BLAS_DIR  a directory with another libblas.so.3 (e.g. OpenBLAS) for the PyTorch run:
-#                   Debian's torch calls the system libblas.so.3 for every fp32 matmul, and the
-#                   default alternative (libblas3) is the unoptimised single-threaded reference
-#                   BLAS, which makes PyTorch ~15x slower than with OpenBLAS. OpenBLAS 0.3.21
-#                   does not know AMD Zen 5 and picks its AVX2 (Haswell) kernels there;
-#                   OPENBLAS_CORETYPE=SkylakeX selects the AVX-512 ones (passed through).
+#   THREADS       OpenMP/oneDNN/torch/OpenBLAS threads for both (default: $OMP_NUM_THREADS, else
+#                 nproc). One process at a time runs, so nothing is oversubscribed by the bench.
+#   CASES         cases to run (default: "llama-10m gpt-10m llama-100m gpt2-124m"):
+#                   llama-10m   preset llama-10m (6 x 384, ffn 1024, 6/2 heads, vocab 256), seq 256,
+#                               micro batch 4, global batch GBS_SMALL (default 4): 9.6M parameters
+#                   gpt-10m     GPT (LayerNorm, learned positions, biases, GELU, tied), 6 x 384,
+#                               ffn 1536, 6 heads, vocab 256, seq 256, micro 4, global GBS_SMALL:
+#                               10.8M
+#                   llama-100m  12 x 768, ffn 2048, 12/4 heads, vocab 32000 (untied), seq 256,
+#                               micro 1, global 1: 125M
+#                   gpt2-124m   GPT-2 124M (12 x 768, 12 heads, vocab 50257, positions 1024) at
+#                               llm.c's CPU shape: seq 64, micro batch 4 (B = 4, T = 64): 124M
+#   ITERS         iterations per small case (default 3), ITERS_LARGE for the ~100M cases (default
+#                 2); the first iteration is warm-up (log interval 1, the rest averaged). The
+#                 defaults fit the shared, loaded 2-core machine (the whole run ~10 min at load 12)
+#   TORCH_PYTHON  python with torch (default /usr/bin/python3: Debian's python3-torch, installed
+#                 with the OpenMP OpenBLAS by scripts/setup.sh --torch). Debian's torch calls the
+#                 system libblas.so.3 for every fp32 matmul; when that is the reference (netlib)
+#                 BLAS the script prints PyTorch's figures but no ratio.
+#   TORCH_BLAS_DIR  a directory with another libblas.so.3 for the PyTorch run (LD_LIBRARY_PATH)
+#   BENCH_DIR     bench_gemm and bench_kernels (default: build/bench; built by `ninja bench`)
+#   LLMC_DIR      an llm.c checkout prepared as its README says (gpt2_124M.bin, the tokenizer and
+#                 the tinyshakespeare data from its python scripts): the script builds
+#                 train_gpt2 there (make train_gpt2) and runs it with THREADS threads; nothing of
+#                 it is committed here
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,19 +42,18 @@ TRAINC=${1:-$ROOT/build/tools/trainc}
 TRAINRUN=${2:-$ROOT/build/tools/trainrun}
 WORK=${3:-/tmp/trainc-throughput}
 THREADS=${THREADS:-${OMP_NUM_THREADS:-$(nproc)}}
-PRESET=${PRESET:-llama-10m}
-SEQ=${SEQ:-256}
-MBS=${MBS:-4}
-GBS=${GBS:-16}
-ITERS=${ITERS:-20}
-LOG_INTERVAL=${LOG_INTERVAL:-5}
-TORCH_ITERS=${TORCH_ITERS:-$ITERS}
+CASES=${CASES:-llama-10m gpt-10m llama-100m gpt2-124m}
+ITERS=${ITERS:-3}
+ITERS_LARGE=${ITERS_LARGE:-2}
+GBS_SMALL=${GBS_SMALL:-4}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
+BENCH_DIR=${BENCH_DIR:-$ROOT/build/bench}
 
 export OMP_NUM_THREADS=$THREADS
 export OPENBLAS_NUM_THREADS=$THREADS
-if (( ITERS <= LOG_INTERVAL )); then
-  echo "ITERS ($ITERS) must exceed LOG_INTERVAL ($LOG_INTERVAL): the first interval is warm-up" >&2
+export MKL_NUM_THREADS=$THREADS
+if (( ITERS < 2 || ITERS_LARGE < 2 )); then
+  echo "ITERS and ITERS_LARGE must be >= 2: the first iteration is warm-up" >&2
   exit 2
 fi
 
@@ -45,39 +61,133 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); threads $THREADS; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-"$TRAINC" compile --preset "$PRESET" --seq-length "$SEQ" --max-position-embeddings "$SEQ" \
-  --micro-batch-size "$MBS" --global-batch-size "$GBS" --lr 1e-4 --train-iters "$ITERS" \
-  -o "$WORK/plan" >"$WORK/compile.log" 2>&1 || { cat "$WORK/compile.log"; exit 1; }
-PARAMS=$(grep -o '"num_parameters": [0-9]*' "$WORK/plan/plan.json" | grep -o '[0-9]*$')
-echo "model: $PRESET, $PARAMS parameters, seq $SEQ, micro batch $MBS, global batch $GBS ($((GBS * SEQ)) tokens per iteration)"
+# The GEMM rate the MFU-like figure divides by: trainc's f32 matmul through the runtime at
+# 4096 x 1024 x 4096 (bench_gemm's second line).
+GEMM_GFLOPS=""
+if [[ -x "$BENCH_DIR/bench_gemm" ]]; then
+  "$BENCH_DIR/bench_gemm" >"$WORK/gemm.log" 2>&1 || true
+  GEMM_GFLOPS=$(grep -o 'M=4096 K=1024 N=4096: runtime [0-9.]*' "$WORK/gemm.log" | awk '{print $NF}' | head -1)
+fi
+if [[ -n "$GEMM_GFLOPS" ]]; then
+  echo "GEMM (f32, 4096x1024x4096, through the runtime): $GEMM_GFLOPS GFLOP/s"
+else
+  echo "GEMM rate: not measured ($BENCH_DIR/bench_gemm missing or failed: ninja -C build bench)"
+fi
+if [[ -x "$BENCH_DIR/bench_kernels" ]]; then
+  "$BENCH_DIR/bench_kernels" init >"$WORK/init.log" 2>&1 || true
+  awk '/per 100M parameters/ { printf "initialisation (f32 normal, 2048x2048, %s threads): %s s per 100M parameters (min), %s s (median); CPU time %s s per 100M\n", ENVIRON["OMP_NUM_THREADS"], $2, $5, $(NF-4) }' "$WORK/init.log"
+fi
 
-echo "== trainc: $ITERS iterations (log interval $LOG_INTERVAL; the first interval is warm-up)"
-"$TRAINRUN" "$WORK/plan" -- --mock-data --log-interval "$LOG_INTERVAL" >"$WORK/trainrun.log" 2>&1 ||
-  { cat "$WORK/trainrun.log"; exit 1; }
-grep -o 'iteration .*tokens per second: [0-9.]*' "$WORK/trainrun.log" | sed 's/^/  /'
-# Intervals have the same number of iterations: the mean rate is the harmonic mean of the rates.
-TRAINC_TPS=$(grep -o 'tokens per second: [0-9.]*' "$WORK/trainrun.log" | awk '{print $4}' |
-  awk 'NR > 1 && $1 > 0 { n++; s += 1 / $1 } END { if (n) printf "%.1f", n / s }')
-[[ -n "$TRAINC_TPS" ]] || { echo "no 'tokens per second' after the first interval in $WORK/trainrun.log" >&2; exit 1; }
-
-echo "== PyTorch eager: $TORCH_ITERS iterations (the first $LOG_INTERVAL are warm-up)"
+TORCH_OK=1
 if ! "$TORCH_PYTHON" -c "import torch" >/dev/null 2>&1; then
-  echo "'$TORCH_PYTHON' cannot import torch: no PyTorch comparison" >&2
-  echo "trainc tokens/s: $TRAINC_TPS"
-  exit 0
+  echo "'$TORCH_PYTHON' cannot import torch (scripts/setup.sh --torch): trainc figures only"
+  TORCH_OK=0
 fi
-TORCH_ENV=()
+TORCH_ENV=(env)
 [[ -n "${TORCH_BLAS_DIR:-}" ]] && TORCH_ENV=(env "LD_LIBRARY_PATH=$TORCH_BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-"${TORCH_ENV[@]}" "$TORCH_PYTHON" "$ROOT/bench/torch_bench.py" --plan "$WORK/plan" \
-  --iters "$TORCH_ITERS" --warmup "$LOG_INTERVAL" --threads "$THREADS" 2>&1 |
-  tee "$WORK/torch.log" | sed 's/^/  /'
-TORCH_TPS=$(grep -o '^torch tokens per second: [0-9.]*' "$WORK/torch.log" | awk '{print $5}')
-[[ -n "$TORCH_TPS" ]] || { echo "torch_bench.py failed" >&2; exit 1; }
-if grep -q '/blas/libblas\.so' "$WORK/torch.log"; then
-  echo "WARNING: PyTorch ran on the reference (netlib) BLAS, an unoptimised baseline; set TORCH_BLAS_DIR to an OpenBLAS directory for a fair comparison"
+
+case_flags() {
+  case "$1" in
+    llama-10m) echo "--preset llama-10m --seq-length 256 --max-position-embeddings 256 --micro-batch-size 4 --global-batch-size $GBS_SMALL" ;;
+    gpt-10m) echo "--preset gpt2-small --num-layers 6 --hidden-size 384 --ffn-hidden-size 1536 --num-attention-heads 6 --vocab-size 256 --seq-length 256 --max-position-embeddings 256 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 4 --global-batch-size $GBS_SMALL" ;;
+    llama-100m) echo "--preset llama-10m --num-layers 12 --hidden-size 768 --ffn-hidden-size 2048 --num-attention-heads 12 --num-query-groups 4 --vocab-size 32000 --seq-length 256 --max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 1" ;;
+    gpt2-124m) echo "--preset gpt2-small --seq-length 64 --max-position-embeddings 1024 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 4 --global-batch-size 4" ;;
+    *) return 1 ;;
+  esac
+}
+
+SUMMARY=()
+for CASE in $CASES; do
+  FLAGS=$(case_flags "$CASE") || { echo "unknown case '$CASE'" >&2; exit 2; }
+  N=$ITERS
+  [[ "$CASE" == *100m || "$CASE" == *124m ]] && N=$ITERS_LARGE
+  D="$WORK/$CASE"
+  mkdir -p "$D"
+  # shellcheck disable=SC2086
+  "$TRAINC" compile $FLAGS --lr 1e-4 --train-iters "$N" -o "$D/plan" >"$D/compile.log" 2>&1 ||
+    { cat "$D/compile.log"; exit 1; }
+  PARAMS=$(grep -o '"num_parameters": [0-9]*' "$D/plan/plan.json" | grep -o '[0-9]*$')
+  echo "== $CASE: $PARAMS parameters; $FLAGS; $N iterations (the first is warm-up); load $(cut -d' ' -f1 /proc/loadavg)"
+  "$TRAINRUN" "$D/plan" -- --mock-data --log-interval 1 --eval-iters 0 --log-throughput \
+    --trace "$D/trace" >"$D/trainrun.log" 2>&1 || { cat "$D/trainrun.log"; exit 1; }
+  # Iterations 2..N: tokens/s is the harmonic mean of the per-iteration rates (equal token counts).
+  TRAINC_TPS=$(grep -o 'tokens per second: [0-9.]*' "$D/trainrun.log" | awk '{print $4}' |
+    awk 'NR > 1 && $1 > 0 { n++; s += 1 / $1 } END { if (n) printf "%.1f", n / s }')
+  TFLOPS=$(grep -o 'TFLOP/s/GPU): [0-9.]*' "$D/trainrun.log" | awk '{print $2}' |
+    awk 'NR > 1 { n++; s += $1 } END { if (n) printf "%.4f", s / n }')
+  [[ -n "$TRAINC_TPS" ]] || { echo "no 'tokens per second' after the first iteration in $D/trainrun.log" >&2; exit 1; }
+  printf '  trainc          %10.1f tokens/s' "$TRAINC_TPS"
+  # trainrun's TFLOP/s has one decimal: recompute the FLOP/s from the plan's count and the time.
+  FLOPS=$(grep -o '"flops_per_iteration": [0-9.e+]*' "$D/plan/plan.json" | head -1 | awk '{print $2}')
+  MS=$(grep -o 'elapsed time per iteration (ms): [0-9.]*' "$D/trainrun.log" | awk '{print $NF}' |
+    awk 'NR > 1 { n++; s += $1 } END { if (n) printf "%.3f", s / n }')
+  if [[ -n "$FLOPS" && -n "$MS" ]]; then
+    ITER_GFLOPS=$(awk -v f="$FLOPS" -v ms="$MS" 'BEGIN { printf "%.1f", f / (ms / 1e3) / 1e9 }')
+  else
+    ITER_GFLOPS=$(awk -v t="${TFLOPS:-0}" 'BEGIN { printf "%.1f", t * 1e3 }')
+  fi
+  printf ', %s GFLOP/s' "$ITER_GFLOPS"
+  if [[ -n "$GEMM_GFLOPS" ]]; then
+    awk -v a="$ITER_GFLOPS" -v g="$GEMM_GFLOPS" 'BEGIN { printf " = %.0f%% of the GEMM rate", 100 * a / g }'
+  fi
+  echo
+  "$TORCH_PYTHON" - "$D/trace/rank0.trace.json" <<'PY'
+import collections, json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e["tid"] == 0]
+functions = {e["args"]["function"] for e in ev}
+def cls(k):
+    if k == "matmul": return "GEMM"
+    if k.startswith("attention"): return "attention"
+    if k in ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward"): return "norms"
+    if k.startswith("cross_entropy") or k.startswith("ce_"): return "loss"
+    if k in ("adamw", "adamw_master", "sum_squares", "grad_norm_finalize"): return "optimizer"
+    if k.startswith("embedding"): return "embedding"
+    if k.startswith("gelu") or k.startswith("swiglu"): return "activation"
+    if k.startswith("rope"): return "rope"
+    return "other elementwise"
+t = collections.Counter()
+for e in ev:
+    if e["name"] in functions or e["name"] in ("wait",):  # calls span their callees
+        continue
+    t[cls(e["name"])] += e["dur"]
+total = sum(t.values()) or 1
+print("  kernel time: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in t.most_common()))
+PY
+  if (( TORCH_OK )); then
+    "${TORCH_ENV[@]}" "$TORCH_PYTHON" "$ROOT/bench/torch_bench.py" --plan "$D/plan" \
+      --iters "$N" --warmup 1 --threads "$THREADS" >"$D/torch.log" 2>&1 ||
+      { cat "$D/torch.log"; exit 1; }
+    TORCH_TPS=$(grep -o '^torch tokens per second: [0-9.]*' "$D/torch.log" | awk '{print $5}')
+    BLAS=$(grep -o '^torch blas: .*' "$D/torch.log" | cut -d' ' -f3-)
+    printf '  PyTorch eager   %10.1f tokens/s (torch %s, BLAS: %s)\n' "$TORCH_TPS" \
+      "$(grep -o '^torch [0-9][^:]*' "$D/torch.log" | head -1 | cut -d' ' -f2)" "$BLAS"
+    if [[ "$BLAS" == reference* ]]; then
+      echo "  no ratio: PyTorch ran on the reference BLAS (scripts/setup.sh --torch installs the OpenMP OpenBLAS)"
+      SUMMARY+=("$CASE: trainc $TRAINC_TPS tokens/s, PyTorch on the reference BLAS: no ratio")
+    else
+      RATIO=$(awk -v a="$TRAINC_TPS" -v b="$TORCH_TPS" 'BEGIN { printf "%.2f", a / b }')
+      echo "  ratio trainc/PyTorch: $RATIO"
+      SUMMARY+=("$CASE ($PARAMS parameters): trainc $TRAINC_TPS tokens/s, PyTorch $TORCH_TPS, ratio $RATIO")
+    fi
+  else
+    SUMMARY+=("$CASE ($PARAMS parameters): trainc $TRAINC_TPS tokens/s")
+  fi
+done
+
+if [[ -n "${LLMC_DIR:-}" ]]; then
+  echo "== llm.c train_gpt2 (CPU, B = 4, T = 64: the gpt2-124m case's shape) in $LLMC_DIR"
+  make -C "$LLMC_DIR" train_gpt2 >"$WORK/llmc-build.log" 2>&1 || { tail -20 "$WORK/llmc-build.log"; exit 1; }
+  (cd "$LLMC_DIR" && timeout 1800 ./train_gpt2) >"$WORK/llmc.log" 2>&1 || true
+  # "step N: train loss X (took Y ms)": steps after the first, 256 tokens each.
+  LLMC_TPS=$(grep -o 'took [0-9.]* ms' "$WORK/llmc.log" | awk '{print $2}' |
+    awk 'NR > 1 { n++; s += $1 } END { if (n) printf "%.1f", 256 / (s / n / 1e3) }')
+  if [[ -n "$LLMC_TPS" ]]; then
+    echo "  llm.c           $LLMC_TPS tokens/s"
+    SUMMARY+=("llm.c train_gpt2 (B 4, T 64): $LLMC_TPS tokens/s")
+  else
+    echo "  llm.c did not report step times (see $WORK/llmc.log)"
+  fi
 fi
 
-echo "== result (threads $THREADS, load average at end: $(cut -d' ' -f1-3 /proc/loadavg))"
-printf '  trainc          %10.1f tokens/s\n' "$TRAINC_TPS"
-printf '  PyTorch eager   %10.1f tokens/s\n' "$TORCH_TPS"
-awk -v a="$TRAINC_TPS" -v b="$TORCH_TPS" 'BEGIN { printf "  ratio trainc/PyTorch: %.2f\n", a / b }'
+echo "== summary (threads $THREADS, load average at end: $(cut -d' ' -f1-3 /proc/loadavg))"
+for s in "${SUMMARY[@]}"; do echo "  $s"; done

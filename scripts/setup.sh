@@ -17,9 +17,11 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    # Debian's torch uses the reference BLAS unless an optimised one is installed; OpenBLAS makes
-    # the PyTorch side of bench/train_throughput.sh a fair baseline.
-    --torch) packages+=(python3-torch python3-numpy libopenblas0-pthread) ;;
+    # Debian's torch uses the reference BLAS unless an optimised one is installed. The OpenMP
+    # OpenBLAS shares torch's OpenMP thread pool; the pthread build runs its own pool next to
+    # torch's, which oversubscribes the cores and slowed PyTorch 2-3.5x on 2 cores (issue 17).
+    # This makes the PyTorch side of bench/train_throughput.sh the baseline its users would get.
+    --torch) packages+=(python3-torch python3-numpy libopenblas0-openmp) ;;
     *) echo "setup.sh: unknown option '$arg' (expected --torch)" >&2; exit 2 ;;
   esac
 done

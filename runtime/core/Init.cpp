@@ -100,45 +100,56 @@ template <typename T> inline void storeAs(T *dst, double v) {
     *dst = T(v);
 }
 
-/// r * cos(x) and r * sin(x) into out[0], out[1]. glibc's sincos shares sin's and cos's code
-/// (the same reductions and polynomials; checked equal on 2e7 arguments in [0, 2 pi), and the
-/// Init tests compare against philoxNormal2's sin and cos), at the cost of one call.
-inline void polar(double r, double x, double *out) {
+/// cos(x) and sin(x) into *c, *s. glibc's sincos shares
+/// sin's and cos's code (the same reductions and polynomials; checked equal on 2e7 arguments in
+/// [0, 2 pi), and the Init tests compare against philoxNormal2's sin and cos), at the cost of one
+/// call.
+inline void sinCos(double x, double *c, double *s) {
 #ifdef __GLIBC__
-  double s, c;
-  sincos(x, &s, &c);
-  out[0] = r * c;
-  out[1] = r * s;
+  sincos(x, s, c);
 #else
-  out[0] = r * __builtin_cos(x);
-  out[1] = r * __builtin_sin(x);
+  *c = __builtin_cos(x);
+  *s = __builtin_sin(x);
 #endif
 }
 
 /// Writes `len` consecutive elements starting at global index `g` of a normal parameter (std
 /// `stdDev`, Philox key `seed`, counter high half `key`) to dst[0..len). Bit for bit the values of
 /// initialValue: Philox runs in batches (philoxBatch), then the same Box-Muller expressions as
-/// philoxNormal2 (library log and sqrt, sin and cos through sincos, in double) give both elements
+/// philoxNormal2 (library log, IEEE sqrt, sin and cos through sincos, in double) give both elements
 /// of each pair into a staging array, from which the run's part is stored as T.
 template <typename T>
 void normalRun(uint64_t seed, uint64_t key, double stdDev, uint64_t g, int64_t len, T *dst) {
   alignas(64) uint32_t c0[kPairBatch], c1[kPairBatch], c2[kPairBatch], c3[kPairBatch];
-  alignas(64) double z[2 * kPairBatch];
+  alignas(64) double z[2 * kPairBatch], u1[kPairBatch], ang[kPairBatch], r[kPairBatch];
+  alignas(64) double sn[kPairBatch], cs[kPairBatch];
   uint64_t end = g + uint64_t(len);
   while (g < end) {
     uint64_t firstPair = g / 2;
     uint64_t lastPair = (end - 1) / 2; // inclusive
     int n = int(std::min<uint64_t>(lastPair - firstPair + 1, kPairBatch));
     philoxBatch(uint32_t(seed), uint32_t(seed >> 32), firstPair, key, n, c0, c1, c2, c3);
+    // The Box-Muller steps as separate loops over the batch: the uniforms, the square root and
+    // the products vectorise (IEEE sqrt and products: the same bits as one element at a time),
+    // and the library calls run back to back.
     for (int j = 0; j < n; ++j) {
       // 53-bit uniforms in (0, 1], as philoxNormal2 (the integers are < 2^53: converting them as
       // signed is exact and one instruction).
-      double u1 = (double(int64_t((uint64_t(c0[j]) << 21) ^ (c1[j] >> 11))) + 1.0) *
-                  (1.0 / 9007199254740992.0);
-      double u2 =
-          double(int64_t((uint64_t(c2[j]) << 21) ^ (c3[j] >> 11))) * (1.0 / 9007199254740992.0);
-      double r = __builtin_sqrt(-2.0 * __builtin_log(u1));
-      polar(r, 6.283185307179586 * u2, z + 2 * j);
+      u1[j] = (double(int64_t((uint64_t(c0[j]) << 21) ^ (c1[j] >> 11))) + 1.0) *
+              (1.0 / 9007199254740992.0);
+      ang[j] = 6.283185307179586 *
+               (double(int64_t((uint64_t(c2[j]) << 21) ^ (c3[j] >> 11))) *
+                (1.0 / 9007199254740992.0));
+    }
+    for (int j = 0; j < n; ++j)
+      r[j] = __builtin_log(u1[j]);
+    for (int j = 0; j < n; ++j)
+      r[j] = __builtin_sqrt(-2.0 * r[j]);
+    for (int j = 0; j < n; ++j)
+      sinCos(ang[j], cs + j, sn + j);
+    for (int j = 0; j < n; ++j) {
+      z[2 * j] = r[j] * cs[j];
+      z[2 * j + 1] = r[j] * sn[j];
     }
     // Elements [g, stop) of this batch: z[g - 2 firstPair] onwards.
     uint64_t stop = std::min(end, (firstPair + uint64_t(n)) * 2);

@@ -459,6 +459,55 @@ void rngOffsetKernel(const KernelCtx &c) {
   out[3] = base + c.attrs->i(0);
 }
 
+/// Dropout Philox blocks per batch (4 elements each): the batch's state stays in L1.
+constexpr int kDropoutBatch = 256;
+
+/// bits[4 j + k] = the 24 bits of philoxUniform4(seed, opId, iteration, firstBlock + j)[k], i.e.
+/// that uniform times 2^24, for j < n <= kDropoutBatch: Philox4x32-10 on n counters at once,
+/// structure-of-arrays so the rounds vectorise (16 or 8 lanes). Integer arithmetic only: every
+/// clone gives philoxUniform4's bits.
+TRAINC_AVX512_CLONE void dropoutBits(uint64_t seed, uint32_t opId, uint32_t iteration,
+                                     uint64_t firstBlock, int n, uint32_t *__restrict bits) {
+  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  alignas(64) uint32_t c0[kDropoutBatch], c1[kDropoutBatch], c2[kDropoutBatch], c3[kDropoutBatch];
+  for (int j = 0; j < n; ++j) {
+    uint64_t b = firstBlock + uint64_t(j);
+    c0[j] = uint32_t(b);
+    c1[j] = uint32_t(b >> 32);
+    c2[j] = opId;
+    c3[j] = iteration;
+  }
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    for (int j = 0; j < n; ++j) {
+      uint64_t p0 = uint64_t(M0) * c0[j], p1 = uint64_t(M1) * c2[j];
+      uint32_t n0 = uint32_t(p1 >> 32) ^ c1[j] ^ k0, n2 = uint32_t(p0 >> 32) ^ c3[j] ^ k1;
+      c0[j] = n0;
+      c1[j] = uint32_t(p1);
+      c2[j] = n2;
+      c3[j] = uint32_t(p0);
+    }
+    k0 += W0;
+    k1 += W1;
+  }
+  for (int j = 0; j < n; ++j) {
+    bits[4 * j + 0] = c0[j] >> 8;
+    bits[4 * j + 1] = c1[j] >> 8;
+    bits[4 * j + 2] = c2[j] >> 8;
+    bits[4 * j + 3] = c3[j] >> 8;
+  }
+}
+
+/// y[e] = bits[e] >= threshold ? x[e] * scale : 0 for e < len (y may be x: each element is read
+/// before it is written).
+template <typename T>
+TRAINC_AVX2_CLONE void dropoutMask(const T *x, T *y, const uint32_t *__restrict bits,
+                                   uint32_t threshold, Acc<T> scale, int64_t len) {
+#pragma omp simd
+  for (int64_t e = 0; e < len; ++e)
+    y[e] = T(bits[e] >= threshold ? Acc<T>(x[e]) * scale : Acc<T>(0));
+}
+
 void dropoutApply(const KernelCtx &c) {
   const TensorView &x = c.in[0];
   const int64_t *rng = c.in[1].as<int64_t>();
@@ -481,17 +530,36 @@ void dropoutApply(const KernelCtx &c) {
     using A = Acc<T>;
     const T *xp = x.as<T>();
     T *yp = c.out[0].as<T>();
-    A scale = A(1.0 / (1.0 - p));
-    float u[4];
-    uint64_t block = ~uint64_t(0);
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t sample = localPer > 0 ? uint64_t(i / localPer) : 0;
-      uint64_t g = first + sample * globalPer + shift + (uint64_t(i) - sample * uint64_t(localPer));
-      if (g / 4 != block) {
-        block = g / 4;
-        philoxUniform4(uint64_t(rng[0]), opId, uint32_t(rng[1]), block, u);
+    const A scale = A(1.0 / (1.0 - p));
+    // u = bits / 2^24 exactly, so u >= p exactly when bits >= ceil(p 2^24) (p 2^24 is exact).
+    const double pt = std::ceil(p * 16777216.0);
+    const uint32_t threshold = pt <= 0 ? 0u : pt >= 16777216.0 ? 16777216u : uint32_t(pt);
+    // Elements are independent functions of their global index g: the operand is cut into
+    // chunks of consecutive local elements, split statically over the OpenMP threads (the bits
+    // do not depend on the split). Within one sample the global indices are consecutive, so a
+    // chunk is processed in runs of at most 4 x kDropoutBatch elements, whose uniforms come from
+    // one dropoutUniforms batch.
+    constexpr int64_t kChunk = 4 * kDropoutBatch * 4;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    // Threaded above 2^18 elements (about 1.5 ms on one thread): a smaller region does not pay when
+    // the machine is loaded (NormKernels.cpp's kParallelMin).
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 18))
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      alignas(64) uint32_t bits[4 * kDropoutBatch + 4];
+      const int64_t end = std::min(n, (ch + 1) * kChunk);
+      for (int64_t i = ch * kChunk; i < end;) {
+        const int64_t sample = localPer > 0 ? i / localPer : 0;
+        const int64_t sampleEnd = localPer > 0 ? (sample + 1) * localPer : end;
+        const uint64_t g0 = first + uint64_t(sample) * globalPer + shift +
+                            (uint64_t(i) - uint64_t(sample) * uint64_t(localPer));
+        const uint64_t block0 = g0 / 4, off = g0 % 4;
+        // Run [i, i + len): consecutive g, at most kDropoutBatch blocks.
+        const int64_t len = std::min({end - i, sampleEnd - i, int64_t(4 * kDropoutBatch - off)});
+        const int blocks = int((off + uint64_t(len) + 3) / 4);
+        dropoutBits(uint64_t(rng[0]), opId, uint32_t(rng[1]), block0, blocks, bits);
+        dropoutMask<T>(xp + i, yp + i, bits + off, threshold, scale, len);
+        i += len;
       }
-      st(yp, i, double(u[g % 4]) >= p ? ld(xp, i) * scale : A(0));
     }
   });
 }

@@ -14,6 +14,7 @@
 #include "runtime/cpu/Dispatch.h"
 
 #include <algorithm>
+#include <omp.h>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -38,6 +39,36 @@ template <typename A, typename F> inline A rowSum(int64_t n, F &&f) {
   return s;
 }
 
+/// Elements above which the norms and embedding_backward split their rows (or columns) over the
+/// OpenMP threads: 2^20, about 0.4 ms of one thread's memory-bound work at 0.3-0.5 ns per element.
+/// Below it a parallel region does not pay on a loaded machine: when the other thread is not
+/// running, the region waits for the scheduler to run it (measured on the shared 2-core machine at
+/// load 11: 12-30 ms per call of a 3.1M-element norm, against 1-3 ms on one thread; docs/kernels.md).
+constexpr int64_t kParallelMin = int64_t(1) << 20;
+
+/// Calls f(j0, j1) for contiguous column ranges [j0, j1) covering [0, H), one per OpenMP thread
+/// (boundaries at multiples of 16) when `work` elements exceed kParallelMin, else once for [0, H).
+/// Each column is owned by one range, so a reduction over the rows inside f keeps its order, and
+/// its bits, whatever the thread count.
+template <typename F> void forColumnRanges(int64_t H, int64_t work, F &&f) {
+  const int64_t maxRanges = (H + 15) / 16;
+  if (work <= kParallelMin || maxRanges < 2 || omp_get_max_threads() < 2) {
+    f(int64_t(0), H);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t nt = std::min<int64_t>(omp_get_num_threads(), maxRanges);
+    const int64_t t = omp_get_thread_num();
+    if (t < nt) {
+      const int64_t per = (maxRanges + nt - 1) / nt * 16;
+      const int64_t j0 = std::min(H, t * per), j1 = std::min(H, (t + 1) * per);
+      if (j0 < j1)
+        f(j0, j1);
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // layer_norm: y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps), var biased.
 //===----------------------------------------------------------------------===//
@@ -53,6 +84,8 @@ void layerNormKernel(const KernelCtx &c) {
     if (H == 0)
       return;
     const A eps = A(c.attrs->f(0)), invH = A(1) / A(H);
+    // Rows are independent: split over the OpenMP threads (the bits do not depend on the count).
+#pragma omp parallel for schedule(static) if (R * H > kParallelMin)
     for (int64_t r = 0; r < R; ++r) {
       const T *xr = x + r * H;
       T *yr = y + r * H;
@@ -83,17 +116,34 @@ void layerNormBackwardKernel(const KernelCtx &c) {
     const Stat<T> *meanIn = c.in[3].as<Stat<T>>(), *rstdIn = c.in[4].as<Stat<T>>();
     T *dx = c.out[0].as<T>(), *dgamma = c.out[1].as<T>(), *dbeta = c.out[2].as<T>();
     const int64_t H = c.in[1].dim(-1), R = c.in[1].rows();
-    std::vector<A> dg(size_t(H), A(0)), db(size_t(H), A(0));
     const A invH = H ? A(1) / A(H) : A(0);
+    // dgamma and dbeta first (they read x and dy, which dx may alias): column ranges over the
+    // threads, each column summed over the rows in row order, so the bits do not depend on the
+    // thread count.
+    forColumnRanges(H, R * H, [&](int64_t j0, int64_t j1) {
+      const int64_t w = j1 - j0;
+      std::vector<A> dgv(static_cast<size_t>(w), A(0)), dbv(static_cast<size_t>(w), A(0));
+      A *dg = dgv.data(), *db = dbv.data();
+      for (int64_t r = 0; r < R; ++r) {
+        const T *dyr = dy + r * H + j0, *xr = x + r * H + j0;
+        const A mean = A(meanIn[r]), rstd = A(rstdIn[r]);
+        for (int64_t j = 0; j < w; ++j) {
+          A d = ld(dyr, j), xh = (ld(xr, j) - mean) * rstd;
+          dg[j] += d * xh;
+          db[j] += d;
+        }
+      }
+      for (int64_t j = 0; j < w; ++j) {
+        st(dgamma, j0 + j, dg[j]);
+        st(dbeta, j0 + j, db[j]);
+      }
+    });
+    // dx: rows are independent.
+#pragma omp parallel for schedule(static) if (R * H > kParallelMin)
     for (int64_t r = 0; r < R; ++r) {
       const T *dyr = dy + r * H, *xr = x + r * H;
       T *dxr = dx + r * H;
       const A mean = A(meanIn[r]), rstd = A(rstdIn[r]);
-      for (int64_t j = 0; j < H; ++j) {
-        A d = ld(dyr, j), xh = (ld(xr, j) - mean) * rstd;
-        dg[j] += d * xh;
-        db[j] += d;
-      }
       A sg = rowSum<A>(H, [&](int64_t j) { return ld(dyr, j) * ld(gamma, j); }) * invH;
       A sgx = rowSum<A>(H, [&](int64_t j) {
                 return ld(dyr, j) * ld(gamma, j) * ((ld(xr, j) - mean) * rstd);
@@ -103,10 +153,6 @@ void layerNormBackwardKernel(const KernelCtx &c) {
         A xh = (ld(xr, j) - mean) * rstd;
         st(dxr, j, rstd * (ld(dyr, j) * ld(gamma, j) - sg - xh * sgx));
       }
-    }
-    for (int64_t j = 0; j < H; ++j) {
-      st(dgamma, j, dg[j]);
-      st(dbeta, j, db[j]);
     }
   });
 }
@@ -126,7 +172,7 @@ void rmsNormKernel(const KernelCtx &c) {
     if (H == 0)
       return;
     const A eps = A(c.attrs->f(0)), invH = A(1) / A(H);
-#pragma omp parallel for schedule(static) if (R * H > 32768)
+#pragma omp parallel for schedule(static) if (R * H > kParallelMin)
     for (int64_t r = 0; r < R; ++r) {
       const T *xr = x + r * H;
       T *yr = y + r * H;
@@ -153,14 +199,26 @@ void rmsNormBackwardKernel(const KernelCtx &c) {
     const Stat<T> *rstdIn = c.in[3].as<Stat<T>>();
     T *dx = c.out[0].as<T>(), *dgamma = c.out[1].as<T>();
     const int64_t H = c.in[1].dim(-1), R = c.in[1].rows();
-    std::vector<A> dg(size_t(H), A(0));
     const A invH = H ? A(1) / A(H) : A(0);
+    // dgamma first (dx may alias x or dy), as in layer_norm_backward.
+    forColumnRanges(H, R * H, [&](int64_t j0, int64_t j1) {
+      const int64_t w = j1 - j0;
+      std::vector<A> dgv(static_cast<size_t>(w), A(0));
+      A *dg = dgv.data();
+      for (int64_t r = 0; r < R; ++r) {
+        const T *dyr = dy + r * H + j0, *xr = x + r * H + j0;
+        const A rstd = A(rstdIn[r]);
+        for (int64_t j = 0; j < w; ++j)
+          dg[j] += ld(dyr, j) * (ld(xr, j) * rstd);
+      }
+      for (int64_t j = 0; j < w; ++j)
+        st(dgamma, j0 + j, dg[j]);
+    });
+#pragma omp parallel for schedule(static) if (R * H > kParallelMin)
     for (int64_t r = 0; r < R; ++r) {
       const T *dyr = dy + r * H, *xr = x + r * H;
       T *dxr = dx + r * H;
       const A rstd = A(rstdIn[r]);
-      for (int64_t j = 0; j < H; ++j)
-        dg[j] += ld(dyr, j) * (ld(xr, j) * rstd);
       A sgx = rowSum<A>(H, [&](int64_t j) {
                 return ld(dyr, j) * ld(gamma, j) * (ld(xr, j) * rstd);
               }) *
@@ -168,8 +226,6 @@ void rmsNormBackwardKernel(const KernelCtx &c) {
       for (int64_t j = 0; j < H; ++j)
         st(dxr, j, rstd * (ld(dyr, j) * ld(gamma, j) - ld(xr, j) * rstd * sgx));
     }
-    for (int64_t j = 0; j < H; ++j)
-      st(dgamma, j, dg[j]);
   });
 }
 
@@ -191,23 +247,30 @@ void ropeApply(const KernelCtx &c, double sign) {
   std::vector<double> invFreq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = std::pow(base, -2.0 * double(i) / double(rd));
+  // Positions usually repeat across the samples of a microbatch (0 .. S-1 in each): when their
+  // range is at most the token count, cos and sin are tabulated once per distinct position (the
+  // same expressions, so the same bits as per token) instead of once per token.
+  int32_t pmin = 0, pmax = -1;
+  for (int64_t t = 0; t < B * S; ++t) {
+    pmin = t == 0 ? pos[t] : std::min(pmin, pos[t]);
+    pmax = t == 0 ? pos[t] : std::max(pmax, pos[t]);
+  }
+  const int64_t range = int64_t(pmax) - int64_t(pmin) + 1;
+  const bool table = B * S > 0 && range <= B * S;
+  const bool threaded = B * S * N * D > kParallelMin;
   dispatchFloat(xv.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
     const T *x = xv.as<T>();
     T *y = c.out[0].as<T>();
-    // Tokens are independent: split over the OpenMP threads (results do not depend on the count).
-#pragma omp parallel if (B * S * N * D > 32768)
-    {
-    std::vector<A> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < B * S; ++t) {
-      const double p = double(pos[t]);
+    auto angles = [&](double p, A *cs, A *sn) {
       for (int64_t i = 0; i < half; ++i) {
         double th = p * invFreq[i];
         cs[i] = A(std::cos(th));
         sn[i] = A(sign * std::sin(th));
       }
+    };
+    auto rotate = [&](int64_t t, const A *cs, const A *sn) {
       for (int64_t h = 0; h < N; ++h) {
         const T *xr = x + (t * N + h) * D;
         T *yr = y + (t * N + h) * D;
@@ -220,7 +283,28 @@ void ropeApply(const KernelCtx &c, double sign) {
           for (int64_t j = rd; j < D; ++j)
             yr[j] = xr[j];
       }
+    };
+    if (table) {
+      std::vector<A> cs(static_cast<size_t>(range * half)), sn(static_cast<size_t>(range * half));
+#pragma omp parallel for schedule(static) if (threaded)
+      for (int64_t q = 0; q < range; ++q)
+        angles(double(int64_t(pmin) + q), cs.data() + q * half, sn.data() + q * half);
+#pragma omp parallel for schedule(static) if (threaded)
+      for (int64_t t = 0; t < B * S; ++t) {
+        const int64_t q = int64_t(pos[t]) - pmin;
+        rotate(t, cs.data() + q * half, sn.data() + q * half);
+      }
+      return;
     }
+    // Tokens are independent: split over the OpenMP threads (results do not depend on the count).
+#pragma omp parallel if (threaded)
+    {
+      std::vector<A> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < B * S; ++t) {
+        angles(double(pos[t]), cs.data(), sn.data());
+        rotate(t, cs.data(), sn.data());
+      }
     }
   });
 }
@@ -240,6 +324,8 @@ void embeddingKernel(const KernelCtx &c) {
   const size_t rowBytes = size_t(H) * dtypeSize(table.dtype);
   const char *tp = static_cast<const char *>(table.data);
   char *yp = static_cast<char *>(c.out[0].data);
+  // Tokens are independent copies.
+#pragma omp parallel for schedule(static) if (n * H > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     int64_t row = int64_t(ids[i]) - start;
     if (row >= 0 && row < V)
@@ -267,27 +353,41 @@ void embeddingBackwardKernel(const KernelCtx &c) {
       order.emplace_back(row, i);
   }
   std::sort(order.begin(), order.end());
-  if (!accumulate)
-    std::memset(dtv.data, 0, dtv.bytes());
+  if (!accumulate) {
+    // Zeroing a [V, H] table is most of the kernel's memory traffic at a large vocabulary:
+    // split it in 1 MiB pieces over the threads.
+    char *d = static_cast<char *>(dtv.data);
+    const int64_t bytes = int64_t(dtv.bytes()), piece = int64_t(1) << 20;
+    const int64_t pieces = (bytes + piece - 1) / piece;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t q = 0; q < pieces; ++q)
+      std::memset(d + q * piece, 0, size_t(std::min(piece, bytes - q * piece)));
+  }
   dispatchFloat(dtv.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
     const T *dy = c.in[1].as<T>();
     T *dt = dtv.as<T>();
-    std::vector<A> acc(static_cast<size_t>(H));
-    for (size_t k = 0; k < order.size();) {
-      const int64_t row = order[k].first;
-      T *dr = dt + row * H;
-      for (int64_t j = 0; j < H; ++j)
-        acc[j] = accumulate ? ld(dr, j) : A(0);
-      for (; k < order.size() && order[k].first == row; ++k) {
-        const T *g = dy + order[k].second * H;
-        for (int64_t j = 0; j < H; ++j)
-          acc[j] += ld(g, j);
+    // Column ranges over the threads; within a range, each row's tokens in token order: the
+    // same sums whatever the thread count.
+    forColumnRanges(H, int64_t(order.size()) * H, [&](int64_t j0, int64_t j1) {
+      const int64_t w = j1 - j0;
+      std::vector<A> accv(static_cast<size_t>(w));
+      A *acc = accv.data();
+      for (size_t k = 0; k < order.size();) {
+        const int64_t row = order[k].first;
+        T *dr = dt + row * H + j0;
+        for (int64_t j = 0; j < w; ++j)
+          acc[j] = accumulate ? ld(dr, j) : A(0);
+        for (; k < order.size() && order[k].first == row; ++k) {
+          const T *g = dy + order[k].second * H + j0;
+          for (int64_t j = 0; j < w; ++j)
+            acc[j] += ld(g, j);
+        }
+        for (int64_t j = 0; j < w; ++j)
+          st(dr, j, acc[j]);
       }
-      for (int64_t j = 0; j < H; ++j)
-        st(dr, j, acc[j]);
-    }
+    });
   });
 }
 

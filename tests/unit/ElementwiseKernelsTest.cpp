@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "KernelTestUtil.h"
+#include "runtime/core/Philox.h"
 
 #include <cmath>
 
@@ -339,6 +340,61 @@ TEST(Elementwise, DropoutIsCounterBasedAndItsBackwardIsTheSameMask) {
   HostTensor dx(DType::F64, x.shape);
   runKernel("dropout_backward", {&w, &rng}, {&dx}, attrs);
   EXPECT_LT(relError(dx, fd), kFdTol);
+}
+
+// 3 samples of 100001 elements (above the 2^18 threshold: threaded; batched Philox, runs cut at the sample boundaries whose
+// global indices are not multiples of 4): every element against philoxUniform4 evaluated one
+// element at a time here, and the same bits on 1 and 2 threads, in f32 and bf16; a [4] rng key and
+// a sequence shard (seq_start, seq_length) take the same path.
+TEST(Elementwise, ThreadedDropoutIsTheScalarMaskOnAnyThreadCount) {
+  const int64_t S = 3, L = 100001;
+  HostTensor x = randomTensor(DType::F64, {S, L}, 21, 0.5, 1.5);
+  HostTensor rng(DType::I64, {4});
+  rng.set(0, 987654321);
+  rng.set(1, 5);
+  rng.set(2, 7);
+  rng.set(3, 2); // op id offset
+  const double p = 0.3;
+  for (DType t : {DType::F64, DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(t));
+    HostTensor xt = x.as(t), y[2] = {HostTensor(t, x.shape), HostTensor(t, x.shape)};
+    for (int th : {1, 2})
+      withOmpThreads(th, [&] {
+        runKernel("dropout", {&xt, &rng}, {&y[th - 1]},
+                  {AttrArg("p", p), AttrArg("op_id", 3)});
+      });
+    EXPECT_EQ(y[0].bytes, y[1].bytes);
+    HostTensor expect(t, x.shape);
+    for (int64_t b = 0; b < S; ++b)
+      for (int64_t i = 0; i < L; ++i) {
+        uint64_t g = uint64_t(7 + b) * uint64_t(L) + uint64_t(i);
+        float u[4];
+        philoxUniform4(987654321, 3 + 2, 5, g / 4, u);
+        double xv = xt.get(b * L + i);
+        if (t == DType::F64)
+          expect.set(b * L + i, double(u[g % 4]) >= p ? xv * (1.0 / (1.0 - p)) : 0.0);
+        else
+          expect.set(b * L + i, double(u[g % 4]) >= p ? float(xv) * float(1.0 / (1.0 - p)) : 0.0);
+      }
+    EXPECT_EQ(y[0].bytes, expect.bytes);
+  }
+  // A sequence shard: positions [16000, 100001) of each sample, threaded, is the whole tensor's
+  // slice.
+  HostTensor whole(DType::F32, x.shape), xf = x.as(DType::F32);
+  runKernel("dropout", {&xf, &rng}, {&whole}, {AttrArg("p", p), AttrArg("op_id", 3)});
+  const int64_t s0 = 16000, n = L - s0;
+  HostTensor shard(DType::F32, {S, n}), out(DType::F32, {S, n});
+  for (int64_t b = 0; b < S; ++b)
+    for (int64_t j = 0; j < n; ++j)
+      shard.set(b * n + j, xf.get(b * L + s0 + j));
+  withOmpThreads(2, [&] {
+    runKernel("dropout", {&shard, &rng}, {&out},
+              {AttrArg("p", p), AttrArg("op_id", 3), AttrArg("seq_start", s0),
+               AttrArg("seq_length", L)});
+  });
+  for (int64_t b = 0; b < S; ++b)
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(out.get(b * n + j), whole.get(b * L + s0 + j)) << b << " " << j;
 }
 
 // A layer function's dropout site with local op id k, given rng_offset's key for layer offset o,

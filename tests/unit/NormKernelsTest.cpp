@@ -19,6 +19,7 @@
 
 #include "KernelTestUtil.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace trainc::rt;
@@ -371,6 +372,34 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{{1, 5, 2, 16}, 4, 500000}, RopeCase{{3, 7, 1, 2}, 0, 10000},
                       RopeCase{{1, 9, 4, 64}, 32, 1000000}));
 
+// Positions 0 .. S-1 in every sample (the common case): cos and sin are tabulated per distinct
+// position. Against the naive reference, and bitwise against the per-token path (one outlier
+// position widens the range past the token count: every other token must keep its bits), on 1 and
+// 2 threads, forward and backward, with a shape above the 2^20-element threshold.
+TEST(Rope, TabulatedPositionsEqualThePerTokenPathAndTheReference) {
+  const int64_t B = 4, S = 128, N = 9, D = 128; // x: [B, S, 2N, D], 1179648 elements
+  HostTensor x = randomTensor(DType::F32, {B, S, 2 * N, D}, 57);
+  HostTensor pos(DType::I32, {B, S});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s2 = 0; s2 < S; ++s2)
+      pos.set(b * S + s2, double(s2 + 3 * b)); // shifted per sample: range S + 9 <= B S
+  HostTensor wide = pos;
+  wide.set(B * S - 1, 100000.0);
+  for (double sign : {1.0, -1.0}) {
+    const char *kernel = sign > 0 ? "rope" : "rope_backward";
+    SCOPED_TRACE(kernel);
+    std::vector<AttrArg> attrs = {AttrArg("base", 10000.0), AttrArg("rotary_dim", 96)};
+    HostTensor y1(DType::F32, x.shape), y2(DType::F32, x.shape), yw(DType::F32, x.shape);
+    withOmpThreads(1, [&] { runKernel(kernel, {&x, &pos}, {&y1}, attrs); });
+    withOmpThreads(2, [&] { runKernel(kernel, {&x, &pos}, {&y2}, attrs); });
+    withOmpThreads(2, [&] { runKernel(kernel, {&x, &wide}, {&yw}, attrs); });
+    EXPECT_EQ(y1.bytes, y2.bytes);
+    const size_t lastToken = size_t(2 * N * D) * 4;
+    EXPECT_TRUE(std::equal(y1.bytes.begin(), y1.bytes.end() - long(lastToken), yw.bytes.begin()));
+    EXPECT_LT(relError(y1, ropeRef(x.as(DType::F64), pos, 10000.0, 96, sign)), kF32Tol);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // embedding
 //===----------------------------------------------------------------------===//
@@ -465,6 +494,153 @@ TEST(Embedding, F32AndBf16AgreeWithF64AndAreDeterministic) {
     runKernel("embedding_backward", {&ids, &dyt}, {&d2}, {AttrArg("vocab_start", kStart)});
     EXPECT_LT(relError(d1, d64), tol);
     EXPECT_EQ(d1.bytes, d2.bytes); // bitwise reproducible
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Threaded paths (operands above the kernels' 32768-element threshold)
+//===----------------------------------------------------------------------===//
+
+/// Naive f64 backward of layer_norm (rms = false) or rms_norm (rms = true) from the formulas in
+/// NormKernels.cpp, with the statistics recomputed from x: dx, dgamma, dbeta (dbeta empty for rms).
+std::vector<HostTensor> normBackwardRef(const HostTensor &dy, const HostTensor &x,
+                                        const HostTensor &gamma, double eps, bool rms) {
+  int64_t H = x.shape.back(), R = x.numel() / H;
+  HostTensor dx(DType::F64, x.shape), dg(DType::F64, gamma.shape), db(DType::F64, gamma.shape);
+  for (int64_t i = 0; i < R; ++i) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < H; ++j)
+      m += x.get(i * H + j);
+    m = rms ? 0.0 : m / double(H);
+    for (int64_t j = 0; j < H; ++j)
+      v += (x.get(i * H + j) - m) * (x.get(i * H + j) - m);
+    double rs = 1 / std::sqrt(v / double(H) + eps), sg = 0, sgx = 0;
+    for (int64_t j = 0; j < H; ++j) {
+      double g = dy.get(i * H + j) * gamma.get(j), xh = (x.get(i * H + j) - m) * rs;
+      sg += g;
+      sgx += g * xh;
+      dg.set(j, dg.get(j) + dy.get(i * H + j) * xh);
+      db.set(j, db.get(j) + dy.get(i * H + j));
+    }
+    sg = rms ? 0.0 : sg / double(H);
+    sgx /= double(H);
+    for (int64_t j = 0; j < H; ++j) {
+      double xh = (x.get(i * H + j) - m) * rs;
+      dx.set(i * H + j, rs * (dy.get(i * H + j) * gamma.get(j) - sg - xh * sgx));
+    }
+  }
+  return {dx, dg, db};
+}
+
+// 4372 rows of 240 (1049280 elements, above the kernels' 2^20 threshold; two column ranges on 2
+// threads): the norms and their backward split rows and column ranges over the threads. f64 against the naive references, f32 and bf16 against f64, and
+// the same bits on 1 and 2 threads.
+TEST(NormKernels, ThreadedNormsMatchTheReferenceAndDoNotDependOnTheThreadCount) {
+  const double eps = 1e-5;
+  HostTensor x = randomTensor(DType::F64, {4, 1093, 240}, 81, -2, 3);
+  HostTensor gamma = randomTensor(DType::F64, {240}, 82, 0.5, 1.5);
+  HostTensor beta = randomTensor(DType::F64, {240}, 83);
+  HostTensor dy = randomTensor(DType::F64, x.shape, 84);
+  std::vector<HostTensor> lnRef = normBackwardRef(dy, x, gamma, eps, false);
+  std::vector<HostTensor> rmsRef = normBackwardRef(dy, x, gamma, eps, true);
+  NormRef lnF = layerNormRef(x, gamma, beta, eps), rmsF = rmsNormRef(x, gamma, eps);
+  for (DType t : {DType::F64, DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(t));
+    double tol = t == DType::F64 ? kRefTol : t == DType::F32 ? kF32Tol : kBf16Tol;
+    HostTensor xt = x.as(t), gt = gamma.as(t), bt = beta.as(t), dyt = dy.as(t);
+    // The references on the rounded inputs, so only the kernels' arithmetic is measured.
+    HostTensor x64 = xt.as(DType::F64), g64 = gt.as(DType::F64), b64 = bt.as(DType::F64),
+               dy64 = dyt.as(DType::F64);
+    if (t != DType::F64) {
+      lnRef = normBackwardRef(dy64, x64, g64, eps, false);
+      rmsRef = normBackwardRef(dy64, x64, g64, eps, true);
+      lnF = layerNormRef(x64, g64, b64, eps);
+      rmsF = rmsNormRef(x64, g64, eps);
+    }
+    LnOut ln[2];
+    LnGrads lg[2];
+    RmsOut rm[2];
+    RmsGrads rg[2];
+    for (int th : {1, 2})
+      withOmpThreads(th, [&] {
+        ln[th - 1] = runLayerNorm(xt, gt, bt, eps);
+        lg[th - 1] = runLayerNormBackward(dyt, xt, gt, ln[th - 1].mean, ln[th - 1].rstd);
+        rm[th - 1] = runRmsNorm(xt, gt, eps);
+        rg[th - 1] = runRmsNormBackward(dyt, xt, gt, rm[th - 1].rstd);
+      });
+    EXPECT_LT(relError(ln[0].y, lnF.y), tol);
+    EXPECT_LT(relError(ln[0].rstd, lnF.rstd), t == DType::F64 ? kRefTol : kF32Tol);
+    EXPECT_LT(relError(lg[0].dx, lnRef[0]), tol);
+    EXPECT_LT(relError(lg[0].dgamma, lnRef[1]), tol);
+    EXPECT_LT(relError(lg[0].dbeta, lnRef[2]), tol);
+    EXPECT_LT(relError(rm[0].y, rmsF.y), tol);
+    EXPECT_LT(relError(rg[0].dx, rmsRef[0]), tol);
+    EXPECT_LT(relError(rg[0].dgamma, rmsRef[1]), tol);
+    EXPECT_EQ(ln[0].y.bytes, ln[1].y.bytes);
+    EXPECT_EQ(ln[0].mean.bytes, ln[1].mean.bytes);
+    EXPECT_EQ(ln[0].rstd.bytes, ln[1].rstd.bytes);
+    EXPECT_EQ(lg[0].dx.bytes, lg[1].dx.bytes);
+    EXPECT_EQ(lg[0].dgamma.bytes, lg[1].dgamma.bytes);
+    EXPECT_EQ(lg[0].dbeta.bytes, lg[1].dbeta.bytes);
+    EXPECT_EQ(rm[0].y.bytes, rm[1].y.bytes);
+    EXPECT_EQ(rg[0].dx.bytes, rg[1].dx.bytes);
+    EXPECT_EQ(rg[0].dgamma.bytes, rg[1].dgamma.bytes);
+    // In place of dy (dx = dy) on 2 threads: the column reductions read dy before dx is written.
+    HostTensor inplace = dyt, dgi = garbage(t, gamma.shape), dbi = garbage(t, gamma.shape);
+    withOmpThreads(2, [&] {
+      runKernel("layer_norm_backward", {&inplace, &xt, &gt, &ln[0].mean, &ln[0].rstd},
+                {&inplace, &dgi, &dbi});
+    });
+    EXPECT_EQ(inplace.bytes, lg[0].dx.bytes);
+    EXPECT_EQ(dgi.bytes, lg[0].dgamma.bytes);
+  }
+}
+
+// 6000 tokens of hidden 240 over 300 rows (repeats, a sixth outside the shard; ~1.2M elements
+// summed, above the 2^20 threshold): the threaded
+// embedding backward (column ranges, the table zeroed in pieces) against the naive scatter-add, and
+// the same bits on 1 and 2 threads, with beta 0 and 1.
+TEST(Embedding, ThreadedBackwardMatchesTheReferenceAndDoesNotDependOnTheThreadCount) {
+  const int64_t V = 300, H = 240, start = 1000;
+  HostTensor ids = randomInts(DType::I32, {20, 300}, 91, start - 60, start + V);
+  HostTensor dy = randomTensor(DType::F64, {20, 300, H}, 92);
+  HostTensor ref(DType::F64, {V, H});
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    int64_t row = int64_t(ids.get(i)) - start;
+    if (row >= 0 && row < V)
+      for (int64_t j = 0; j < H; ++j)
+        ref.set(row * H + j, ref.get(row * H + j) + dy.get(i * H + j));
+  }
+  for (DType t : {DType::F64, DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(t));
+    HostTensor dyt = dy.as(t), ref64 = ref;
+    if (t != DType::F64) {
+      HostTensor dy64 = dyt.as(DType::F64);
+      ref64 = HostTensor(DType::F64, {V, H});
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        int64_t row = int64_t(ids.get(i)) - start;
+        if (row >= 0 && row < V)
+          for (int64_t j = 0; j < H; ++j)
+            ref64.set(row * H + j, ref64.get(row * H + j) + dy64.get(i * H + j));
+      }
+    }
+    double tol = t == DType::F64 ? 1e-15 : t == DType::F32 ? kF32Tol : 2.5e-3;
+    HostTensor d[2] = {garbage(t, {V, H}), garbage(t, {V, H})};
+    HostTensor prior = randomTensor(t, {V, H}, 93), acc[2] = {prior, prior};
+    for (int th : {1, 2})
+      withOmpThreads(th, [&] {
+        runKernel("embedding_backward", {&ids, &dyt}, {&d[th - 1]},
+                  {AttrArg("vocab_start", start)});
+        runKernel("embedding_backward", {&ids, &dyt}, {&acc[th - 1]},
+                  {AttrArg("vocab_start", start), AttrArg("beta", 1.0)});
+      });
+    EXPECT_LT(relError(d[0], ref64), tol);
+    EXPECT_EQ(d[0].bytes, d[1].bytes);
+    EXPECT_EQ(acc[0].bytes, acc[1].bytes);
+    HostTensor sum(DType::F64, {V, H});
+    for (int64_t i = 0; i < sum.numel(); ++i)
+      sum.set(i, prior.get(i) + ref64.get(i));
+    EXPECT_LT(relError(acc[0], sum), tol);
   }
 }
 
