@@ -512,6 +512,10 @@ Error finalizeParallel(PlanConfig &c) {
     return makeError("--pipeline-schedule 1f1b runs one model chunk per pipeline stage, but "
                      "--virtual-pipeline-model-parallel-size is " +
                      Twine(vpp) + " (use --pipeline-schedule interleaved)");
+  if (schedule == "zb-h1" && vpp > 1)
+    return makeError("--pipeline-schedule zb-h1 runs one model chunk per pipeline stage, but "
+                     "--virtual-pipeline-model-parallel-size is " +
+                     Twine(vpp) + " (zero-bubble with model chunks, ZB-V, is not supported)");
   if (p.microbatch_group_size_per_vp_stage > 0 && vpp <= 1)
     return makeError("--microbatch-group-size-per-vp-stage " +
                      Twine(p.microbatch_group_size_per_vp_stage) +

@@ -117,7 +117,7 @@ struct ParallelConfig {
   /// Megatron's --microbatch-group-size-per-vp-stage: contiguous microbatches per model chunk in
   /// the interleaved schedule; 0 = the pipeline size (finalize() sets it with interleaving).
   int64_t microbatch_group_size_per_vp_stage = 0;
-  /// trainc's --pipeline-schedule: "1f1b" or "interleaved" with pp > 1; "" = what Megatron's
+  /// trainc's --pipeline-schedule: "1f1b", "interleaved" or "zb-h1" with pp > 1; "" = what Megatron's
   /// flags imply (finalize(): interleaved with virtual stages, else 1f1b).
   std::string pipeline_schedule;
   /// finalize() clears it when tensor_model_parallel_size is 1, as Megatron does.
