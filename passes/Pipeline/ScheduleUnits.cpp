@@ -526,6 +526,12 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     for (auto &entry : parts)
       if (auto old = module.lookupSymbol<func::FuncOp>(entry.getKey()))
         old.erase();
+    // The layer backwards that were split (@f.bwd) are called no more.
+    for (func::FuncOp f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+      if (f.isPrivate() && f->getAttrOfType<StringAttr>("model.derivative") &&
+          f->getAttrOfType<StringAttr>("model.derivative").getValue() == "backward" &&
+          SymbolTable::symbolKnownUseEmpty(f, module))
+        f.erase();
     return success();
   }
 

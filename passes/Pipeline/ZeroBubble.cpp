@@ -230,6 +230,9 @@ mlir::trainc::splitWeightGradients(ModuleOp module, func::FuncOp backward) {
       return inW.contains(u) || (u == ret && isa<sched::TokenType>(v.getType()));
     });
   };
+  auto isParamGrad = [](Value v) {
+    return !v.use_empty() && llvm::all_of(v.getUsers(), llvm::IsaPred<sched::AccumulateGradOp>);
+  };
   SmallVector<Operation *> ops;
   for (Operation &op : body.without_terminator())
     ops.push_back(&op);
@@ -242,13 +245,18 @@ mlir::trainc::splitWeightGradients(ModuleOp module, func::FuncOp backward) {
     if (op->getNumResults() == 0 || isa<mesh::MeshDialect>(op->getDialect()) ||
         (isa<model::FillOp>(op) && op->hasAttr("model.loss_seed")))
       continue;
-    if (llvm::all_of(op->getResults(), onlyW)) {
-      inW.insert(op);
+    // A layer backward call: its parameter gradients (results accumulated straight into main
+    // grads) are W's, its input gradient B's even where only W reads it (stage 0's layer 0 dx
+    // feeding the embedding's weight gradient), as in the paper's B.
+    if (auto c = dyn_cast<func::CallOp>(op)) {
+      if (llvm::all_of(c.getResults(), isParamGrad))
+        inW.insert(op);
+      else if (llvm::any_of(c.getResults(), isParamGrad))
+        mixed.push_back(c);
       continue;
     }
-    if (auto c = dyn_cast<func::CallOp>(op))
-      if (llvm::any_of(c.getResults(), onlyW))
-        mixed.push_back(c);
+    if (llvm::all_of(op->getResults(), onlyW))
+      inW.insert(op);
   }
   // A layer backward whose parameter gradients only W reads: split it by its dataflow.
   for (func::CallOp c : mixed) {
@@ -257,7 +265,7 @@ mlir::trainc::splitWeightGradients(ModuleOp module, func::FuncOp backward) {
       return c.emitOpError() << "calls @" << c.getCallee() << ", not a function in this module";
     SmallVector<bool> weight;
     for (Value r : c.getResults())
-      weight.push_back(onlyW(r));
+      weight.push_back(isParamGrad(r));
     FailureOr<std::pair<func::FuncOp, func::FuncOp>> parts = calls.split(g, weight);
     if (failed(parts))
       return failure();
