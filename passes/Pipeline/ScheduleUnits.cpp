@@ -526,12 +526,6 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     for (auto &entry : parts)
       if (auto old = module.lookupSymbol<func::FuncOp>(entry.getKey()))
         old.erase();
-    // The layer backwards that were split (@f.bwd) are called no more.
-    for (func::FuncOp f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
-      if (f.isPrivate() && f->getAttrOfType<StringAttr>("model.derivative") &&
-          f->getAttrOfType<StringAttr>("model.derivative").getValue() == "backward" &&
-          SymbolTable::symbolKnownUseEmpty(f, module))
-        f.erase();
     return success();
   }
 
@@ -725,6 +719,13 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
       if (fn && SymbolTable::symbolKnownUseEmpty(fn, module))
         fn.erase();
     }
+    // ZB-H1: the layer backwards that were split (@f.bwd) are called no more.
+    if (schedule == "zb-h1")
+      for (func::FuncOp f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+        if (auto d = f->getAttrOfType<StringAttr>("model.derivative");
+            d && d.getValue() == "backward" && f.isPrivate() &&
+            SymbolTable::symbolKnownUseEmpty(f, module))
+          f.erase();
   }
 };
 
