@@ -136,21 +136,18 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> CallSplitter::split(func::FuncO
   SmallVector<Operation *> wReaders(wOps);
   wReaders.push_back(ret);
   SmallVector<Value> inter = crossing(bOps, wReaders);
-  // (Only what W's ops or W's results read.)
+  // The return also reads the input gradients: keep what W's ops read or W returns.
+  llvm::DenseSet<Value> readByW;
+  for (Operation *op : wOps)
+    op->walk([&](Operation *in) { readByW.insert(in->operand_begin(), in->operand_end()); });
   llvm::erase_if(inter, [&](Value v) {
-    bool used = llvm::any_of(wOps, [&](Operation *op) {
-      bool r = false;
-      op->walk([&](Operation *in) { r |= llvm::is_contained(in->getOperands(), v); });
-      return r;
-    });
-    return !used && !llvm::is_contained(wRoots, v);
+    return !readByW.contains(v) && !llvm::is_contained(wRoots, v);
   });
 
   OpBuilder b(g);
-  auto copyAttrs = [&](func::FuncOp f, StringRef part) {
+  auto copyAttrs = [&](func::FuncOp f) {
     for (NamedAttribute a : g->getDiscardableAttrs())
       f->setAttr(a.getName(), a.getValue());
-    (void)part;
     f.setPrivate();
   };
   // @g.input
@@ -161,7 +158,7 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> CallSplitter::split(func::FuncO
     inTypes.push_back(v.getType());
   auto fi = b.create<func::FuncOp>(g.getLoc(), (g.getSymName() + ".input." + suffix).str(),
                                    b.getFunctionType(g.getArgumentTypes(), inTypes));
-  copyAttrs(fi, "input");
+  copyAttrs(fi);
   fi.setAllArgAttrs(g.getAllArgAttrs());
   {
     Block *entry = fi.addEntryBlock();
@@ -185,7 +182,7 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> CallSplitter::split(func::FuncO
     wTypes.push_back(v.getType());
   auto fw = b.create<func::FuncOp>(g.getLoc(), (g.getSymName() + ".weight." + suffix).str(),
                                    b.getFunctionType(wArgs, wTypes));
-  copyAttrs(fw, "weight");
+  copyAttrs(fw);
   for (unsigned i = 0; i < g.getNumArguments(); ++i)
     if (DictionaryAttr d = g.getArgAttrDict(i))
       fw.setArgAttrs(i, d);
