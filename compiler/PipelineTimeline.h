@@ -22,6 +22,9 @@ struct TimelineUnit {
   int64_t microbatch = 0;
   /// The model chunk (0 without interleaving); the last chunk is the largest in the stages.
   int64_t chunk = 0;
+  /// ZB-H1's weight-gradient unit W (with forward false); a backward unit is then the input
+  /// gradient part B only.
+  bool weight = false;
   double start = 0, end = 0; // filled by playTimeline
 };
 
@@ -37,11 +40,19 @@ struct Timeline {
 /// `stages[s]` is stage s's unit order (forward flag and microbatch); a forward costs
 /// `forwardCost`, a backward `backwardCost` (> 0). Returns "" and fills `out`, or an error naming
 /// the stage and unit whose input never arrives (an order that cannot run).
+/// A W unit (ZB-H1) costs `weightCost` and starts after its stage's B of the same microbatch
+/// and chunk.
 std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, double forwardCost,
-                         double backwardCost, Timeline &out);
+                         double backwardCost, Timeline &out, double weightCost = 1);
+
+/// ZB-H1's idle share with unit costs F = B = W = 1 and m >= P: (P - 1) / (3 m + P - 1), i.e. the
+/// bubble (P - 1)(T_F + T_B - T_W) of Qi et al. 2023 (arXiv 2401.10241, section 3.1) over the
+/// stage's busy time 3 m plus that bubble. For m < P the schedule is not in steady state and
+/// the played timeline is longer.
+double zeroBubbleH1Bubble(int64_t numStages, int64_t m);
 
 /// Parses a schedule report step ("F microbatch 3 chunk 1 f.forward", or without the chunk:
-/// chunk 0); false for other steps.
+/// chunk 0; "B ..." and ZB-H1's "W ..." alike); false for other steps.
 bool parseScheduleStep(const std::string &step, TimelineUnit &unit);
 
 } // namespace mlir::trainc

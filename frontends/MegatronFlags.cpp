@@ -278,8 +278,12 @@ const std::vector<FlagSpec> &flagTable() {
       positive("--microbatch-group-size-per-vp-stage",
                parallel(&ParallelConfig::microbatch_group_size_per_vp_stage)),
       // trainc's (Megatron picks the schedule from the flags above).
-      choice("--pipeline-schedule", {"1f1b", "interleaved"},
+      choice("--pipeline-schedule", {"1f1b", "interleaved", "zb-h1"},
              parallel(&ParallelConfig::pipeline_schedule)),
+      setBool("--account-for-embedding-in-pipeline-split",
+              parallel(&ParallelConfig::account_for_embedding_in_pipeline_split)),
+      setBool("--account-for-loss-in-pipeline-split",
+              parallel(&ParallelConfig::account_for_loss_in_pipeline_split)),
       positive("--decoder-first-pipeline-num-layers",
                parallel(&ParallelConfig::decoder_first_pipeline_num_layers)),
       positive("--decoder-last-pipeline-num-layers",

@@ -317,6 +317,8 @@ KeyValues ParallelConfig::toKeyValues() const {
       {"num_layers_per_virtual_pipeline_stage", str(num_layers_per_virtual_pipeline_stage)},
       {"decoder_first_pipeline_num_layers", str(decoder_first_pipeline_num_layers)},
       {"decoder_last_pipeline_num_layers", str(decoder_last_pipeline_num_layers)},
+      {"account_for_embedding_in_pipeline_split", str(account_for_embedding_in_pipeline_split)},
+      {"account_for_loss_in_pipeline_split", str(account_for_loss_in_pipeline_split)},
       {"microbatch_group_size_per_vp_stage", str(microbatch_group_size_per_vp_stage)},
       {"pipeline_schedule", pipeline_schedule},
       {"sequence_parallel", str(sequence_parallel)},
@@ -445,7 +447,35 @@ Error finalizeParallel(PlanConfig &c) {
   // Megatron's uneven split (first and/or last stage given, the others even).
   const int64_t first = p.decoder_first_pipeline_num_layers,
                 last = p.decoder_last_pipeline_num_layers;
-  if (first > 0 || last > 0) {
+  const bool accountE = p.account_for_embedding_in_pipeline_split,
+             accountL = p.account_for_loss_in_pipeline_split;
+  if ((accountE || accountL) && pp > 1) {
+    // Megatron's transformer_config.py refuses the uneven split flags with these, and an
+    // accounted layer count that does not divide by pp; trainc also a stage left without
+    // decoder layers and the virtual pipeline (Megatron supports it; not done here).
+    const char *flag = accountE ? "--account-for-embedding-in-pipeline-split"
+                                : "--account-for-loss-in-pipeline-split";
+    if (first > 0 || last > 0)
+      return makeError(Twine(flag) + " cannot be combined with " +
+                       (first > 0 ? "--decoder-first-pipeline-num-layers"
+                                  : "--decoder-last-pipeline-num-layers") +
+                       " (Megatron: the uneven split and the accounted split are exclusive)");
+    if (p.virtual_pipeline_model_parallel_size > 1 || p.num_layers_per_virtual_pipeline_stage > 0)
+      return makeError(Twine(flag) + " with a virtual pipeline is not supported");
+    const int64_t counted = m.num_layers + accountE + accountL;
+    if (counted % pp != 0)
+      return makeError("--num-layers " + Twine(m.num_layers) + " plus " +
+                       (accountE && accountL ? "the embedding and the loss" :
+                        accountE ? "the embedding" : "the loss") +
+                       " (" + Twine(counted) + " layers, " + flag +
+                       ") is not divisible by --pipeline-model-parallel-size " + Twine(pp));
+    if (counted / pp < 2 && (accountE || accountL))
+      return makeError("--num-layers " + Twine(m.num_layers) + " with " + flag + " gives " +
+                       Twine(counted / pp) +
+                       " layer(s) per stage, which leaves the " +
+                       (accountE ? "first" : "last") +
+                       " pipeline stage without a decoder layer");
+  } else if (first > 0 || last > 0) {
     const char *flag =
         first > 0 ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers";
     if (pp == 1)
@@ -512,6 +542,10 @@ Error finalizeParallel(PlanConfig &c) {
     return makeError("--pipeline-schedule 1f1b runs one model chunk per pipeline stage, but "
                      "--virtual-pipeline-model-parallel-size is " +
                      Twine(vpp) + " (use --pipeline-schedule interleaved)");
+  if (schedule == "zb-h1" && vpp > 1)
+    return makeError("--pipeline-schedule zb-h1 runs one model chunk per pipeline stage, but "
+                     "--virtual-pipeline-model-parallel-size is " +
+                     Twine(vpp) + " (zero-bubble with model chunks, ZB-V, is not supported)");
   if (p.microbatch_group_size_per_vp_stage > 0 && vpp <= 1)
     return makeError("--microbatch-group-size-per-vp-stage " +
                      Twine(p.microbatch_group_size_per_vp_stage) +
@@ -909,6 +943,18 @@ std::vector<std::string> presetNames() {
   for (const auto &entry : presets())
     names.push_back(entry.first);
   return names;
+}
+
+std::pair<int64_t, int64_t> ParallelConfig::firstAndLastStageLayers(int64_t numLayers) const {
+  const int64_t pp = pipeline_model_parallel_size;
+  const int64_t e = account_for_embedding_in_pipeline_split ? 1 : 0,
+                l = account_for_loss_in_pipeline_split ? 1 : 0;
+  if (pp <= 1 || (e == 0 && l == 0))
+    return {decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers};
+  // Megatron's get_transformer_layer_offset / get_num_layers_to_build: (L + e + l) / P layers
+  // per stage, the first stage's counting the embedding, the last's the loss.
+  const int64_t per = (numLayers + e + l) / pp;
+  return {e ? per - e : 0, l ? per - l : 0};
 }
 
 } // namespace trainc::config

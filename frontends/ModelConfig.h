@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trainc::config {
@@ -114,10 +115,21 @@ struct ParallelConfig {
   /// the other stages split the rest evenly.
   int64_t decoder_first_pipeline_num_layers = 0;
   int64_t decoder_last_pipeline_num_layers = 0;
+  /// Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  /// the embedding (the output layer and loss) counts as one layer of the first (last) stage
+  /// when splitting evenly (transformer_block.py get_num_layers_to_build / the layer offset).
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  /// The decoder layers of the first and last pipeline stage of a model of `numLayers` layers
+  /// under the flags above and the uneven-split flags: (decoder_first_pipeline_num_layers,
+  /// decoder_last_pipeline_num_layers) without accounting (0 = the even share), else
+  /// ((L + e + l) / P - e, (L + e + l) / P - l) for the accounted ones (e, l in {0, 1}) and 0 for
+  /// the others. Call after finalize() succeeded.
+  std::pair<int64_t, int64_t> firstAndLastStageLayers(int64_t numLayers) const;
   /// Megatron's --microbatch-group-size-per-vp-stage: contiguous microbatches per model chunk in
   /// the interleaved schedule; 0 = the pipeline size (finalize() sets it with interleaving).
   int64_t microbatch_group_size_per_vp_stage = 0;
-  /// trainc's --pipeline-schedule: "1f1b" or "interleaved" with pp > 1; "" = what Megatron's
+  /// trainc's --pipeline-schedule: "1f1b", "interleaved" or "zb-h1" with pp > 1; "" = what Megatron's
   /// flags imply (finalize(): interleaved with virtual stages, else 1f1b).
   std::string pipeline_schedule;
   /// finalize() clears it when tensor_model_parallel_size is 1, as Megatron does.

@@ -586,13 +586,27 @@ int cmdInspect(std::vector<std::string> args) {
     mlir::trainc::Timeline unit, flops;
     if (std::string e = mlir::trainc::playTimeline(stages, 1, 1, unit); !e.empty())
       return fail("the plan's schedule cannot run: " + e);
-    if (std::string e = mlir::trainc::playTimeline(stages, 1, 2, flops); !e.empty())
+    // ZB-H1 (W units): a backward of 2 F is B + W, one F each.
+    bool zeroBubble = false;
+    for (const auto &stage : stages)
+      for (const mlir::trainc::TimelineUnit &u : stage)
+        zeroBubble |= u.weight;
+    if (std::string e = mlir::trainc::playTimeline(stages, 1, zeroBubble ? 1 : 2, flops); !e.empty())
       return fail("the plan's schedule cannot run: " + e);
-    if (want("--schedule"))
+    if (want("--schedule") && !zeroBubble)
       llvm::outs() << llvm::formatv("bubble fraction (cost model, {0} stages): {1:f4} with unit "
                                     "costs (F = B = 1), {2:f4} with B = 2 F\n",
                                     stages.size(), unit.bubble, flops.bubble);
-    if (want("--schedule") && stages.size() > 1) {
+    if (want("--schedule") && zeroBubble) {
+      const int64_t P = int64_t(stages.size()), m = r.schedule().num_microbatches();
+      llvm::outs() << llvm::formatv(
+          "bubble fraction (cost model, {0} stages): {1:f4} with unit costs (F = B = W = 1); "
+          "ZB-H1's (P - 1) / (3 m + P - 1) = {2:f4} (m >= P); 1F1B at this m (B + W = 2 F): "
+          "(P - 1) / (m + P - 1) = {3:f4}\n",
+          P, unit.bubble, mlir::trainc::zeroBubbleH1Bubble(P, m),
+          double(P - 1) / double(m + P - 1));
+    }
+    if (want("--schedule") && stages.size() > 1 && !zeroBubble) {
       // The literature's figure: bubble time over ideal time, (P - 1) / (V m) for Megatron's
       // (interleaved) 1F1B (Narayanan et al. 2021, section 2.2), next to the cost model's.
       int64_t chunks = 1;
@@ -624,13 +638,15 @@ int cmdInspect(std::vector<std::string> args) {
           os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
                               "fill=\"{4}\" stroke=\"black\"/><text x=\"{5}\" y=\"{6}\">"
                               "{7}{8}{9}</text>\n",
-                              x, y, w, row - 4, u.forward ? "#8ab4f8" : "#81c995", x + 3,
-                              int(y + 17), u.forward ? "F" : "B", u.microbatch,
+                              x, y, w, row - 4,
+                              u.forward ? "#8ab4f8" : u.weight ? "#fdd663" : "#81c995", x + 3,
+                              int(y + 17), u.forward ? "F" : u.weight ? "W" : "B", u.microbatch,
                               u.chunk > 0 || interleaved ? "." + std::to_string(u.chunk) : "");
         }
       }
-      os << llvm::formatv("<text x=\"2\" y=\"{0}\">bubble {1:f4} (B = 2 F)</text>\n",
-                          int(row * double(stages.size()) + 24), flops.bubble);
+      os << llvm::formatv("<text x=\"2\" y=\"{0}\">bubble {1:f4} ({2})</text>\n",
+                          int(row * double(stages.size()) + 24), flops.bubble,
+                          zeroBubble ? "F = B = W" : "B = 2 F");
       os << "</svg>\n";
       std::error_code ec;
       llvm::raw_fd_ostream f(svgPath, ec);

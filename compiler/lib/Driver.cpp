@@ -403,10 +403,12 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
       PassManager pm(&ctx);
       // The stage count is the plan's (not set here).
       std::unique_ptr<Pass> split = createPipelineSplitPass();
+      // The uneven split's counts, or those of --account-for-embedding/loss-in-pipeline-split.
+      const auto [firstLayers, lastLayers] =
+          cfg.parallel.firstAndLastStageLayers(cfg.model.num_layers);
       const std::string text =
           "stage=" + std::to_string(stage) + " first-stage-layers=" +
-          std::to_string(cfg.parallel.decoder_first_pipeline_num_layers) +
-          " last-stage-layers=" + std::to_string(cfg.parallel.decoder_last_pipeline_num_layers) +
+          std::to_string(firstLayers) + " last-stage-layers=" + std::to_string(lastLayers) +
           " microbatch-group-size=" +
           std::to_string(cfg.parallel.microbatch_group_size_per_vp_stage);
       if (failed(split->initializeOptions(text,

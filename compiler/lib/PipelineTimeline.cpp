@@ -8,8 +8,12 @@
 
 namespace mlir::trainc {
 
+double zeroBubbleH1Bubble(int64_t numStages, int64_t m) {
+  return double(numStages - 1) / double(3 * m + numStages - 1);
+}
+
 std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, double forwardCost,
-                         double backwardCost, Timeline &out) {
+                         double backwardCost, Timeline &out, double weightCost) {
   const size_t P = stages.size();
   out.stages = stages;
   std::vector<size_t> next(P, 0);
@@ -21,14 +25,28 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
   auto chunkName = [&](const TimelineUnit &u) {
     return lastChunk > 0 ? " chunk " + std::to_string(u.chunk) : std::string();
   };
-  // (stage, forward?, chunk, microbatch) -> end time.
-  std::map<std::tuple<size_t, bool, int64_t, int64_t>, double> ended;
+  // (stage, kind (0 F, 1 B, 2 W), chunk, microbatch) -> end time.
+  std::map<std::tuple<size_t, int, int64_t, int64_t>, double> ended;
+  auto kindOf = [](const TimelineUnit &u) { return u.forward ? 0 : u.weight ? 2 : 1; };
   for (bool progress = true; progress;) {
     progress = false;
     for (size_t s = 0; s < P; ++s)
       while (next[s] < stages[s].size()) {
         TimelineUnit &u = out.stages[s][next[s]];
         double ready = 0;
+        if (u.weight) {
+          auto it = ended.find({s, 1, u.chunk, u.microbatch});
+          if (it == ended.end())
+            return "stage " + std::to_string(s) + " runs the W of microbatch " +
+                   std::to_string(u.microbatch) + chunkName(u) + " before its B";
+          u.start = std::max(free[s], it->second);
+          u.end = u.start + weightCost;
+          free[s] = u.end;
+          ended[{s, 2, u.chunk, u.microbatch}] = u.end;
+          ++next[s];
+          progress = true;
+          continue;
+        }
         // The unit producing this one's input: the neighbouring stage's same chunk, or across
         // the wrap from the last stage (forward) / first stage (backward) the adjacent chunk.
         bool needs = true;
@@ -46,13 +64,13 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
             from = 0, chunk = u.chunk + 1;
         }
         if (needs) {
-          auto it = ended.find({from, u.forward, chunk, u.microbatch});
+          auto it = ended.find({from, kindOf(u), chunk, u.microbatch});
           if (it == ended.end())
             break;
           ready = it->second;
         }
         if (!u.forward) {
-          auto it = ended.find({s, true, u.chunk, u.microbatch});
+          auto it = ended.find({s, 0, u.chunk, u.microbatch});
           if (it == ended.end())
             return "stage " + std::to_string(s) + " runs the backward of microbatch " +
                    std::to_string(u.microbatch) + chunkName(u) + " before its forward";
@@ -61,7 +79,7 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
         u.start = std::max(free[s], ready);
         u.end = u.start + (u.forward ? forwardCost : backwardCost);
         free[s] = u.end;
-        ended[{s, u.forward, u.chunk, u.microbatch}] = u.end;
+        ended[{s, kindOf(u), u.chunk, u.microbatch}] = u.end;
         ++next[s];
         progress = true;
       }
@@ -88,9 +106,11 @@ bool parseScheduleStep(const std::string &step, TimelineUnit &unit) {
   char kind = 0;
   long long mb = 0, chunk = 0;
   int n = std::sscanf(step.c_str(), "%c microbatch %lld chunk %lld", &kind, &mb, &chunk);
-  if (n < 2 || (kind != 'F' && kind != 'B') || step.size() < 2 || step[1] != ' ' || chunk < 0)
+  if (n < 2 || (kind != 'F' && kind != 'B' && kind != 'W') || step.size() < 2 || step[1] != ' ' ||
+      chunk < 0)
     return false;
   unit.forward = kind == 'F';
+  unit.weight = kind == 'W';
   unit.microbatch = mb;
   unit.chunk = n == 3 ? chunk : 0;
   return true;

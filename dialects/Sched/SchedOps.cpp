@@ -65,14 +65,28 @@ LogicalResult SchedDialect::verifyOperationAttribute(Operation *op, NamedAttribu
     return isa<StringAttr>(v) && onFunction ? success() : fail("a string on a func.func");
   if (name == "sched.unit") {
     auto s = dyn_cast<StringAttr>(v);
-    return s && onFunction && (s.getValue() == "forward" || s.getValue() == "backward")
+    return s && onFunction &&
+                   llvm::is_contained({"forward", "backward", "backward_input",
+                                       "backward_weight"},
+                                      s.getValue())
                ? success()
-               : fail("\"forward\" or \"backward\" on a func.func");
+               : fail("\"forward\", \"backward\", \"backward_input\" or \"backward_weight\" "
+                      "on a func.func");
+  }
+  if (name == "sched.stash_layout") {
+    // ZB-H1: the tensors of one stash slot (the forward's stash, then B's values for W).
+    auto a = dyn_cast<ArrayAttr>(v);
+    bool ok = a && onFunction && llvm::all_of(a, [](Attribute t) {
+      auto ta = dyn_cast<TypeAttr>(t);
+      auto r = ta ? dyn_cast<RankedTensorType>(ta.getValue()) : RankedTensorType();
+      return r && r.hasStaticShape() && r.getElementType().isIntOrFloat();
+    });
+    return ok ? success() : fail("an array of statically shaped tensor types on a func.func");
   }
   return op->emitOpError() << "has unknown attribute '" << name
                            << "' of the sched dialect (sched.plan, sched.stage, sched.iteration, "
                               "sched.eval, sched.first_microbatch, sched.last_microbatch, "
-                              "sched.num_microbatches, sched.schedule, sched.unit)";
+                              "sched.num_microbatches, sched.schedule, sched.unit, sched.stash_layout)";
 }
 
 LogicalResult SchedDialect::verifyRegionArgAttribute(Operation *op, unsigned region, unsigned arg,
@@ -406,9 +420,10 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
     return emitError() << "#sched.plan: loss_mode = \"" << lossMode
                        << "\", expected per_token or per_microbatch";
   if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b" &&
-      schedule != "interleaved")
+      schedule != "interleaved" && schedule != "zb-h1")
     return emitError() << "#sched.plan: schedule = \"" << schedule
-                       << "\", expected no-pipelining, 1f1b, interleaved or all-forward-first";
+                       << "\", expected no-pipelining, 1f1b, interleaved, zb-h1 or "
+                          "all-forward-first";
   if (schedule == "interleaved" && vp <= 1)
     return emitError() << "#sched.plan: schedule = \"" << schedule << "\" with virtual_stages = "
                        << vp << " (interleaved runs more than one model chunk per stage)";
@@ -524,6 +539,94 @@ LogicalResult BackwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
     return emitOpError() << "callee @" << getCallee() << " takes " << stashArgs.size()
                          << " stash arguments that do not match the " << f->getNumResults()
                          << " results of the forward unit @" << fwd.getCallee();
+  return verifyUnitIndices(*this, getMicrobatch(), getChunk());
+}
+
+/// The stash argument types of a unit function (its trailing arguments tagged sched.stash).
+static SmallVector<Type> stashArgTypes(func::FuncOp fn) {
+  SmallVector<Type> types;
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+    if (fn.getArgAttr(i, "sched.stash"))
+      types.push_back(fn.getArgument(i).getType());
+  return types;
+}
+
+LogicalResult BackwardInputOp::verify() {
+  auto fwd = getStash().getDefiningOp<ForwardOp>();
+  if (!fwd)
+    return emitOpError() << "stash operand is not the result of a sched.forward";
+  if (fwd.getMicrobatch() != getMicrobatch() || fwd.getChunk() != getChunk())
+    return emitOpError() << "consumes the stash of microbatch " << fwd.getMicrobatch()
+                         << " chunk " << fwd.getChunk() << " as microbatch " << getMicrobatch()
+                         << " chunk " << getChunk();
+  if (!getStash().hasOneUse())
+    return emitOpError() << "stash of microbatch " << getMicrobatch()
+                         << " is consumed more than once";
+  return success();
+}
+
+LogicalResult BackwardInputOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<func::FuncOp> fn = unitCallee(*this, getCalleeAttr(), symbolTable);
+  if (failed(fn))
+    return failure();
+  for (Type t : fn->getResultTypes())
+    if (!isa<RankedTensorType>(t) || !cast<RankedTensorType>(t).hasStaticShape())
+      return emitOpError() << "callee @" << getCallee() << " returns " << t
+                           << "; an input-gradient unit returns the values its weight-gradient "
+                              "unit reads, as statically shaped tensors";
+  auto fwd = getStash().getDefiningOp<ForwardOp>();
+  if (!fwd)
+    return success(); // reported by verify()
+  FailureOr<func::FuncOp> f = unitCallee(fwd, fwd.getCalleeAttr(), symbolTable);
+  if (failed(f))
+    return failure();
+  if (TypeRange(stashArgTypes(*fn)) != f->getResultTypes())
+    return emitOpError() << "callee @" << getCallee()
+                         << " takes stash arguments that do not match the "
+                         << f->getNumResults() << " results of the forward unit @"
+                         << fwd.getCallee();
+  return verifyUnitIndices(*this, getMicrobatch(), getChunk());
+}
+
+LogicalResult BackwardWeightOp::verify() {
+  auto b = getStash().getDefiningOp<BackwardInputOp>();
+  if (!b)
+    return emitOpError() << "stash operand is not the result of a sched.backward_input";
+  if (b.getMicrobatch() != getMicrobatch() || b.getChunk() != getChunk())
+    return emitOpError() << "consumes the stash of microbatch " << b.getMicrobatch()
+                         << " chunk " << b.getChunk() << " as microbatch " << getMicrobatch()
+                         << " chunk " << getChunk();
+  if (!getStash().hasOneUse())
+    return emitOpError() << "weight stash of microbatch " << getMicrobatch()
+                         << " is consumed more than once";
+  return success();
+}
+
+LogicalResult BackwardWeightOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<func::FuncOp> fn = unitCallee(*this, getCalleeAttr(), symbolTable);
+  if (failed(fn))
+    return failure();
+  if (failed(verifyUnitTokens(*this, *fn, 0, getTokens().size())))
+    return failure();
+  auto b = getStash().getDefiningOp<BackwardInputOp>();
+  if (!b)
+    return success(); // reported by verify()
+  auto fwd = b.getStash().getDefiningOp<ForwardOp>();
+  FailureOr<func::FuncOp> bf = unitCallee(b, b.getCalleeAttr(), symbolTable);
+  if (!fwd || failed(bf))
+    return failure();
+  FailureOr<func::FuncOp> f = unitCallee(fwd, fwd.getCalleeAttr(), symbolTable);
+  if (failed(f))
+    return failure();
+  // The forward's stash, then the input-gradient unit's results.
+  SmallVector<Type> expected(f->getResultTypes());
+  llvm::append_range(expected, bf->getResultTypes());
+  if (TypeRange(stashArgTypes(*fn)) != TypeRange(expected))
+    return emitOpError() << "callee @" << getCallee() << " takes "
+                         << stashArgTypes(*fn).size()
+                         << " stash arguments that do not match the forward unit's "
+                         << f->getNumResults() << " results followed by the input-gradient unit's "
+                         << bf->getNumResults();
   return verifyUnitIndices(*this, getMicrobatch(), getChunk());
 }
 

@@ -218,6 +218,51 @@ def Sched_BackwardOp : Sched_Op<"backward", [DeclareOpInterfaceMethods<SymbolUse
   let hasVerifier = 1;
 }
 
+def Sched_BackwardInputOp : Sched_Op<"backward_input",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "ZB-H1's B unit: the input gradients of `chunk` on `microbatch`";
+  let description = [{
+    The zero-bubble schedule's split backward (Qi et al. 2023, arXiv 2401.10241): the callee
+    computes the gradients that flow to the previous stage (and sends them) from the parameters,
+    the inputs and the stash of the matching `sched.forward` (arguments tagged `sched.stash`),
+    and returns the values its weight-gradient unit needs (the B -> W stash). The result is a
+    handle to the forward's stash and those values together, consumed once by
+    `sched.backward_weight` of the same microbatch and chunk.
+    ```mlir
+    %b0 = sched.backward_input @forward_backward.backward.input(%s0) microbatch 0 chunk 0
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee, Sched_StashType:$stash, I64Attr:$microbatch,
+                       I64Attr:$chunk);
+  let results = (outs Sched_StashType:$weightStash);
+  let assemblyFormat = [{
+    $callee `(` $stash `)` `microbatch` $microbatch `chunk` $chunk attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_BackwardWeightOp : Sched_Op<"backward_weight",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "ZB-H1's W unit: the parameter gradients of `chunk` on `microbatch`";
+  let description = [{
+    The callee takes the parameters, the inputs, the forward's stash and the values of the
+    matching `sched.backward_input` (all tagged `sched.stash`, in that order), accumulates the
+    parameter gradients into the main grads and starts the gradient syncs; its results are those
+    syncs' tokens.
+    ```mlir
+    sched.backward_weight @forward_backward.backward.weight(%b0) microbatch 0 chunk 0
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee, Sched_StashType:$stash, I64Attr:$microbatch,
+                       I64Attr:$chunk);
+  let results = (outs Variadic<Sched_TokenType>:$tokens);
+  let assemblyFormat = [{
+    $callee `(` $stash `)` `microbatch` $microbatch `chunk` $chunk attr-dict
+    (`->` type($tokens)^)?
+  }];
+  let hasVerifier = 1;
+}
+
 def Sched_AccumulateGradOp : Sched_Op<"accumulate_grad",
     [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Add a microbatch's parameter gradient into the fp32 main_grad of `param`";

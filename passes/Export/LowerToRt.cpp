@@ -572,6 +572,28 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       stashTypes.push_back(t);
   for (unsigned i : stageStash[fname])
     stashTypes.push_back(fn.getArgument(i).getType());
+  // ZB-H1's units share one slot layout (sched.stash_layout: the forward's stash, then what its
+  // input-gradient unit returns for the weight-gradient unit): stash arguments first, then the
+  // results. Without it a unit has results (forward) or stash arguments (backward), not both.
+  size_t resultBase = 0, argBase = stashTypes.size() - stageStash[fname].size();
+  if (auto zb = fn->getAttrOfType<ArrayAttr>("sched.stash_layout")) {
+    SmallVector<Type> all;
+    for (Attribute a : zb)
+      all.push_back(cast<TypeAttr>(a).getValue());
+    SmallVector<Type> used;
+    for (unsigned i : stageStash[fname])
+      used.push_back(fn.getArgument(i).getType());
+    resultBase = used.size();
+    argBase = 0;
+    for (Type t : fn.getResultTypes())
+      if (!isa<sched::TokenType>(t))
+        used.push_back(t);
+    if (used.size() > all.size() || !llvm::equal(used, ArrayRef<Type>(all).take_front(used.size())))
+      return fn.emitOpError() << "@" << fname
+                              << " has stash arguments and results that are not a prefix of its "
+                                 "sched.stash_layout";
+    stashTypes = all;
+  }
   StashLayout layout = StashLayout::of(stashTypes);
   const unsigned firstStash = unsigned(argTypes.size());
   for (unsigned d = 0; d < layout.dtypes.size(); ++d)
@@ -599,11 +621,10 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
                                  entry->getArgument(firstStash + d),
                                  ob.getI64IntegerAttr(offset));
   };
-  const size_t stashResults = st.numBufferResults();
   for (auto [k, i] : llvm::enumerate(stageStash[fname]))
-    map.map(fn.getArgument(i), stashView(stashResults + k));
+    map.map(fn.getArgument(i), stashView(argBase + k));
   // A forward unit's stash results are written straight into the caller's slot buffers.
-  st.outTarget = stashView;
+  st.outTarget = [stashView, resultBase](size_t k) { return stashView(resultBase + k); };
   st.indexResults();
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)
     if (FlatSymbolRefAttr name = model::paramOf(fn, i))
@@ -851,7 +872,8 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
       scalar("grad_norm", "output");
       scalar("update_successful", "output");
       ob.create<rt::HostIOOp>(loc, rt::HostIOKind::read_outputs, io.getLabel());
-    } else if (isa<sched::MicrobatchOp, sched::ForwardOp, sched::BackwardOp>(op)) {
+    } else if (isa<sched::MicrobatchOp, sched::ForwardOp, sched::BackwardOp,
+                   sched::BackwardInputOp, sched::BackwardWeightOp>(op)) {
       if (failed(lowerUnit(ob, loc, op, isEval, units)))
         return failure();
     } else if (auto fin = dyn_cast<sched::FinalizeGradsOp>(op)) {
@@ -983,6 +1005,35 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
       ++st.forwards;
     return success();
   }
+  // ZB-H1: B keeps the forward's slot (its values for W go into the same slot), W frees it.
+  if (auto bi = dyn_cast<sched::BackwardInputOp>(op)) {
+    if (failed(stageOf(bi.getCallee())))
+      return failure();
+    auto it = st.stashOf.find(bi.getStash());
+    if (it == st.stashOf.end())
+      return bi.emitOpError() << "consumes a stash no earlier sched.forward produced";
+    SmallVector<Value> args = inputArgs(ob, loc, bi.getCallee(), int64_t(bi.getMicrobatch()));
+    for (rt::BufferOp buf : it->second.second)
+      args.push_back(ref(ob, loc, buf));
+    call(bi.getCallee(), args, unitLabel("B", bi.getMicrobatch(), bi.getChunk()));
+    auto held = it->second;
+    st.stashOf.erase(it);
+    st.stashOf[bi.getWeightStash()] = held;
+    return success();
+  }
+  if (auto bw = dyn_cast<sched::BackwardWeightOp>(op)) {
+    if (failed(stageOf(bw.getCallee())))
+      return failure();
+    auto it = st.stashOf.find(bw.getStash());
+    if (it == st.stashOf.end())
+      return bw.emitOpError() << "consumes a stash no earlier sched.backward_input produced";
+    SmallVector<Value> args = inputArgs(ob, loc, bw.getCallee(), int64_t(bw.getMicrobatch()));
+    for (rt::BufferOp buf : it->second.second)
+      args.push_back(ref(ob, loc, buf));
+    call(bw.getCallee(), args, unitLabel("W", bw.getMicrobatch(), bw.getChunk()));
+    llvm::erase(st.busySlots, it->second.first);
+    return success();
+  }
   auto bwd = cast<sched::BackwardOp>(op);
   if (failed(stageOf(bwd.getCallee())))
     return failure();
@@ -1014,7 +1065,13 @@ SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef ca
 
 SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot) {
   // Units with the same layout share a slot's buffers.
-  StashLayout layout = StashLayout::of(fwd.getResultTypes());
+  SmallVector<Type> types(fwd.getResultTypes());
+  if (auto zb = fwd->getAttrOfType<ArrayAttr>("sched.stash_layout")) {
+    types.clear();
+    for (Attribute a : zb)
+      types.push_back(cast<TypeAttr>(a).getValue());
+  }
+  StashLayout layout = StashLayout::of(types);
   SmallVector<rt::BufferOp> &bufs = stashBuffers[{slot, layout.key()}];
   if (bufs.empty()) {
     for (unsigned d = 0; d < layout.dtypes.size(); ++d) {

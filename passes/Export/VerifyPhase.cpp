@@ -99,6 +99,10 @@ LogicalResult verifySched(ModuleOp m) {
       callee = f.getCallee();
     else if (auto bw = dyn_cast<sched::BackwardOp>(op))
       callee = bw.getCallee();
+    else if (auto bi = dyn_cast<sched::BackwardInputOp>(op))
+      callee = bi.getCallee();
+    else if (auto bw = dyn_cast<sched::BackwardWeightOp>(op))
+      callee = bw.getCallee();
     if (callee) {
       auto fn = m.lookupSymbol<func::FuncOp>(*callee);
       if (!fn || !fn->hasAttr("sched.stage")) {

@@ -3,10 +3,12 @@
 #define TRAINC_PASSES_PIPELINE_PASSES_H
 
 #include "dialects/Sched/SchedDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
 #include <string>
+#include <utility>
 
 namespace mlir::trainc {
 #define GEN_PASS_DECL
@@ -60,6 +62,32 @@ std::string checkInterleavedMessages(int64_t numStages, int64_t numChunks, int64
 SmallVector<ScheduleStep> interleavedOneForwardOneBackward(int64_t numStages, int64_t stage,
                                                            int64_t numChunks, int64_t m,
                                                            int64_t groupSize);
+/// One unit of a ZB-H1 order: 'F' (forward), 'B' (input gradients) or 'W' (weight gradients) of
+/// `microbatch`.
+struct ZeroBubbleStep {
+  char kind = 'F';
+  int64_t microbatch = 0;
+};
+
+/// The ZB-H1 unit order of pipeline stage `stage` of `numStages` with `m` microbatches (Qi et
+/// al. 2023, arXiv 2401.10241, figure 3 top; the order of PyTorch's zero-bubble 1F1B): warmup
+/// = min(P - stage - 1, m) forwards as in 1F1B, then per step a forward and a B, with a W from
+/// step `stage` on, then cooldown B (W), then the remaining Ws; every unit of a kind in
+/// microbatch order. Stage s holds min(P, m) microbatches between F and W (1F1B's peak, on
+/// every stage); with unit costs and m >= P the idle share is (P - 1) / (3 m + P - 1).
+SmallVector<ZeroBubbleStep> zeroBubbleH1(int64_t numStages, int64_t stage, int64_t m);
+
+/// Splits `backward`, a backward unit function built by trainc-schedule-units (arguments: the
+/// stage's, then the forward's stash tagged sched.stash; results: tokens), by dataflow into
+/// `<name>.input` (B: everything the input gradients and their sends need; returns the values
+/// W reads) and `<name>.weight` (W: the gradient accumulations, the gradient syncs and what
+/// only they read; takes `backward`'s arguments then B's values, tagged sched.stash after the
+/// forward's). A layer backward call (@f.bwd) some of whose results only W reads is split the
+/// same way into @f.bwd.input.<mask> / @f.bwd.weight.<mask> (mask: i/w per result), the values
+/// the weight part reads of the input part returned by it. `backward` is left in place (the
+/// caller erases it). Errors: a callee without a body, a token computed by B.
+FailureOr<std::pair<func::FuncOp, func::FuncOp>> splitWeightGradients(ModuleOp module,
+                                                                      func::FuncOp backward);
 } // namespace mlir::trainc
 
 #endif

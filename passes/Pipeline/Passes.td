@@ -130,6 +130,13 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
       microbatch), ordered by interleavedOneForwardOneBackward (Passes.h). Megatron's checks
       (m % P == 0, the microbatch group size) are errors with Megatron's message.
 
+    - `zb-h1`: the zero-bubble H1 schedule (Qi et al. 2023, arXiv 2401.10241) on a stage of
+      P: each backward unit split by dataflow into `<stage>.backward.input` (B: input
+      gradients and their sends) and `.backward.weight` (W: parameter gradients, accumulation,
+      gradient syncs), layer backward calls split the same way (splitWeightGradients,
+      Passes.h); `sched.backward_input` / `sched.backward_weight` ordered by zeroBubbleH1; the
+      three units of a microbatch share one stash slot (`sched.stash_layout`).
+
     Both give bitwise the same gradients (the same kernels on the same data; accumulation into
     the main grads stays in microbatch order).
 
@@ -145,7 +152,7 @@ def ScheduleUnitsPass : Pass<"trainc-schedule-units", "::mlir::ModuleOp"> {
   let options = [
     Option<"schedule", "schedule", "std::string", "\"no-pipelining\"",
            "Unit order: no-pipelining (Megatron's), 1f1b (pipeline stages), interleaved "
-           "(model chunks) or all-forward-first (tests)">,
+           "(model chunks), zb-h1 (zero bubble) or all-forward-first (tests)">,
   ];
   let dependentDialects = ["::mlir::trainc::sched::SchedDialect"];
 }

@@ -463,6 +463,72 @@ namespace {
 struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUnitsPass> {
   using ScheduleUnitsPassBase::ScheduleUnitsPassBase;
 
+  /// ZB-H1: every backward unit split into B and W (splitWeightGradients), one slot layout
+  /// (`sched.stash_layout`: the forward's stash then B's values) on the three units of a
+  /// microbatch, ordered by zeroBubbleH1.
+  LogicalResult zeroBubble(ModuleOp module, OpBuilder &b,
+                           SmallVector<std::pair<Units, int64_t>> units,
+                           SmallVector<sched::MicrobatchOp> calls, int64_t numStages,
+                           int64_t stageIndex) {
+    llvm::StringMap<std::pair<func::FuncOp, func::FuncOp>> parts;
+    llvm::StringMap<ArrayAttr> layoutOfForward;
+    for (auto &[u, index] : units) {
+      StringRef name = u.backward.getSymName();
+      if (parts.count(name))
+        continue;
+      FailureOr<std::pair<func::FuncOp, func::FuncOp>> p =
+          splitWeightGradients(module, u.backward);
+      if (failed(p))
+        return failure();
+      parts[name] = *p;
+      SmallVector<Attribute> layout;
+      for (Type t : u.forward.getResultTypes())
+        layout.push_back(TypeAttr::get(t));
+      for (Type t : p->first.getResultTypes())
+        layout.push_back(TypeAttr::get(t));
+      ArrayAttr attr = b.getArrayAttr(layout);
+      auto [at, fresh] = layoutOfForward.try_emplace(u.forward.getSymName(), attr);
+      if (!fresh && at->second != attr)
+        return u.forward.emitOpError()
+               << "is the forward of backward units whose input-gradient parts return "
+                  "different values; zb-h1 gives the three units of a microbatch one stash "
+                  "slot layout";
+      for (func::FuncOp f : {u.forward, p->first, p->second})
+        f->setAttr("sched.stash_layout", attr);
+    }
+    const int64_t m = int64_t(units.size());
+    SmallVector<sched::ForwardOp> fs;
+    SmallVector<sched::BackwardInputOp> bs;
+    fs.resize(size_t(m));
+    bs.resize(size_t(m));
+    for (ZeroBubbleStep st : zeroBubbleH1(numStages, stageIndex, m)) {
+      const size_t k = size_t(st.microbatch);
+      Units u = units[k].first;
+      auto [fb, fw] = parts[u.backward.getSymName()];
+      if (st.kind == 'F') {
+        fs[k] = b.create<sched::ForwardOp>(calls.front().getLoc(),
+                                           sched::StashType::get(b.getContext()),
+                                           u.forward.getSymName(), units[k].second, 0,
+                                           calls[k].getWaits());
+      } else if (st.kind == 'B') {
+        bs[k] = b.create<sched::BackwardInputOp>(calls.front().getLoc(),
+                                                 sched::StashType::get(b.getContext()),
+                                                 fb.getSymName(), fs[k].getStash(),
+                                                 units[k].second, 0);
+      } else {
+        auto w = b.create<sched::BackwardWeightOp>(calls.front().getLoc(), fw.getResultTypes(),
+                                                   fw.getSymName(), bs[k].getWeightStash(),
+                                                   units[k].second, 0);
+        for (auto [o, r] : llvm::zip(calls[k].getTokens(), w.getTokens()))
+          o.replaceAllUsesWith(r);
+      }
+    }
+    for (auto &entry : parts)
+      if (auto old = module.lookupSymbol<func::FuncOp>(entry.getKey()))
+        old.erase();
+    return success();
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     // The resolved value, as a local that shadows the option (passes/PlanOption.h).
@@ -470,9 +536,9 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     if (failed(resolvePlanOption(module, this->schedule, "schedule", schedule)))
       return signalPassFailure();
     if (schedule != "no-pipelining" && schedule != "all-forward-first" && schedule != "1f1b" &&
-        schedule != "interleaved") {
+        schedule != "interleaved" && schedule != "zb-h1") {
       module.emitError() << "trainc-schedule-units: schedule '" << schedule
-                         << "' is not one of 'no-pipelining', '1f1b', 'interleaved', "
+                         << "' is not one of 'no-pipelining', '1f1b', 'interleaved', 'zb-h1', "
                             "'all-forward-first'";
       return signalPassFailure();
     }
@@ -495,6 +561,12 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
                                            : "'interleaved' needs trainc-pipeline-split with "
                                              "virtual-stages > 1")
                          << ")";
+      return signalPassFailure();
+    }
+    if (schedule == "zb-h1" && numStages < 2) {
+      module.emitError() << "trainc-schedule-units: schedule 'zb-h1' needs a pipeline stage "
+                            "(trainc-pipeline-split with pp > 1); this module has "
+                         << numStages << " stage";
       return signalPassFailure();
     }
     if (numStages > 1 && schedule == "no-pipelining") {
@@ -615,6 +687,9 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
     } else if (schedule == "no-pipelining") {
       for (size_t k = 0; k < units.size(); ++k)
         backward(units[k].first, forward(units[k].first, k), k);
+    } else if (schedule == "zb-h1") {
+      if (failed(zeroBubble(module, b, units, calls, numStages, stageIndex)))
+        return signalPassFailure();
     } else if (schedule == "1f1b") {
       // Megatron's forward_backward_pipelining_without_interleaving: warmup forwards, then one
       // forward and one backward each step, then the cooldown backwards.
@@ -644,6 +719,13 @@ struct ScheduleUnitsPass : mlir::trainc::impl::ScheduleUnitsPassBase<ScheduleUni
       if (fn && SymbolTable::symbolKnownUseEmpty(fn, module))
         fn.erase();
     }
+    // ZB-H1: the layer backwards that were split (@f.bwd) are called no more.
+    if (schedule == "zb-h1")
+      for (func::FuncOp f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+        if (auto d = f->getAttrOfType<StringAttr>("model.derivative");
+            d && d.getValue() == "backward" && f.isPrivate() &&
+            SymbolTable::symbolKnownUseEmpty(f, module))
+          f.erase();
   }
 };
 

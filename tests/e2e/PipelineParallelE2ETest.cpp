@@ -147,13 +147,16 @@ struct Variant {
   /// Model chunks per stage (--virtual-pipeline-model-parallel-size; interleaved 1F1B when > 1).
   int64_t vpp = 1;
   int64_t layers = 4;
+  /// --pipeline-schedule ("": Megatron's choice from the flags).
+  std::string schedule;
 };
 
 void PrintTo(const Variant &v, std::ostream *os) {
   *os << v.preset << " pp " << v.pp << " dp " << v.dp << " m " << v.m
       << (v.distributedOptimizer ? " zero-1" : "")
       << (v.firstStageLayers ? " first stage " + std::to_string(v.firstStageLayers) : "")
-      << (v.vpp > 1 ? " vpp " + std::to_string(v.vpp) : "") << " layers " << v.layers;
+      << (v.vpp > 1 ? " vpp " + std::to_string(v.vpp) : "") << " layers " << v.layers
+      << (v.schedule.empty() ? "" : " " + v.schedule);
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<Variant> {};
@@ -175,6 +178,10 @@ TEST_P(PipelineEquivalence, MatchesTheSingleRankPlan) {
     extra.push_back("--virtual-pipeline-model-parallel-size");
     extra.push_back(std::to_string(v.vpp));
   }
+  if (!v.schedule.empty()) {
+    extra.push_back("--pipeline-schedule");
+    extra.push_back(v.schedule);
+  }
   History h = train(v.preset, flags(v.pp, v.dp, mbs, gbs, extra, v.layers), mbs, batches, iters);
   std::ostringstream what;
   PrintTo(v, &what);
@@ -188,7 +195,8 @@ std::string variantName(const ::testing::TestParamInfo<Variant> &i) {
          std::to_string(i.param.m) + (i.param.distributedOptimizer ? "_zero1" : "") +
          (i.param.firstStageLayers ? "_first" + std::to_string(i.param.firstStageLayers) : "") +
          (i.param.vpp > 1 ? "_vpp" + std::to_string(i.param.vpp) : "") +
-         (i.param.layers != 4 ? "_layers" + std::to_string(i.param.layers) : "");
+         (i.param.layers != 4 ? "_layers" + std::to_string(i.param.layers) : "") +
+         (i.param.schedule == "zb-h1" ? "_zbh1" : "");
 }
 
 // m in {1, P, 2P + 1}: no steady state, a full pipeline, more microbatches than stages.
@@ -224,12 +232,31 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"tiny-llama", 2, 2, 4, true, 0, 2}),
     variantName);
 
+// ZB-H1 (backward split into B and W, Ws deferred): pp 2 and 4, m in {P, 2P + 1}, untied and
+// tied, and pp 2 x dp 2 (plain and with the distributed optimizer): the single-rank plan's
+// losses, grad norms and parameters.
+Variant zb(std::string preset, int64_t pp, int64_t dp, int64_t m, bool zero1 = false) {
+  Variant v{std::move(preset), pp, dp, m, zero1};
+  v.schedule = "zb-h1";
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(
+    ZeroBubble, PipelineEquivalence,
+    ::testing::Values(zb("tiny-llama", 2, 1, 2), zb("tiny-llama", 2, 1, 5),
+                      zb("tiny-gpt", 2, 1, 2), zb("tiny-gpt", 2, 1, 5),
+                      zb("tiny-llama", 4, 1, 4), zb("tiny-llama", 4, 1, 9),
+                      zb("tiny-gpt", 4, 1, 4), zb("tiny-gpt", 4, 1, 9),
+                      zb("tiny-llama", 2, 1, 1), zb("tiny-gpt", 2, 2, 5),
+                      zb("tiny-llama", 2, 2, 5, true)),
+    variantName);
+
 } // namespace
 
 namespace {
 
-/// Moves rank `rank`'s first backward unit call of train_step before its first forward.
-void backwardFirst(schema::Program &p) {
+/// Moves rank `rank`'s first backward unit call of train_step (a function named `...<suffix>`)
+/// before its first forward.
+void backwardFirst(schema::Program &p, llvm::StringRef suffix = ".backward") {
   schema::Function &entry = *p.mutable_functions(int(p.entry()));
   auto callee = [&](int i) -> std::string {
     const schema::Instruction &ins = entry.body(i);
@@ -240,7 +267,7 @@ void backwardFirst(schema::Program &p) {
     llvm::StringRef name = callee(i);
     if (f < 0 && name.ends_with(".forward"))
       f = i;
-    if (b < 0 && name.ends_with(".backward"))
+    if (b < 0 && name.ends_with(suffix))
       b = i;
   }
   ASSERT_TRUE(f >= 0 && b > f);
@@ -289,6 +316,25 @@ TEST(PipelineVerifier, RefusesAnInterleavedPlanThatDeadlocks) {
   EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
             std::string::npos)
       << e;
+}
+
+// The ZB-H1 plan (pp 2, m 3) passes the whole-plan check; with rank 0's first B unit moved
+// before its forwards, rank 0 waits for a gradient that rank 1 sends only after rank 0's
+// activation: refused, naming both ranks and the B unit's instruction path.
+TEST(PipelineVerifier, RefusesAZeroBubblePlanThatDeadlocks) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama", flags(2, 1, 1, 3, {"--pipeline-schedule", "zb-h1"}), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  EXPECT_EQ(plan.parallel.pipeline_schedule, "zb-h1");
+  EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+  backwardFirst(programs[0], ".backward.input");
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
+                   "from rank 1 (train_step#"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("forward_backward.backward.input#"), std::string::npos) << e;
 }
 
 // A receive of another size than the send it meets is refused, naming both ranks.
@@ -384,6 +430,64 @@ TEST(PipelineTimeline, OneForwardOneBackwardBubbleIsTheClosedForm) {
         EXPECT_DOUBLE_EQ(t.makespan, (1 + b) * double(m + P - 1)) << P << " " << m;
       }
     }
+}
+
+// ZB-H1 on the cost model with F = B = W = 1: for m >= P the idle share is the paper's
+// (P - 1) / (3 m + P - 1) (bubble (P - 1)(T_F + T_B - T_W), Qi et al. 2023 section 3.1), below
+// 1F1B's (P - 1) / (m + P - 1) with the same total backward (B + W = 2 F); for m < P it is still
+// below 1F1B's. Every stage holds at most min(P, m) microbatches between F and W, 1F1B's peak
+// (stage 0's); the order has every unit once, B before W, units of a kind in microbatch order.
+TEST(PipelineTimeline, ZeroBubbleH1BubbleIsThePapersClosedForm) {
+  for (int64_t P : {2, 3, 4, 8})
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
+      std::vector<std::vector<mlir::trainc::TimelineUnit>> zbStages(static_cast<size_t>(P)),
+          oneStages(static_cast<size_t>(P));
+      for (int64_t s = 0; s < P; ++s) {
+        int64_t live = 0, peak = 0;
+        std::map<char, int64_t> next;
+        for (mlir::trainc::ZeroBubbleStep st : mlir::trainc::zeroBubbleH1(P, s, m)) {
+          EXPECT_EQ(st.microbatch, next[st.kind]++) << "P " << P << " s " << s << " m " << m;
+          mlir::trainc::TimelineUnit u;
+          u.forward = st.kind == 'F';
+          u.weight = st.kind == 'W';
+          u.microbatch = st.microbatch;
+          zbStages[size_t(s)].push_back(u);
+          live += st.kind == 'F' ? 1 : st.kind == 'W' ? -1 : 0;
+          peak = std::max(peak, live);
+        }
+        EXPECT_EQ(next['F'], m);
+        EXPECT_EQ(next['B'], m);
+        EXPECT_EQ(next['W'], m);
+        EXPECT_EQ(peak, std::min(P, m)) << "P " << P << " s " << s << " m " << m;
+        for (auto [fwd, mb] : mlir::trainc::oneForwardOneBackward(P, s, m)) {
+          mlir::trainc::TimelineUnit u;
+          u.forward = fwd;
+          u.microbatch = mb;
+          oneStages[size_t(s)].push_back(u);
+        }
+      }
+      mlir::trainc::Timeline zbT, oneT;
+      ASSERT_EQ(mlir::trainc::playTimeline(zbStages, 1, 1, zbT, 1), "") << P << " " << m;
+      ASSERT_EQ(mlir::trainc::playTimeline(oneStages, 1, 2, oneT), "") << P << " " << m;
+      if (m >= P) {
+        EXPECT_NEAR(zbT.bubble, mlir::trainc::zeroBubbleH1Bubble(P, m), 1e-12)
+            << "P " << P << " m " << m;
+        EXPECT_DOUBLE_EQ(zbT.makespan, double(3 * m + P - 1)) << P << " " << m;
+      }
+      EXPECT_LT(zbT.bubble, oneT.bubble) << "P " << P << " m " << m;
+      EXPECT_LT(zbT.makespan, oneT.makespan) << "P " << P << " m " << m;
+    }
+  // The order on 4 stages, 8 microbatches (stage 0 and 3).
+  auto str = [](const llvm::SmallVector<mlir::trainc::ZeroBubbleStep> &o) {
+    std::string s;
+    for (auto st : o)
+      s += std::string(1, st.kind) + std::to_string(st.microbatch) + " ";
+    return s;
+  };
+  EXPECT_EQ(str(mlir::trainc::zeroBubbleH1(4, 0, 8)),
+            "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7 ");
+  EXPECT_EQ(str(mlir::trainc::zeroBubbleH1(4, 3, 8)),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7 ");
 }
 
 // Megatron's interleaved 1F1B with V chunks on the cost model (every chunk unit costing the

@@ -263,8 +263,62 @@ func.func @step(%s: !sched.stash) {
 
 // -----
 
+// Tests that ZB-H1's weight-gradient unit consumes the handle of an input-gradient unit.
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bw(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
+func.func @step() {
+  %s = sched.forward @fwd microbatch 0 chunk 0
+  // expected-error@+1 {{'sched.backward_weight' op stash operand is not the result of a sched.backward_input}}
+  sched.backward_weight @bw(%s) microbatch 0 chunk 0
+  return
+}
+
+// -----
+
+// Tests that ZB-H1's B and W units run on the same microbatch.
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bi(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}) -> tensor<2xf32> {
+  %0 = model.fill {value = 0.0 : f64} : () -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+func.func @bw(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}, %t: tensor<2xf32> {sched.stash = 1 : i64}) { return }
+func.func @step() {
+  %s = sched.forward @fwd microbatch 0 chunk 0
+  %b = sched.backward_input @bi(%s) microbatch 0 chunk 0
+  // expected-error@+1 {{'sched.backward_weight' op consumes the stash of microbatch 0 chunk 0 as microbatch 1 chunk 0}}
+  sched.backward_weight @bw(%b) microbatch 1 chunk 0
+  return
+}
+
+// -----
+
+// Tests that ZB-H1's W unit takes the forward's stash, then B's values.
+func.func @fwd(%w: tensor<4xf32> {model.param = @w}) -> tensor<4xf32> { return %w : tensor<4xf32> }
+func.func @bi(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}) -> tensor<2xf32> {
+  %0 = model.fill {value = 0.0 : f64} : () -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+func.func @bw(%w: tensor<4xf32> {model.param = @w}, %s: tensor<4xf32> {sched.stash = 0 : i64}) { return }
+func.func @step() {
+  %s = sched.forward @fwd microbatch 0 chunk 0
+  %b = sched.backward_input @bi(%s) microbatch 0 chunk 0
+  // expected-error@+1 {{'sched.backward_weight' op callee @bw takes 1 stash arguments that do not match the forward unit's 1 results followed by the input-gradient unit's 1}}
+  sched.backward_weight @bw(%b) microbatch 0 chunk 0
+  return
+}
+
+// -----
+
+// Tests that ZB-H1's slot layout lists tensor types.
+// expected-error@+1 {{'func.func' op attribute 'sched.stash_layout' must be an array of statically shaped tensor types on a func.func, not [i32]}}
+func.func @f() attributes {sched.stash_layout = [i32]} {
+  return
+}
+
+// -----
+
 // Tests that the sched dialect's attributes are checked where they are used.
-// expected-error@+1 {{'func.func' op attribute 'sched.unit' must be "forward" or "backward" on a func.func, not "sideways"}}
+// expected-error@+1 {{'func.func' op attribute 'sched.unit' must be "forward", "backward", "backward_input" or "backward_weight" on a func.func, not "sideways"}}
 func.func @f() attributes {sched.unit = "sideways"} {
   return
 }

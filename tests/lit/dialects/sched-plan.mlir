@@ -22,7 +22,7 @@ module attributes {sched.plan = #sched.plan<num_layers = 2, hidden_size = 16, nu
 
 // -----
 
-// expected-error@+1 {{#sched.plan: schedule = "zigzag", expected no-pipelining, 1f1b, interleaved or all-forward-first}}
+// expected-error@+1 {{#sched.plan: schedule = "zigzag", expected no-pipelining, 1f1b, interleaved, zb-h1 or all-forward-first}}
 module attributes {sched.plan = #sched.plan<num_layers = 2, hidden_size = 16, num_attention_heads = 4, num_query_groups = 2, ffn_hidden_size = 32, seq_length = 9, padded_vocab_size = 128, tp = 1, cp = 1, ep = 1, dp = 1, pp = 1, virtual_stages = 1, micro_batch_size = 2, global_batch_size = 8, num_microbatches = 4, params_dtype = "fp32", optimizer = "adam", adam_beta1 = 9.000000e-01 : f64, adam_beta2 = 0.99899999999999999 : f64, adam_eps = 1.000000e-08 : f64, clip_grad = 1.000000e+00 : f64, weight_decay = 1.000000e-02 : f64, loss_mode = "per_token", bucket_size = 0, distributed_optimizer = false, overlap_param_gather = false, schedule = "zigzag", recompute = "none">} {
 }
 

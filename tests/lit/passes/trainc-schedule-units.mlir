@@ -69,7 +69,7 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
 // FIRST-NEXT: sched.backward @forward_backward.backward(%[[S1]]) microbatch 1 chunk 0
 // FIRST-NEXT: sched.backward @forward_backward_last.backward(%[[S2]]) microbatch 2 chunk 0
 
-// UNKNOWN: error: trainc-schedule-units: schedule 'zigzag' is not one of 'no-pipelining', '1f1b', 'interleaved', 'all-forward-first'
+// UNKNOWN: error: trainc-schedule-units: schedule 'zigzag' is not one of 'no-pipelining', '1f1b', 'interleaved', 'zb-h1', 'all-forward-first'
 // ORDER: error: trainc-schedule-units: no training iteration function (run trainc-schedule first)
 // NOSEED: error: 'func.func' op @forward_backward has no loss seed (model.fill {model.loss_seed} or sched.loss_seed): nothing marks where its backward starts
 
