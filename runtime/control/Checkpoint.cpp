@@ -1057,6 +1057,12 @@ struct Checkpointer::Impl {
         const schema::CheckpointShard &s = t.shards(si);
         std::string field = absl::StrCat(kIndex, " field tensors['", x.tensor, "'].shards[", si, "]");
         const std::vector<int64_t> sStart = toVec(s.box_start()), sSize = toVec(s.box_size());
+        if (s.flat_begin() < 0 || s.flat_begin() > s.flat_end() ||
+            s.flat_end() > numel(sSize))
+          return absl::DataLossError(absl::StrCat(
+              iterDir, ": ", field, " holds elements [", s.flat_begin(), ", ", s.flat_end(),
+              ") of box ", shapeText(sStart), "+", shapeText(sSize), ", which has ",
+              numel(sSize), " elements"));
         // Another box (another tensor-parallel layout): read the shard and copy what overlaps.
         const bool sameBox = sStart == x.boxStart && sSize == x.boxSize;
         if (!sameBox && (sStart.size() != x.boxStart.size() ||
