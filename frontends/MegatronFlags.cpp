@@ -289,6 +289,10 @@ const std::vector<FlagSpec> &flagTable() {
       positive("--decoder-last-pipeline-num-layers",
                parallel(&ParallelConfig::decoder_last_pipeline_num_layers)),
       setBool("--sequence-parallel", parallel(&ParallelConfig::sequence_parallel)),
+      // Deprecated (ignored) in Megatron-LM, whose async dgrad all-reduce is always on; here it
+      // keeps every tensor collective synchronous (trainc-tp-comm-overlap off).
+      setBool("--no-async-tensor-model-parallel-allreduce",
+              parallel(&ParallelConfig::async_tensor_model_parallel_allreduce), false),
       setBool("--use-distributed-optimizer", parallel(&ParallelConfig::use_distributed_optimizer)),
       setBool("--overlap-grad-reduce", parallel(&ParallelConfig::overlap_grad_reduce)),
       setBool("--overlap-param-gather", parallel(&ParallelConfig::overlap_param_gather)),

@@ -137,6 +137,10 @@ struct ParallelConfig {
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  /// Megatron's async_tensor_model_parallel_allreduce (cleared by
+  /// --no-async-tensor-model-parallel-allreduce): trainc-tp-comm-overlap starts tensor
+  /// collectives asynchronously where independent compute hides them.
+  bool async_tensor_model_parallel_allreduce = true;
   /// Gradient bucket size in elements; 0 = Megatron's default max(40M, 1M * dp).
   int64_t ddp_bucket_size = 0;
 

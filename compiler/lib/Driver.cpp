@@ -341,6 +341,8 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
   // parallelism"); finalize turned it off at tp 1.
   if (cfg.parallel.sequence_parallel)
     module->setAttr(model::kSequenceParallelAttr, UnitAttr::get(&ctx));
+  if (!cfg.parallel.async_tensor_model_parallel_allreduce)
+    module->setAttr(sched::kNoAsyncTpCommAttrName, UnitAttr::get(&ctx));
   PlanOptions plan; // no overrides: every pass reads the plan
   if (!options.dumpIRDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.dumpIRDir))

@@ -78,6 +78,8 @@ void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
                              opt("distributed-optimizer", o.distributedOptimizer) +
                              opt("overlap-param-gather", o.overlapParamGather)));
   pm.addPass(withOptions(createScheduleUnitsPass(), opt("schedule", o.unitSchedule)));
+  // Last: it orders the final unit and layer bodies around their tensor collectives.
+  pm.addPass(createTensorParallelCommOverlapPass());
   pm.addPass(verify("sched"));
 }
 
@@ -151,7 +153,7 @@ void mlir::trainc::registerPipelines() {
   registerPhase<buildSchedulePhase>(
       "trainc-phase-schedule",
       "recompute, grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, "
-      "verify(sched)");
+      "tp-comm-overlap, verify(sched)");
   registerPhase<buildLowerPhase>("trainc-phase-lower", "lower-to-rt, verify(rt)");
   registerPhase<buildMemoryPhase>("trainc-phase-memory", "memory-plan, verify(memory)");
   registerPhase<buildCompilePipeline>("trainc-compile", "every phase, model IR to planned rt IR");

@@ -23,6 +23,12 @@
 namespace mlir::trainc::sched {
 /// The module attribute that holds the plan.
 inline constexpr llvm::StringLiteral kPlanAttrName = "sched.plan";
+/// On a mesh collective: started asynchronously, completed by its sched.collective_wait
+/// (trainc-tp-comm-overlap).
+inline constexpr llvm::StringLiteral kAsyncAttrName = "sched.async";
+/// On the module: keep every tensor collective synchronous (Megatron's
+/// --no-async-tensor-model-parallel-allreduce); trainc-tp-comm-overlap does nothing.
+inline constexpr llvm::StringLiteral kNoAsyncTpCommAttrName = "sched.no_async_tp_comm";
 /// The symbol of the main-grad buffer trainc-grad-buckets declares (sched.grad_buffer).
 inline constexpr llvm::StringLiteral kGradBufferName = "grad_buffer";
 /// The plan of the module that holds `op` (null if it has none).

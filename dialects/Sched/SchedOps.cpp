@@ -83,10 +83,29 @@ LogicalResult SchedDialect::verifyOperationAttribute(Operation *op, NamedAttribu
     });
     return ok ? success() : fail("an array of statically shaped tensor types on a func.func");
   }
+  if (name == kAsyncAttrName) {
+    // An asynchronous tensor collective: completed by its one user, a sched.collective_wait.
+    if (!isa<UnitAttr>(v) ||
+        !isa<mesh::AllReduceOp, mesh::ReduceScatterOp, mesh::AllGatherOp>(op))
+      return fail("a unit attribute on a mesh.all_reduce, mesh.reduce_scatter or mesh.all_gather");
+    if (!op->getResult(0).hasOneUse() ||
+        !isa<CollectiveWaitOp>(*op->getResult(0).getUsers().begin()))
+      return op->emitOpError() << "is marked " << kAsyncAttrName
+                               << " but its result is not used by exactly one "
+                                  "sched.collective_wait (it has "
+                               << std::distance(op->getResult(0).use_begin(),
+                                                op->getResult(0).use_end())
+                               << " uses)";
+    return success();
+  }
+  if (name == kNoAsyncTpCommAttrName)
+    return isa<UnitAttr>(v) && isa<ModuleOp>(op) ? success()
+                                                 : fail("a unit attribute on the module");
   return op->emitOpError() << "has unknown attribute '" << name
                            << "' of the sched dialect (sched.plan, sched.stage, sched.iteration, "
                               "sched.eval, sched.first_microbatch, sched.last_microbatch, "
-                              "sched.num_microbatches, sched.schedule, sched.unit, sched.stash_layout)";
+                              "sched.num_microbatches, sched.schedule, sched.unit, sched.stash_layout, "
+                              "sched.async, sched.no_async_tp_comm)";
 }
 
 LogicalResult SchedDialect::verifyRegionArgAttribute(Operation *op, unsigned region, unsigned arg,
@@ -502,6 +521,19 @@ LogicalResult ForwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                               "of integers or floats";
   }
   return verifyUnitIndices(*this, getMicrobatch(), getChunk());
+}
+
+LogicalResult CollectiveWaitOp::verify() {
+  Operation *start = getInput().getDefiningOp();
+  if (!start || !start->hasAttr(kAsyncAttrName))
+    return emitOpError() << "waits on a value that is not the result of a collective marked "
+                         << kAsyncAttrName;
+  if (start->getBlock() != (*this)->getBlock())
+    return emitOpError() << "is not in the block of the collective it waits for";
+  if (getInput().getType() != getResult().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " differs from the collective's " << getInput().getType();
+  return success();
 }
 
 LogicalResult BackwardOp::verify() {

@@ -455,4 +455,31 @@ def Sched_ReduceLossesOp : Sched_Op<"reduce_losses"> {
   let assemblyFormat = "attr-dict";
 }
 
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism: asynchronous collectives (trainc-tp-comm-overlap)
+//===----------------------------------------------------------------------===//
+
+def Sched_CollectiveWaitOp
+    : Sched_Op<"collective_wait", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Wait for an asynchronous tensor collective; its result is the completed value";
+  let description = [{
+    `input` is the result of a mesh.all_reduce / reduce_scatter / all_gather marked
+    `sched.async` (started asynchronously where it stands, on the communication stream); this op
+    completes it, and its result is the collective's value. Users of the collective read this
+    result, so every op between the collective and the wait runs while it is in flight
+    (Megatron's LinearWithGradAccumulationAndAsyncCommunication: the input-gradient all-reduce
+    overlaps the weight-gradient GEMM). Placed by trainc-tp-comm-overlap; lowering gives the
+    collective runtime tokens and this op an rt.wait per token.
+    ```mlir
+    %r = mesh.all_reduce %dx on @mesh mesh_axes = [0] {sched.async} : tensor<2x9x16xf32> -> tensor<2x9x16xf32>
+    %dw = model.linear_grad_weight %dy, %x : (tensor<2x9x32xf32>, tensor<2x9x16xf32>) -> tensor<32x16xf32>
+    %dx_total = sched.collective_wait %r : tensor<2x9x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
 #endif

@@ -333,6 +333,9 @@ private:
   SmallVector<Attribute> paramInfos; // distributed optimizer: the params buffer's contents
   SmallVector<Attribute> gradInfos;  // the main_grad buffer's contents
   SmallVector<int64_t> carriedTokens; // token numbers the training iteration returns
+  /// Async tensor collectives (sched.async): the tokens each started; the next free one.
+  llvm::DenseMap<Operation *, SmallVector<int64_t>> asyncTokens;
+  int64_t nextAsyncToken = 0;
 };
 
 LogicalResult Lowering::collectParams() {
@@ -535,10 +538,17 @@ public:
     model::copyRankOffsets(op, k);
   }
   void collective(StringRef kind, StringRef axis, Value input, Value output, bool max) override {
-    // Synchronous: the tensor value is complete when the op returns.
-    createCollective(b, op->getLoc(), kind, axis, input, output, /*token=*/-1,
+    // Synchronous (the tensor value is complete when the op returns), or started async for a
+    // collective marked sched.async: a fresh token each, waited by its sched.collective_wait.
+    int64_t token = -1;
+    if (op->hasAttr(sched::kAsyncAttrName) && newToken)
+      asyncTokens[op].push_back(token = newToken());
+    createCollective(b, op->getLoc(), kind, axis, input, output, token,
                      max ? rt::ReduceOp::max : rt::ReduceOp::sum);
   }
+  /// Async collectives: a fresh runtime token, and the tokens each op started.
+  std::function<int64_t()> newToken;
+  llvm::DenseMap<Operation *, SmallVector<int64_t>> asyncTokens;
   void pointToPoint(bool send, StringRef axis, int64_t peer, Value buffer) override {
     if (send)
       b.create<rt::SendOp>(op->getLoc(), axis, peer, buffer);
@@ -708,6 +718,16 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
       return out;
     return ref(ob, loc, addBuffer(name, memrefOf(r.getType()), "activation"));
   };
+  if (auto w = dyn_cast<sched::CollectiveWaitOp>(&op)) {
+    // The collective's result buffer is complete after its tokens' waits.
+    auto it = asyncTokens.find(w.getInput().getDefiningOp());
+    if (it == asyncTokens.end())
+      return w.emitOpError() << "waits for a collective that started no async collective";
+    for (int64_t t : it->second)
+      ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(t));
+    st.map.map(w.getResult(), st.map.lookup(w.getInput()));
+    return true;
+  }
   if (auto k = dyn_cast<model::KernelOpInterface>(&op)) {
     std::string base =
         (fname + "." + op.getName().stripDialect() + "." + Twine(st.counter)).str();
@@ -715,11 +735,17 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
       return newBuffer(op.getResult(i),
                        op.getNumResults() == 1 ? base : base + "." + std::to_string(i));
     });
+    // Tensor collectives' tokens follow the DP buckets' (k and numBuckets + k).
+    e.newToken = [&] {
+      return std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
+    };
     OpBuilder::InsertionGuard g(ob);
     Location saved = op.getLoc();
     op.setLoc(loc);
     k.emitKernels(e);
     op.setLoc(saved);
+    for (auto &[o, tokens] : e.asyncTokens)
+      asyncTokens[o] = tokens;
     if (!e.error.empty())
       return op.emitOpError() << "cannot be lowered to rt: " << e.error;
     return true;

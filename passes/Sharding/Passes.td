@@ -48,4 +48,48 @@ def ShardTensorParallelPass : Pass<"trainc-shard", "::mlir::ModuleOp"> {
   ];
 }
 
+def TensorParallelCommOverlapPass : Pass<"trainc-tp-comm-overlap", "::mlir::ModuleOp"> {
+  let summary = "Start tensor collectives asynchronously where independent compute can hide them";
+  let description = [{
+    Megatron overlaps the input-gradient all-reduce of a column-parallel linear (with sequence
+    parallelism, its reduce-scatter) with the weight-gradient GEMM
+    (LinearWithGradAccumulationAndAsyncCommunication). This pass finds such overlap from the
+    IR's dependencies alone, for every mesh.all_reduce / reduce_scatter / all_gather of every
+    function body (layer backward functions, units, stage functions), in block order:
+    1. The ops after the previous wait and before the collective that its operand does not
+       depend on (and that no op staying behind needs) move to right after it, keeping their
+       order; an op with memory effects (sched.accumulate_grad, calls) moves only when no other
+       op with memory effects stays after it, and ops of the mesh and sched dialects (other
+       collectives, p2p, bucket syncs) never move.
+    2. If the ops between the collective and the first user of its result, or the next
+       collective, compute anything (FLOPs > 0 by CostOpInterface, or a call), the collective is
+       marked `sched.async` and a `sched.collective_wait` placed before that point replaces its
+       result. Otherwise it stays synchronous.
+    Collectives keep their relative order (the communication stream runs them in issue order)
+    and no two are in flight at once. Values are unchanged: only the order of independent
+    ops changes, so the results are bitwise those of the synchronous plan.
+    Before:
+    ```mlir
+    %dx = model.linear_grad_input %dy, %w : ...
+    %dw = model.linear_grad_weight %dy, %x : ...
+    %r = mesh.all_reduce %dx on @mesh mesh_axes = [0] : ...
+    %g, %gw = model.rms_norm_grad %r, ...
+    ```
+    After:
+    ```mlir
+    %dx = model.linear_grad_input %dy, %w : ...
+    %r = mesh.all_reduce %dx on @mesh mesh_axes = [0] {sched.async} : ...
+    %dw = model.linear_grad_weight %dy, %x : ...
+    %w = sched.collective_wait %r : ...
+    %g, %gw = model.rms_norm_grad %w, ...
+    ```
+    Does nothing when the module has `sched.no_async_tp_comm` (Megatron's
+    --no-async-tensor-model-parallel-allreduce) unless `enable` is given.
+  }];
+  let options = [
+    Option<"enable", "enable", "bool", "true",
+           "Overlap (default: on unless the module has sched.no_async_tp_comm)">,
+  ];
+}
+
 #endif

@@ -213,11 +213,112 @@ absl::StatusOr<Operand> resolve(const schema::Program &p, const schema::Operand 
   return r;
 }
 
+/// Copies into `x`'s elements (at x.elemOffset of `dst`, a buffer's bytes) those that a shard
+/// holds: elements [sBegin, sEnd) of the row-major box (sStart, sSize) of the same global
+/// tensor, at `src`. Runs along the last dim. Returns the number of elements copied (resharding
+/// between tensor-parallel layouts: a tp 2 checkpoint into tp 1 and back).
+int64_t copyBoxOverlap(const Piece &x, const std::vector<int64_t> &sStart,
+                       const std::vector<int64_t> &sSize, int64_t sBegin, int64_t sEnd,
+                       const char *src, char *dst) {
+  const size_t rank = x.boxSize.size();
+  if (rank == 0)
+    return 0;
+  const int64_t row = x.boxSize[rank - 1];
+  int64_t copied = 0;
+  std::vector<int64_t> idx(rank);
+  for (int64_t i = x.flatBegin; i < x.flatEnd;) {
+    // The global index of x's element i.
+    int64_t r = i;
+    for (size_t k = rank; k-- > 0;) {
+      idx[k] = x.boxStart[k] + r % x.boxSize[k];
+      r /= x.boxSize[k];
+    }
+    int64_t run = std::min(row - (i % row), x.flatEnd - i);
+    bool inside = true;
+    int64_t j = 0; // its flat index in the shard's box
+    for (size_t k = 0; k < rank; ++k) {
+      int64_t local = idx[k] - sStart[k];
+      if (local < 0 || local >= sSize[k]) {
+        inside = false;
+        break;
+      }
+      j = j * sSize[k] + local;
+    }
+    if (!inside) {
+      // Skip to where the shard's box may start on this row, or the next row.
+      int64_t last = idx[rank - 1];
+      bool rowInside = true;
+      for (size_t k = 0; k + 1 < rank; ++k)
+        rowInside = rowInside && idx[k] >= sStart[k] && idx[k] < sStart[k] + sSize[k];
+      int64_t skip = rowInside && last < sStart[rank - 1] ? sStart[rank - 1] - last : run;
+      i += std::min(skip, run);
+      continue;
+    }
+    run = std::min(run, sStart[rank - 1] + sSize[rank - 1] - idx[rank - 1]);
+    int64_t lo = std::max(j, sBegin), hi = std::min(j + run, sEnd);
+    if (lo < hi) {
+      std::memcpy(dst + (x.elemOffset + uint64_t(i + (lo - j) - x.flatBegin)) * x.esize,
+                  src + size_t(lo - sBegin) * x.esize, size_t(hi - lo) * x.esize);
+      copied += hi - lo;
+    }
+    i += run;
+  }
+  return copied;
+}
+
+/// A parameter whose global_shape [a, b, rest...] is recorded with one more dim than the
+/// tensor its files hold, tensor_shape [a * b, rest...] (SwiGLU's fc1 under tensor
+/// parallelism: [2, F, H] so that a rank's gate and up chunks are one box), is checkpointed as
+/// tensor_shape, like a single-rank plan's: each of its pieces becomes one piece per index of
+/// the leading dim (a box of rows [(s0 + i) * b + s1, ...) of tensor_shape; contiguous in the
+/// rank's buffer), so checkpoints of any tp load into any other.
+std::vector<Piece> splitToTensorShapes(const schema::Program &p, std::vector<Piece> pieces) {
+  std::map<std::string, std::vector<int64_t>> merged; // parameter -> tensor_shape
+  for (const schema::Parameter &q : p.parameters()) {
+    std::vector<int64_t> g = toVec(q.global_shape()), t = toVec(q.tensor_shape());
+    if (g.size() >= 2 && t.size() + 1 == g.size() && t[0] == g[0] * g[1] &&
+        std::equal(t.begin() + 1, t.end(), g.begin() + 2))
+      merged[q.name()] = t;
+  }
+  if (merged.empty())
+    return pieces;
+  std::vector<Piece> out;
+  for (Piece &x : pieces) {
+    auto it = merged.find(x.param);
+    if (it == merged.end()) {
+      out.push_back(std::move(x));
+      continue;
+    }
+    const int64_t b = x.globalShape[1];
+    std::vector<int64_t> subSize(x.boxSize.begin() + 1, x.boxSize.end());
+    const int64_t inner = numel(subSize);
+    for (int64_t i0 = 0; i0 < x.boxSize[0]; ++i0) {
+      int64_t lo = std::max(x.flatBegin, i0 * inner), hi = std::min(x.flatEnd, (i0 + 1) * inner);
+      if (lo >= hi)
+        continue;
+      Piece y = x;
+      y.globalShape = it->second;
+      y.boxStart.assign(x.boxStart.begin() + 1, x.boxStart.end());
+      y.boxStart[0] += (x.boxStart[0] + i0) * b;
+      y.boxSize = subSize;
+      y.flatBegin = lo - i0 * inner;
+      y.flatEnd = hi - i0 * inner;
+      y.elemOffset = x.elemOffset + uint64_t(lo - x.flatBegin);
+      out.push_back(std::move(y));
+    }
+  }
+  return out;
+}
+
 /// Derives this rank's pieces: one per parameter (its slice) and, for every adamw call, the
 /// exp_avg / exp_avg_sq ranges of the parameters it updates (bucket padding excluded).
 /// Parameter values are replicated over data parallelism and written by dp rank 0; the Adam
 /// moments too, unless this rank holds only a shard of them (the distributed optimizer).
-absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64_t dpRank) {
+/// Pieces of a parameter replicated over tensor parallelism (its box is the whole tensor: norm
+/// weights, row-parallel biases; bitwise equal on every TP rank) are written by tp rank 0 only;
+/// a TP-split parameter's box is its own TP rank's.
+absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64_t dpRank,
+                                                 int64_t tpRank) {
   std::vector<Piece> out;
   std::map<int, std::vector<int>> paramsOfBuffer; // buffer -> parameter indices
   int64_t paramElems = 0;
@@ -329,6 +430,9 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
     x.owned = !replicated || dpRank == 0;
     out.push_back(std::move(x));
   }
+  for (Piece &x : out)
+    if (tpRank != 0 && x.boxSize == x.globalShape)
+      x.owned = false;
   // A parameter copy held on another pipeline stage too (the tied word embedding on the last
   // stage; metadata "pipeline.shared_copies", comma-separated) is bitwise equal to the first
   // stage's, which writes it; this rank only reads it back.
@@ -339,7 +443,7 @@ absl::StatusOr<std::vector<Piece>> collectPieces(const schema::Program &p, int64
         if (x.param == name)
           x.owned = false;
   (void)numParams;
-  return out;
+  return splitToTensorShapes(p, std::move(out));
 }
 
 std::string jsonOf(const google::protobuf::Message &m, bool pretty) {
@@ -952,17 +1056,20 @@ struct Checkpointer::Impl {
       for (int si = 0; si < t.shards_size(); ++si) {
         const schema::CheckpointShard &s = t.shards(si);
         std::string field = absl::StrCat(kIndex, " field tensors['", x.tensor, "'].shards[", si, "]");
-        if (toVec(s.box_start()) != x.boxStart || toVec(s.box_size()) != x.boxSize) {
-          if (boxesOverlap(toVec(s.box_start()), toVec(s.box_size()), x.boxStart, x.boxSize))
-            return absl::UnimplementedError(absl::StrCat(
-                iterDir, ": ", field, " holds box ", shapeText(toVec(s.box_start())), "+",
-                shapeText(toVec(s.box_size())), " and this rank needs ", shapeText(x.boxStart),
-                "+", shapeText(x.boxSize), ": resharding across tensor-parallel boxes is not "
-                "supported yet"));
+        const std::vector<int64_t> sStart = toVec(s.box_start()), sSize = toVec(s.box_size());
+        if (s.flat_begin() < 0 || s.flat_begin() > s.flat_end() ||
+            s.flat_end() > numel(sSize))
+          return absl::DataLossError(absl::StrCat(
+              iterDir, ": ", field, " holds elements [", s.flat_begin(), ", ", s.flat_end(),
+              ") of box ", shapeText(sStart), "+", shapeText(sSize), ", which has ",
+              numel(sSize), " elements"));
+        // Another box (another tensor-parallel layout): read the shard and copy what overlaps.
+        const bool sameBox = sStart == x.boxStart && sSize == x.boxSize;
+        if (!sameBox && (sStart.size() != x.boxStart.size() ||
+                         !boxesOverlap(sStart, sSize, x.boxStart, x.boxSize)))
           continue;
-        }
         int64_t lo = std::max(s.flat_begin(), x.flatBegin), hi = std::min(s.flat_end(), x.flatEnd);
-        if (lo >= hi)
+        if (sameBox && lo >= hi)
           continue;
         auto fi = files.find(s.file());
         if (fi == files.end()) {
@@ -979,8 +1086,8 @@ struct Checkpointer::Impl {
                                                   ".key names it)"));
         int64_t n = s.flat_end() - s.flat_begin();
         // A whole box is stored with the box's shape, a part of one flat.
-        std::vector<int64_t> want = s.flat_begin() == 0 && s.flat_end() == numel(x.boxSize)
-                                        ? x.boxSize
+        std::vector<int64_t> want = s.flat_begin() == 0 && s.flat_end() == numel(sSize)
+                                        ? sSize
                                         : std::vector<int64_t>{n};
         if (e->dtype != t.dtype() || e->shape != want)
           return absl::DataLossError(absl::StrCat(
@@ -995,10 +1102,15 @@ struct Checkpointer::Impl {
               "%s: tensor '%s': CRC32C 0x%08x does not match %s.crc32c 0x%08x (the file is "
               "corrupted)",
               f.path(), s.key(), c, field, s.crc32c()));
-        std::memcpy(st->second.data() + (x.elemOffset + uint64_t(lo - x.flatBegin)) * x.esize,
-                    bytes.data() + size_t(lo - s.flat_begin()) * x.esize,
-                    size_t(hi - lo) * x.esize);
-        covered += hi - lo;
+        if (sameBox) {
+          std::memcpy(st->second.data() + (x.elemOffset + uint64_t(lo - x.flatBegin)) * x.esize,
+                      bytes.data() + size_t(lo - s.flat_begin()) * x.esize,
+                      size_t(hi - lo) * x.esize);
+          covered += hi - lo;
+          continue;
+        }
+        covered += copyBoxOverlap(x, sStart, sSize, s.flat_begin(), s.flat_end(), bytes.data(),
+                                  st->second.data());
       }
       if (covered != x.size())
         return absl::DataLossError(absl::StrCat(
@@ -1156,10 +1268,14 @@ Checkpointer::create(const schema::Program &program, Executor &ex, Communicator 
   im->opts = options;
   im->schedule = schedule;
   im->rngSeed = im->dataSeed = seed;
-  for (int a = 0; a < program.mesh().axis_names_size() && a < program.mesh().coords_size(); ++a)
+  int64_t tpRank = 0;
+  for (int a = 0; a < program.mesh().axis_names_size() && a < program.mesh().coords_size(); ++a) {
     if (program.mesh().axis_names(a) == "dp")
       im->dpRank = program.mesh().coords(a);
-  absl::StatusOr<std::vector<Piece>> pieces = collectPieces(program, im->dpRank);
+    if (program.mesh().axis_names(a) == "tp")
+      tpRank = program.mesh().coords(a);
+  }
+  absl::StatusOr<std::vector<Piece>> pieces = collectPieces(program, im->dpRank, tpRank);
   if (!pieces.ok() && (!options.save.empty() || !options.load.empty()))
     return pieces.status();
   if (pieces.ok())

@@ -2,6 +2,7 @@
 
 #include "runtime/control/Trainer.h"
 #include "runtime/control/BatchRampup.h"
+#include "runtime/control/CommOverlap.h"
 #include "runtime/control/ProgramSwitch.h"
 
 #include "runtime/control/TensorBoard.h"
@@ -1047,7 +1048,9 @@ struct Trainer::Impl {
                            double(t[i].endNs - t[i].startNs) / 1e3, fn.name(), t[i].index, op,
                            async ? "true" : "false", i + 1 < t.size() ? "," : "");
     }
-    f << "]}\n";
+    // How much of each group's communication ran while compute kernels did (CommOverlap.h).
+    f << "],\"otherData\":{\"comm_overlap\":"
+      << commOverlapJson(summarizeCommOverlap(program, t)) << "}}\n";
     return writeFileAtomically(path, f.str());
   }
 
