@@ -125,6 +125,9 @@ struct ParallelConfig {
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  /// Megatron's --grad-reduce-in-bf16 (DistributedDataParallelConfig.grad_reduce_in_fp32 =
+  /// false): the data-parallel gradient reduction in bf16; needs --bf16.
+  bool grad_reduce_in_bf16 = false;
   /// Gradient bucket size in elements; 0 = Megatron's default max(40M, 1M * dp).
   int64_t ddp_bucket_size = 0;
 

@@ -98,6 +98,9 @@ struct DpLayout {
   rt::BufferOp mainGrad, params, expAvg, expAvgSq;
   /// bf16 parameters: the fp32 master weights of this rank's shards (like exp_avg).
   rt::BufferOp master;
+  /// --grad-reduce-in-bf16 (module attribute trainc.grad_reduce_in_bf16) with dp > 1: the bf16
+  /// copy of main_grad the buckets are reduced in (`main_grad.bf16`, laid out like main_grad).
+  rt::BufferOp reduceGrad;
   int64_t dp() const { return geo.dp; }
   bool distributed() const { return geo.distributed; }
   int64_t bound(int64_t b) const { return geo.bounds[size_t(b)]; }
@@ -1151,6 +1154,17 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     if (failed(k))
       return failure();
     Value bucket = range(ob, loc, layout.mainGrad, layout.bound(*k), layout.bound(*k + 1));
+    if (layout.reduceGrad) {
+      // --grad-reduce-in-bf16: round the bucket to bf16 and reduce that (Megatron's bf16 grad
+      // buffer); the wait casts the reduced shard back into main_grad.
+      Value half = range(ob, loc, layout.reduceGrad, layout.bound(*k), layout.bound(*k + 1));
+      kernel(ob, loc, "cast", {bucket}, {half});
+      if (layout.distributed())
+        collective(ob, loc, "reduce_scatter", half, shardOf(ob, loc, layout.reduceGrad, *k), *k);
+      else
+        collective(ob, loc, "all_reduce", half, half, *k);
+      return success();
+    }
     if (layout.distributed())
       collective(ob, loc, "reduce_scatter", bucket, shardOf(ob, loc, layout.mainGrad, *k), *k);
     else
@@ -1162,6 +1176,15 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     if (failed(token))
       return failure();
     ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(*token));
+    if (layout.reduceGrad && isa<sched::GradSyncWaitOp>(op) && *token < layout.numBuckets()) {
+      const int64_t k = *token;
+      if (layout.distributed())
+        kernel(ob, loc, "cast", {shardOf(ob, loc, layout.reduceGrad, k)},
+               {shardOf(ob, loc, layout.mainGrad, k)});
+      else
+        kernel(ob, loc, "cast", {range(ob, loc, layout.reduceGrad, layout.bound(k), layout.bound(k + 1))},
+               {range(ob, loc, layout.mainGrad, layout.bound(k), layout.bound(k + 1))});
+    }
     return success();
   }
   if (auto start = dyn_cast<sched::ParamGatherStartOp>(op)) {
@@ -1415,6 +1438,13 @@ LogicalResult Lowering::run() {
         created.insert(name.getValue());
   if (failed(collectParams()))
     return failure();
+  if (module->hasAttr("trainc.grad_reduce_in_bf16") && layout.mainGrad && layout.dp() > 1) {
+    // Persistent, like main_grad: a bucket's collective is in flight until its wait.
+    layout.reduceGrad = addBuffer(
+        "main_grad.bf16",
+        MemRefType::get(layout.mainGrad.getType().getShape(), BFloat16Type::get(module.getContext())),
+        "main_grad");
+  }
   if (Attribute a = module->getAttr("trainc.loss_scaler")) {
     auto d = dyn_cast<DictionaryAttr>(a);
     if (!d || !isa_and_nonnull<BoolAttr>(d.get("dynamic")) ||
