@@ -445,8 +445,8 @@ const std::vector<FlagSpec> &flagTable() {
               FlagKind::Ignored),
       // Megatron implementation switches: trainc compiles its own kernels, so these choose
       // nothing (the computed function is the same).
-      // DDP switches whose behaviour is trainc's fixed choice: gradients always accumulate and
-      // reduce in fp32 (main_grad), the DP average is applied after the sum (legacy mode) or
+      // DDP switches whose behaviour is trainc's fixed choice: gradients always accumulate in
+      // fp32 (main_grad) and reduce in fp32 unless --grad-reduce-in-bf16, the DP average is applied after the sum (legacy mode) or
       // replaced by the global token count (default).
       ignored("--accumulate-allreduce-grads-in-fp32"),
       ignored("--ddp-average-in-collective"),
