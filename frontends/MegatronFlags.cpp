@@ -296,6 +296,7 @@ const std::vector<FlagSpec> &flagTable() {
       setBool("--use-distributed-optimizer", parallel(&ParallelConfig::use_distributed_optimizer)),
       setBool("--overlap-grad-reduce", parallel(&ParallelConfig::overlap_grad_reduce)),
       setBool("--overlap-param-gather", parallel(&ParallelConfig::overlap_param_gather)),
+      setBool("--grad-reduce-in-bf16", parallel(&ParallelConfig::grad_reduce_in_bf16)),
       positive("--ddp-bucket-size", parallel(&ParallelConfig::ddp_bucket_size)),
 
       section("training", FlagKind::CompileTime),
@@ -452,8 +453,8 @@ const std::vector<FlagSpec> &flagTable() {
               FlagKind::Ignored),
       // Megatron implementation switches: trainc compiles its own kernels, so these choose
       // nothing (the computed function is the same).
-      // DDP switches whose behaviour is trainc's fixed choice: gradients always accumulate and
-      // reduce in fp32 (main_grad), the DP average is applied after the sum (legacy mode) or
+      // DDP switches whose behaviour is trainc's fixed choice: gradients always accumulate in
+      // fp32 (main_grad) and reduce in fp32 unless --grad-reduce-in-bf16, the DP average is applied after the sum (legacy mode) or
       // replaced by the global token count (default).
       ignored("--accumulate-allreduce-grads-in-fp32"),
       ignored("--ddp-average-in-collective"),

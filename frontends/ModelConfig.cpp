@@ -325,6 +325,7 @@ KeyValues ParallelConfig::toKeyValues() const {
       {"use_distributed_optimizer", str(use_distributed_optimizer)},
       {"overlap_grad_reduce", str(overlap_grad_reduce)},
       {"overlap_param_gather", str(overlap_param_gather)},
+      {"grad_reduce_in_bf16", str(grad_reduce_in_bf16)},
       {"ddp_bucket_size", str(ddp_bucket_size)},
   };
 }
@@ -558,6 +559,12 @@ Error finalizeParallel(PlanConfig &c) {
     return makeError("--overlap-param-gather requires --use-distributed-optimizer");
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     return makeError("--overlap-param-gather requires --overlap-grad-reduce");
+  // Megatron reduces in the grad buffer's dtype, the parameters' without
+  // accumulate_allreduce_grads_in_fp32, so the flag means bf16 only with bf16 parameters.
+  if (p.grad_reduce_in_bf16 && c.training.params_dtype != "bf16")
+    return makeError("--grad-reduce-in-bf16 requires --bf16 (the parameters are " +
+                     Twine(c.training.params_dtype == "fp16" ? "fp16 (--fp16)" : "fp32") +
+                     "; trainc reduces their fp32 main grads in fp32)");
   return Error::success();
 }
 

@@ -141,6 +141,9 @@ struct ParallelConfig {
   /// --no-async-tensor-model-parallel-allreduce): trainc-tp-comm-overlap starts tensor
   /// collectives asynchronously where independent compute hides them.
   bool async_tensor_model_parallel_allreduce = true;
+  /// Megatron's --grad-reduce-in-bf16 (DistributedDataParallelConfig.grad_reduce_in_fp32 =
+  /// false): the data-parallel gradient reduction in bf16; needs --bf16.
+  bool grad_reduce_in_bf16 = false;
   /// Gradient bucket size in elements; 0 = Megatron's default max(40M, 1M * dp).
   int64_t ddp_bucket_size = 0;
 

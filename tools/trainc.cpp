@@ -15,6 +15,7 @@
 #include "frontends/ModelModule.h"
 #include "frontends/ModelConfig.h"
 #include "runtime/core/Program.h"
+#include "tools/MegatronMemory.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -306,44 +307,6 @@ static void printCollectives(const ::trainc::schema::Program &p) {
   }
 }
 
-/// Megatron's theoretical weight-and-optimizer memory (theoretical_memory_usage.py, which assumes
-/// bf16/fp16 parameters with fp32 main grads, master weights and Adam states: 18 bytes per
-/// parameter, 6 + 12 / DP with the distributed optimizer) next to this rank's exact persistent
-/// bytes of those kinds in the plan. The parameters are rank 0's (without pipeline parallelism
-/// every rank holds them all).
-void printMegatronMemoryFormula(const ::trainc::schema::Program &p) {
-  namespace sch = ::trainc::schema;
-  int64_t numParams = 0;
-  for (const auto &q : p.parameters()) {
-    int64_t n = 1;
-    for (int64_t d : q.slice_size())
-      n *= d;
-    numParams += n;
-  }
-  int64_t dp = 1;
-  for (int i = 0; i < p.mesh().axis_names_size(); ++i)
-    if (p.mesh().axis_names(i) == "dp")
-      dp = p.mesh().axis_sizes(i);
-  auto md = p.metadata().find("parallel.use_distributed_optimizer");
-  bool zero = md != p.metadata().end() && md->second == "true";
-  int64_t exact = 0;
-  for (const auto &kb : p.reports().memory().by_kind())
-    if (kb.kind() == sch::PARAMETER || kb.kind() == sch::MAIN_GRAD ||
-        kb.kind() == sch::MASTER_PARAM || kb.kind() == sch::OPTIMIZER_STATE)
-      exact += int64_t(kb.bytes());
-  double perParam = zero ? 6.0 + 12.0 / double(dp) : 18.0;
-  llvm::outs() << "weights and optimizer, Megatron's formula: " << numParams << " parameters x "
-               << llvm::formatv("{0:f2}", perParam) << " bytes"
-               << (zero ? " (6 + 12/" + std::to_string(dp) + ", distributed optimizer)"
-                        : std::string(" (without the distributed optimizer)"))
-               << " = " << llvm::formatv("{0:f0}", perParam * double(numParams))
-               << " (assumes bf16/fp16 parameters)\n";
-  llvm::outs() << "weights and optimizer, this plan: " << exact << " bytes = "
-               << llvm::formatv("{0:f4}", numParams ? double(exact) / double(numParams) : 0.0)
-               << " bytes per parameter (parameter + main_grad + master_param + "
-                  "optimizer_state; bucket padding included)\n";
-}
-
 int cmdInspect(std::vector<std::string> args) {
   if (args.empty())
     return usage("inspect takes a plan directory");
@@ -504,7 +467,8 @@ int cmdInspect(std::vector<std::string> args) {
         llvm::outs() << "; arena without recompute " << meta("recompute.arena_bytes_without");
       llvm::outs() << "\n";
     }
-    printMegatronMemoryFormula(*p);
+    if (std::string err = ::trainc::tools::printMegatronMemory(dir, *p); !err.empty())
+      return fail(err);
   }
   if (want("--flops")) {
     llvm::outs() << "flops per iteration: " << llvm::formatv("{0:e4}", r.flops().flops_per_iteration())

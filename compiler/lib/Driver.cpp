@@ -313,6 +313,9 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
              b.getNamedAttr("loss_scale_window", b.getI64IntegerAttr(t.loss_scale_window)),
              b.getNamedAttr("hysteresis", b.getI64IntegerAttr(t.hysteresis))}));
   }
+  // --grad-reduce-in-bf16: trainc-lower-to-rt reduces the gradient buckets in bf16.
+  if (cfg.parallel.grad_reduce_in_bf16)
+    module->setAttr("trainc.grad_reduce_in_bf16", UnitAttr::get(&ctx));
   // The rank table (Megatron's tp-cp-ep-dp-pp order) and the device mesh: a mesh.mesh symbol
   // with its axes, the one the tensor collectives name and the export derives its groups from.
   cfgns::RankTable table(cfg.parallel);

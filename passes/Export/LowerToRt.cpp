@@ -98,6 +98,9 @@ struct DpLayout {
   rt::BufferOp mainGrad, params, expAvg, expAvgSq;
   /// bf16 parameters: the fp32 master weights of this rank's shards (like exp_avg).
   rt::BufferOp master;
+  /// --grad-reduce-in-bf16 (module attribute trainc.grad_reduce_in_bf16) with dp > 1: the bf16
+  /// copy of main_grad the buckets are reduced in (`main_grad.bf16`, laid out like main_grad).
+  rt::BufferOp reduceGrad;
   int64_t dp() const { return geo.dp; }
   bool distributed() const { return geo.distributed; }
   int64_t bound(int64_t b) const { return geo.bounds[size_t(b)]; }
@@ -273,6 +276,27 @@ private:
   /// The buffers of stash slot `slot` for the results of the forward unit `fwd`.
   SmallVector<rt::BufferOp> stashSlot(func::FuncOp fwd, int64_t slot);
   LogicalResult lowerStage(func::FuncOp fn);
+  /// Megatron's gradient-accumulation fusion: when the only use of the weight gradient `gw`
+  /// (model.linear_grad_weight, [N, K] from dy [..., N] and x [..., K]) is a sched.accumulate_grad
+  /// into a main_grad of the same element type and shape (f32: an fp32 plan, or bf16/fp16
+  /// inputs with the f32 result of docs/design.md "Mixed precision"), emits the GEMM straight
+  /// into main_grad with beta = 1 (`rt.kernel "matmul" ... {beta = 1.0, trans_a = 1}`) instead
+  /// of a temporary plus an `add`, and returns the accumulate_grad, which then lowers to
+  /// nothing; returns null (nothing emitted) otherwise.
+  sched::AccumulateGradOp fuseGradAccumulation(model::LinearGradWeightOp gw, Location loc,
+                                               BodyState &st);
+  /// The parameter whose main_grad `g` can be accumulated into by a GEMM: `g`'s only use is a
+  /// sched.accumulate_grad into a main_grad of g's element type and shape; else null.
+  const ParamInfo *fusableMainGrad(Value g);
+  /// The matmul of `gw` with beta = 1 into `out` (a main_grad view or a callee's result buffer
+  /// the caller made one); maps gw's result to `out`.
+  void emitWgradAccumulate(model::LinearGradWeightOp gw, Value out, Location loc, BodyState &st);
+  /// Per result of the called function `fn`: whether it is a weight-gradient GEMM that every
+  /// call site accumulates into a main_grad (fusableMainGrad), so the callee's rt function adds
+  /// into that result buffer (argument attribute `rt.accumulate`) and the caller passes the
+  /// main_grad view. Computed once per function.
+  ArrayRef<bool> accumulatingResults(func::FuncOp fn);
+  llvm::StringMap<SmallVector<bool>> calleeAccumulates;
   LogicalResult lowerIteration(func::FuncOp fn);
   /// A function called from a stage (a layer, or a half of its derivative) as `<name>.rt` in
   /// destination-passing style: one memref argument per argument, then one per result, which
@@ -473,6 +497,9 @@ struct BodyState {
   SmallVector<Value> outView;
   int counter = 0;
   double flops = 0, bytes = 0;
+  /// sched.accumulate_grads whose gradient a weight-gradient GEMM already added into main_grad
+  /// (Lowering::fuseGradAccumulation); they lower to nothing.
+  llvm::DenseSet<Operation *> fusedAccumulates;
 
   /// Indexes the operands of `fn`'s return.
   void indexResults() {
@@ -644,6 +671,12 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   for (Operation &op : fn.getBody().front()) {
     Location loc = sourceLoc(op);
     ++st.counter;
+    // Gradient-accumulation fusion (Megatron's gradient_accumulation_fusion, its default).
+    if (auto gw = dyn_cast<model::LinearGradWeightOp>(&op))
+      if (sched::AccumulateGradOp acc = fuseGradAccumulation(gw, loc, st)) {
+        st.fusedAccumulates.insert(acc);
+        continue;
+      }
     FailureOr<bool> common = lowerCommonOp(op, loc, st);
     if (failed(common))
       return failure();
@@ -653,6 +686,8 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
       continue;
     }
     if (auto acc = dyn_cast<sched::AccumulateGradOp>(&op)) {
+      if (st.fusedAccumulates.contains(acc))
+        continue; // its GEMM already added into main_grad
       auto it = paramIndex.find(acc.getParam());
       if (it == paramIndex.end())
         return acc.emitOpError() << "names unknown parameter '" << acc.getParam() << "'";
@@ -704,6 +739,76 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   stageFlops[fname] = st.flops;
   stageBytes[fname] = st.bytes;
   return success();
+}
+
+const ParamInfo *Lowering::fusableMainGrad(Value g) {
+  if (!g.hasOneUse())
+    return nullptr;
+  auto acc = dyn_cast<sched::AccumulateGradOp>(*g.getUsers().begin());
+  if (!acc)
+    return nullptr;
+  auto it = paramIndex.find(acc.getParam());
+  if (it == paramIndex.end())
+    return nullptr; // the accumulate_grad's own lowering reports it
+  const ParamInfo &p = params[it->second];
+  auto t = cast<RankedTensorType>(g.getType());
+  if (t.getElementType() != p.gradType.getElementType() || t.getShape() != p.gradType.getShape())
+    return nullptr; // a bf16 gradient (cast by accumulate_grad) or a reshaped one
+  return &p;
+}
+
+void Lowering::emitWgradAccumulate(model::LinearGradWeightOp gw, Value out, Location loc,
+                                   BodyState &st) {
+  if (auto cost = dyn_cast<model::CostOpInterface>(gw.getOperation())) {
+    st.flops += cost.getFlops();
+    st.bytes += cost.getBytesMoved();
+  }
+  // The GEMM of LinearGradWeightOp::emitKernels, c = dy^T @ x over the rows, with beta = 1.
+  auto dy = cast<RankedTensorType>(gw.getGrad().getType());
+  auto x = cast<RankedTensorType>(gw.getInput().getType());
+  const int64_t n = dy.getShape().back(), k = x.getShape().back();
+  const int64_t rows = dy.getNumElements() / n;
+  auto flat = [&](Value buffer, int64_t cols) -> Value {
+    auto src = cast<MemRefType>(buffer.getType());
+    if (src.getShape() == ArrayRef<int64_t>{rows, cols})
+      return buffer;
+    return st.ob.create<rt::ViewOp>(loc, MemRefType::get({rows, cols}, src.getElementType()),
+                                    buffer, st.ob.getI64IntegerAttr(0));
+  };
+  kernel(st.ob, loc, "matmul",
+         {flat(st.map.lookup(gw.getGrad()), n), flat(st.map.lookup(gw.getInput()), k)}, {out},
+         {i64("trans_a", 1), f64("beta", 1.0)});
+  st.map.map(gw.getResult(), out);
+}
+
+sched::AccumulateGradOp Lowering::fuseGradAccumulation(model::LinearGradWeightOp gw, Location loc,
+                                                       BodyState &st) {
+  const ParamInfo *p = fusableMainGrad(gw.getResult());
+  if (!p)
+    return {};
+  emitWgradAccumulate(gw, gradRef(st.ob, loc, *p), loc, st);
+  return cast<sched::AccumulateGradOp>(*gw->getUsers().begin());
+}
+
+ArrayRef<bool> Lowering::accumulatingResults(func::FuncOp fn) {
+  auto [it, inserted] = calleeAccumulates.try_emplace(fn.getSymName());
+  if (!inserted)
+    return it->second;
+  SmallVector<bool> acc(fn.getNumResults(), false);
+  // In the callee: result k is a weight-gradient GEMM used only by the return, once.
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  for (auto [k, v] : llvm::enumerate(ret.getOperands()))
+    acc[k] = v.getDefiningOp<model::LinearGradWeightOp>() && v.hasOneUse() &&
+             llvm::count(ret.getOperands(), v) == 1;
+  // At every call site: result k is accumulated into a main_grad of its type.
+  module.walk([&](func::CallOp call) {
+    if (call.getCallee() != fn.getSymName())
+      return;
+    for (unsigned k = 0; k < acc.size(); ++k)
+      acc[k] = acc[k] && fusableMainGrad(call.getResult(k));
+  });
+  it->second.assign(acc.begin(), acc.end());
+  return it->second;
 }
 
 FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &st) {
@@ -759,7 +864,17 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
     for (Value v : call.getOperands())
       args.push_back(st.map.lookup(v));
     std::string base = (fname + ".call." + Twine(st.counter)).str();
+    ArrayRef<bool> accumulates = accumulatingResults(
+        module.lookupSymbol<func::FuncOp>(call.getCallee()));
     for (Value r : call.getResults()) {
+      if (accumulates[cast<OpResult>(r).getResultNumber()]) {
+        // Gradient-accumulation fusion: the callee's GEMM adds into main_grad.
+        Value out = gradRef(ob, loc, *fusableMainGrad(r));
+        st.fusedAccumulates.insert(*r.getUsers().begin());
+        st.map.map(r, out);
+        args.push_back(out);
+        continue;
+      }
       Value out = newBuffer(r, call.getNumResults() == 1
                                    ? base
                                    : base + "." + std::to_string(cast<OpResult>(r).getResultNumber()));
@@ -820,9 +935,23 @@ FailureOr<func::FuncOp> Lowering::lowerCallee(func::CallOp call) {
   st.map.map(fn.getArguments(), entry->getArguments().take_front(firstOut));
   st.outTarget = [&](size_t k) -> Value { return entry->getArgument(firstOut + unsigned(k)); };
   st.indexResults();
+  ArrayRef<bool> accumulates = accumulatingResults(fn);
+  for (unsigned k = 0; k < fn.getNumResults(); ++k)
+    if (accumulates[k])
+      nf.setArgAttr(firstOut + k, "rt.accumulate", mb.getUnitAttr());
   for (Operation &op : fn.getBody().front()) {
     Location loc = sourceLoc(op);
     ++st.counter;
+    // Gradient-accumulation fusion: a returned weight gradient that every caller accumulates
+    // into main_grad is added into the caller's main_grad view (beta = 1).
+    if (auto gw = dyn_cast<model::LinearGradWeightOp>(&op))
+      if (auto it = st.outIndex.find(gw.getResult());
+          it != st.outIndex.end() && accumulates[it->second]) {
+        Value out = st.outTarget(it->second);
+        st.outView[it->second] = out;
+        emitWgradAccumulate(gw, out, loc, st);
+        continue;
+      }
     FailureOr<bool> common = lowerCommonOp(op, loc, st);
     if (failed(common))
       return failure();
@@ -1126,6 +1255,17 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     if (failed(k))
       return failure();
     Value bucket = range(ob, loc, layout.mainGrad, layout.bound(*k), layout.bound(*k + 1));
+    if (layout.reduceGrad) {
+      // --grad-reduce-in-bf16: round the bucket to bf16 and reduce that (Megatron's bf16 grad
+      // buffer); the wait casts the reduced shard back into main_grad.
+      Value half = range(ob, loc, layout.reduceGrad, layout.bound(*k), layout.bound(*k + 1));
+      kernel(ob, loc, "cast", {bucket}, {half});
+      if (layout.distributed())
+        collective(ob, loc, "reduce_scatter", half, shardOf(ob, loc, layout.reduceGrad, *k), *k);
+      else
+        collective(ob, loc, "all_reduce", half, half, *k);
+      return success();
+    }
     if (layout.distributed())
       collective(ob, loc, "reduce_scatter", bucket, shardOf(ob, loc, layout.mainGrad, *k), *k);
     else
@@ -1137,6 +1277,15 @@ LogicalResult Lowering::lowerDataParallelOp(OpBuilder &ob, Location loc, Operati
     if (failed(token))
       return failure();
     ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(*token));
+    if (layout.reduceGrad && isa<sched::GradSyncWaitOp>(op) && *token < layout.numBuckets()) {
+      const int64_t k = *token;
+      if (layout.distributed())
+        kernel(ob, loc, "cast", {shardOf(ob, loc, layout.reduceGrad, k)},
+               {shardOf(ob, loc, layout.mainGrad, k)});
+      else
+        kernel(ob, loc, "cast", {range(ob, loc, layout.reduceGrad, layout.bound(k), layout.bound(k + 1))},
+               {range(ob, loc, layout.mainGrad, layout.bound(k), layout.bound(k + 1))});
+    }
     return success();
   }
   if (auto start = dyn_cast<sched::ParamGatherStartOp>(op)) {
@@ -1400,6 +1549,13 @@ LogicalResult Lowering::run() {
         created.insert(name.getValue());
   if (failed(collectParams()))
     return failure();
+  if (module->hasAttr("trainc.grad_reduce_in_bf16") && layout.mainGrad && layout.dp() > 1) {
+    // Persistent, like main_grad: a bucket's collective is in flight until its wait.
+    layout.reduceGrad = addBuffer(
+        "main_grad.bf16",
+        MemRefType::get(layout.mainGrad.getType().getShape(), BFloat16Type::get(module.getContext())),
+        "main_grad");
+  }
   if (Attribute a = module->getAttr("trainc.loss_scaler")) {
     auto d = dyn_cast<DictionaryAttr>(a);
     if (!d || !isa_and_nonnull<BoolAttr>(d.get("dynamic")) ||
