@@ -181,16 +181,16 @@ TEST(RecomputeLlama3_8B, StashPeakAndFlopsMatchClosedForms) {
                 double(mlp.memory().stash_bytes_per_microbatch()),
             L * 4 * T * 3 * F);
   // With a small head (vocab 256) the peak is one layer's backward: the stash plus one layer's
-  // working set, its replayed residuals R, its parameters' gradients (the layer's backward
-  // returns them together, 4 P bytes) and 4T (3F + 2h) of gradient temporaries (d fc1 output,
-  // d swiglu output, two d hidden).
+  // working set, its replayed residuals R, its two norm weights' gradients (4 x 2h bytes: the
+  // layer's backward returns them; the weight-gradient GEMMs accumulate straight into main_grad,
+  // so no 4 x (matrix parameters) temporaries) and 4T (3F + 2h) of gradient temporaries (d fc1
+  // output, d swiglu output, two d hidden).
   schema::Reports smallHead = llama8b({"--vocab-size", "256", "--recompute-granularity", "full",
                                        "--recompute-method", "uniform",
                                        "--recompute-num-layers", "1"},
                                       &plan);
-  const double P = 2 * h + h * (2 * h + 2 * kv + 3 * F);
   EXPECT_EQ(double(smallHead.memory().flowing_peak_bytes()),
-            double(smallHead.memory().stash_bytes_per_microbatch()) + R + 4 * P +
+            double(smallHead.memory().stash_bytes_per_microbatch()) + R + 4 * (2 * h) +
                 4 * T * (3 * F + 2 * h));
   const double layerForward = 2 * T * h * (2 * h + 2 * kv + 3 * F) + 2 * T * T * h;
   auto added = [](const schema::Reports &r) {
