@@ -1446,7 +1446,8 @@ absl::Status Trainer::train() {
   Impl &im = *impl_;
   const RunOptions &o = im.opts;
   std::ostream &log = *im.log;
-  int64_t iters = o.trainIters ? o.trainIters : (o.trainSamples + im.gbs - 1) / im.gbs;
+  // Megatron's update_train_iters without ramp-up: train_samples // global_batch_size (floor).
+  int64_t iters = o.trainIters ? o.trainIters : o.trainSamples / im.gbs;
   if (im.rampup) // Megatron's update_train_iters (ramp-up needs --train-samples)
     iters = im.rampup->trainIters(o.trainSamples);
   // The state a --load resumed (all zero otherwise); `successful` counts Adam updates.
