@@ -1,6 +1,9 @@
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt | FileCheck %s
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt | FileCheck %s --check-prefix=BUF
 // RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt | FileCheck %s --check-prefix=MASTER
+// RUN: trainc-opt %s -split-input-file -verify-diagnostics -trainc-lower-to-rt | FileCheck %s --check-prefix=FUSED
+// The first case's weight-gradient GEMM writes into the main grad: no buffer for its result.
+// FUSED-NOT: rt.buffer @forward_backward.linear_grad_weight.7 
 // REQUIRES: compiler
 
 // Tests the buffers of the lowering: per parameter (tagged model.param, with its model.init*
@@ -17,7 +20,6 @@
 // BUF-DAG: rt.buffer @forward_backward.linear.1 activation : memref<2x5x11xf32>
 // BUF-DAG: rt.buffer @forward_backward.cross_entropy.3.0 activation : memref<f32>
 // BUF-DAG: rt.buffer @forward_backward.cross_entropy.3.2 activation : memref<10xf32>
-// BUF-DAG: rt.buffer @forward_backward.linear_grad_weight.7 activation : memref<11x8xf32>
 // BUF-DAG: rt.buffer @loss_sum output : memref<f32>
 // BUF-DAG: rt.buffer @num_tokens output : memref<f32>
 // BUF-DAG: rt.buffer @lr scalar : memref<f32>
@@ -49,14 +51,15 @@
 // CHECK: %[[SEED:.+]] = rt.buffer_ref @forward_backward.fill.4 : memref<f32>
 // CHECK: rt.kernel "fill" outs(%[[SEED]] : memref<f32>) {kernel_attrs = {value = 1.000000e+00 : f64}}
 // CHECK: rt.kernel "cross_entropy_backward" ins(%[[LOGITS]], %[[LAB]], %[[MASK]], %[[LSE]], %[[SEED]] :
-// CHECK: %[[DW:.+]] = rt.buffer_ref @forward_backward.linear_grad_weight.7 : memref<11x8xf32>
-// CHECK: rt.kernel "matmul" ins({{.*}}) outs(%[[DW]] : memref<11x8xf32>) {kernel_attrs = {trans_a = 1 : i64}}
+// Gradient-accumulation fusion: the weight-gradient GEMM accumulates into the main grad
+// (beta = 1); no temporary and no add into it.
+// CHECK: %[[MG:.+]] = rt.buffer_ref @output_layer.weight.main_grad : memref<11x8xf32>
+// CHECK: rt.kernel "matmul" ins({{.*}}) outs(%[[MG]] : memref<11x8xf32>) {kernel_attrs = {beta = 1.000000e+00 : f64, trans_a = 1 : i64}}
 // CHECK: %[[LOSS:.+]] = rt.buffer_ref @loss_sum : memref<f32>
 // CHECK: %[[NUM:.+]] = rt.buffer_ref @num_tokens : memref<f32>
 // CHECK: rt.kernel "add" ins(%[[LOSS]], %[[LS]] : memref<f32>, memref<f32>) outs(%[[LOSS]] : memref<f32>) {in_place = array<i32: 0>}
 // CHECK: rt.kernel "add" ins(%[[NUM]], %[[NT]] : memref<f32>, memref<f32>) outs(%[[NUM]] : memref<f32>) {in_place = array<i32: 0>}
-// CHECK: %[[MG:.+]] = rt.buffer_ref @output_layer.weight.main_grad : memref<11x8xf32>
-// CHECK: rt.kernel "add" ins(%[[MG]], %[[DW]] : memref<11x8xf32>, memref<11x8xf32>) outs(%[[MG]] : memref<11x8xf32>) {in_place = array<i32: 0>}
+// CHECK-NOT: rt.kernel "add" ins(%[[MG]]
 // CHECK: return
 
 model.parameter @output_layer.weight {init = "normal", init_std = 2.0e-02 : f64} : tensor<11x8xf32>
