@@ -536,18 +536,26 @@ LogicalResult CollectiveWaitOp::verify() {
   return success();
 }
 
-LogicalResult BackwardOp::verify() {
-  auto fwd = getStash().getDefiningOp<ForwardOp>();
-  if (!fwd)
-    return emitOpError() << "stash operand is not the result of a sched.forward";
-  if (fwd.getMicrobatch() != getMicrobatch() || fwd.getChunk() != getChunk())
-    return emitOpError() << "consumes the stash of microbatch " << fwd.getMicrobatch()
-                         << " chunk " << fwd.getChunk() << " as microbatch " << getMicrobatch()
-                         << " chunk " << getChunk();
-  if (!getStash().hasOneUse())
-    return emitOpError() << "stash of microbatch " << getMicrobatch()
-                         << " is consumed more than once";
+/// A unit consuming a stash (sched.backward, sched.backward_input: the forward's; sched.
+/// backward_weight: the input-gradient unit's): it is the result of a `Producer` of the same
+/// microbatch and chunk, and its only use. `stash` names it in the single-use error.
+template <typename Producer, typename Consumer>
+static LogicalResult verifyStashConsumer(Consumer op, StringRef producerName, StringRef stash) {
+  auto producer = op.getStash().template getDefiningOp<Producer>();
+  if (!producer)
+    return op.emitOpError() << "stash operand is not the result of a " << producerName;
+  if (producer.getMicrobatch() != op.getMicrobatch() || producer.getChunk() != op.getChunk())
+    return op.emitOpError() << "consumes the stash of microbatch " << producer.getMicrobatch()
+                            << " chunk " << producer.getChunk() << " as microbatch "
+                            << op.getMicrobatch() << " chunk " << op.getChunk();
+  if (!op.getStash().hasOneUse())
+    return op.emitOpError() << stash << " of microbatch " << op.getMicrobatch()
+                            << " is consumed more than once";
   return success();
+}
+
+LogicalResult BackwardOp::verify() {
+  return verifyStashConsumer<ForwardOp>(*this, "sched.forward", "stash");
 }
 
 LogicalResult BackwardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
@@ -584,17 +592,7 @@ static SmallVector<Type> stashArgTypes(func::FuncOp fn) {
 }
 
 LogicalResult BackwardInputOp::verify() {
-  auto fwd = getStash().getDefiningOp<ForwardOp>();
-  if (!fwd)
-    return emitOpError() << "stash operand is not the result of a sched.forward";
-  if (fwd.getMicrobatch() != getMicrobatch() || fwd.getChunk() != getChunk())
-    return emitOpError() << "consumes the stash of microbatch " << fwd.getMicrobatch()
-                         << " chunk " << fwd.getChunk() << " as microbatch " << getMicrobatch()
-                         << " chunk " << getChunk();
-  if (!getStash().hasOneUse())
-    return emitOpError() << "stash of microbatch " << getMicrobatch()
-                         << " is consumed more than once";
-  return success();
+  return verifyStashConsumer<ForwardOp>(*this, "sched.forward", "stash");
 }
 
 LogicalResult BackwardInputOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
@@ -621,17 +619,7 @@ LogicalResult BackwardInputOp::verifySymbolUses(SymbolTableCollection &symbolTab
 }
 
 LogicalResult BackwardWeightOp::verify() {
-  auto b = getStash().getDefiningOp<BackwardInputOp>();
-  if (!b)
-    return emitOpError() << "stash operand is not the result of a sched.backward_input";
-  if (b.getMicrobatch() != getMicrobatch() || b.getChunk() != getChunk())
-    return emitOpError() << "consumes the stash of microbatch " << b.getMicrobatch()
-                         << " chunk " << b.getChunk() << " as microbatch " << getMicrobatch()
-                         << " chunk " << getChunk();
-  if (!getStash().hasOneUse())
-    return emitOpError() << "weight stash of microbatch " << getMicrobatch()
-                         << " is consumed more than once";
-  return success();
+  return verifyStashConsumer<BackwardInputOp>(*this, "sched.backward_input", "weight stash");
 }
 
 LogicalResult BackwardWeightOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
