@@ -1,0 +1,280 @@
+//===- LowerIteration.cpp - the iteration as calls of units ------------===//
+
+#include "passes/Export/Lowering.h"
+
+using namespace mlir;
+using namespace mlir::trainc;
+
+namespace mlir::trainc::lower_to_rt {
+
+LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
+  OpBuilder mb(module.getContext());
+  mb.setInsertionPoint(fn);
+  auto nf = mb.create<func::FuncOp>(fn.getLoc(), (fn.getSymName() + ".rt").str(),
+                                    mb.getFunctionType({}, {}));
+  bool isEval = fn->hasAttr("sched.eval");
+  if (isEval)
+    nf->setAttr("rt.entry_point", mb.getStringAttr(fn.getSymName()));
+  else
+    nf->setAttr("rt.entry", mb.getUnitAttr());
+  OpBuilder ob(module.getContext());
+  ob.setInsertionPointToStart(nf.addEntryBlock());
+  UnitState units;
+  if (layout.distributed()) {
+    // Each bucket's update goes where its last sched.adamw is (the updates are in layout order and
+    // the bucket's all-gather follows that one).
+    shardUpdates.clear();
+    std::map<int64_t, std::pair<Operation *, SmallVector<int64_t>>> byBucket;
+    for (sched::AdamWOp adam : fn.getBody().front().getOps<sched::AdamWOp>()) {
+      auto it = layoutIndex.find(adam.getParam());
+      if (it == layoutIndex.end())
+        continue; // lowerAdamW names the parameter
+      size_t i = it->second;
+      int64_t k = layout.bucketOf(i), lo = layout.bound(k);
+      auto &[last, segments] = byBucket[k];
+      last = adam;
+      segments.append({layout.geo.offsets[i] - lo, layout.geo.offsets[i] + layout.geo.sizes[i] - lo,
+                       adam.getDecay() ? 1 : 0});
+    }
+    for (auto &[k, entry] : byBucket)
+      shardUpdates[entry.first] = {k, std::move(entry.second)};
+  }
+  for (Operation &op : fn.getBody().front()) {
+    Location loc = sourceLoc(op);
+    if (isa<sched::ZeroLossesOp>(op)) {
+      kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
+      kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
+    } else if (isa<sched::ZeroGradsOp>(op)) {
+      if (layout.mainGrad)
+        kernel(ob, loc, "fill", {}, {ref(ob, loc, layout.mainGrad)});
+      else
+        for (ParamInfo &p : params)
+          kernel(ob, loc, "fill", {}, {ref(ob, loc, p.grad)});
+      kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
+      kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
+      kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("one", "workspace"))}, {f64("value", 1)});
+    } else if (auto io = dyn_cast<sched::FillInputsOp>(op)) {
+      // Device scalars the control plane fills every iteration.
+      scalar("lr", "scalar");
+      scalar("weight_decay", "scalar");
+      scalar("step", "scalar");
+      ob.create<rt::HostIOOp>(loc, rt::HostIOKind::fill_inputs, io.getLabel());
+    } else if (auto io = dyn_cast<sched::ReadOutputsOp>(op)) {
+      scalar("grad_norm", "output");
+      scalar("update_successful", "output");
+      ob.create<rt::HostIOOp>(loc, rt::HostIOKind::read_outputs, io.getLabel());
+    } else if (isa<sched::MicrobatchOp, sched::ForwardOp, sched::BackwardOp,
+                   sched::BackwardInputOp, sched::BackwardWeightOp>(op)) {
+      if (failed(lowerUnit(ob, loc, op, isEval, units)))
+        return failure();
+    } else if (auto fin = dyn_cast<sched::FinalizeGradsOp>(op)) {
+      allReduceSharedGrads(ob, loc);
+      if (layout.mainGrad) {
+        // Only this rank's shards hold reduced gradients under the distributed optimizer.
+        Value inv;
+        if (fin.getNormalization() == sched::Normalization::per_token) {
+          inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
+          kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
+        }
+        auto mainGradShards = [&] {
+          SmallVector<Value> shards;
+          if (layout.distributed())
+            for (int64_t k = 0; k < layout.numBuckets(); ++k)
+              shards.push_back(shardOf(ob, loc, layout.mainGrad, k));
+          else
+            shards.push_back(ref(ob, loc, layout.mainGrad));
+          return shards;
+        };
+        if (inv || layout.dp() > 1) {
+          for (Value g : mainGradShards()) {
+            if (inv)
+              kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
+            else // legacy mode: Megatron averages the gradients over DP
+              kernel(ob, loc, "scale", {g}, {g}, {f64("alpha", 1.0 / double(layout.dp()))}, {0});
+          }
+        }
+        if (lossScaler)
+          unscaleGrads(ob, loc, mainGradShards());
+      } else if (fin.getNormalization() == sched::Normalization::per_token) {
+        Value inv = ref(ob, loc, scalar("inv_num_tokens", "workspace"));
+        kernel(ob, loc, "reciprocal", {ref(ob, loc, scalar("num_tokens", "output"))}, {inv});
+        for (ParamInfo &p : params) {
+          Value g = ref(ob, loc, p.grad);
+          kernel(ob, loc, "scale_by", {g, inv}, {g}, {}, {0});
+        }
+      }
+      if (lossScaler && !layout.mainGrad) {
+        SmallVector<Value> grads;
+        for (ParamInfo &p : params)
+          grads.push_back(ref(ob, loc, p.grad));
+        unscaleGrads(ob, loc, grads);
+      }
+    } else if (auto clip = dyn_cast<sched::ClipGradNormOp>(op)) {
+      lowerGradNorm(ob, loc, clip.getMaxNorm().convertToDouble());
+    } else if (isa<sched::GradSyncWaitOp, sched::ParamGatherStartOp, sched::ParamGatherWaitOp,
+                   sched::ReduceLossesOp>(op)) {
+      if (failed(lowerDataParallelOp(ob, loc, op)))
+        return failure();
+    } else if (auto adam = dyn_cast<sched::AdamWOp>(op)) {
+      if (failed(lowerAdamW(ob, loc, adam)))
+        return failure();
+    } else if (isa<func::ReturnOp>(op)) {
+      // The tokens the training iteration returns stay in flight into the next one.
+      for (Value t : op.getOperands()) {
+        FailureOr<int64_t> id = tokenId(t, &op);
+        if (failed(id))
+          return failure();
+        if (!isEval)
+          carriedTokens.push_back(*id);
+      }
+      ob.create<func::ReturnOp>(op.getLoc());
+    } else {
+      return op.emitOpError() << "cannot be lowered to rt in an iteration function";
+    }
+  }
+  if (!units.busySlots.empty())
+    return fn.emitOpError() << "ends with " << units.busySlots.size()
+                            << " stash(es) that no sched.backward consumed";
+  if (!isEval) {
+    // The unit order the schedule pass chose (the plan's, or its explicit override).
+    module->setAttr("rt.schedule",
+                    b.getStringAttr(fn->hasAttr("sched.schedule")
+                                        ? fn->getAttrOfType<StringAttr>("sched.schedule").getValue()
+                                        : StringRef("no-pipelining")));
+    if (stashSlots > 0)
+      module->setAttr("rt.stash_slots", b.getI64IntegerAttr(stashSlots));
+    module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(units.flops));
+    module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(units.bytes));
+    module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(units.forwards));
+  }
+  return success();
+}
+
+LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bool isEval,
+                                  UnitState &st) {
+  // One call of a stage function; its FLOPs and bytes count towards the iteration's.
+  auto call = [&](StringRef callee, ArrayRef<Value> args, const Twine &label) {
+    auto c = ob.create<func::CallOp>(loc, (callee + ".rt").str(), TypeRange{}, args);
+    c->setAttr("rt.unit", ob.getStringAttr(label));
+    st.flops += stageFlops[callee];
+    st.bytes += stageBytes[callee];
+  };
+  auto stageOf = [&](StringRef callee) -> FailureOr<func::FuncOp> {
+    auto it = stages.find(callee);
+    if (it == stages.end())
+      return op.emitOpError() << "calls @" << callee << ", not a stage function";
+    return it->second;
+  };
+  auto unitLabel = [](const char *kind, int64_t mb, int64_t chunk) {
+    return (Twine(kind) + " microbatch " + Twine(mb) + " chunk " + Twine(chunk)).str();
+  };
+  if (auto mb = dyn_cast<sched::MicrobatchOp>(op)) {
+    if (failed(stageOf(mb.getCallee())))
+      return failure();
+    call(mb.getCallee(), inputArgs(ob, loc, mb.getCallee(), int64_t(mb.getIndex())),
+         (isEval ? "F (eval) microbatch " : "F+B microbatch ") + Twine(mb.getIndex()));
+    ++st.forwards;
+    return success();
+  }
+  if (auto fwd = dyn_cast<sched::ForwardOp>(op)) {
+    FailureOr<func::FuncOp> stage = stageOf(fwd.getCallee());
+    if (failed(stage))
+      return failure();
+    // The lowest free stash slot holds this microbatch's activations until its backward.
+    int64_t slot = 0;
+    while (llvm::is_contained(st.busySlots, slot))
+      ++slot;
+    st.busySlots.push_back(slot);
+    stashSlots = std::max(stashSlots, slot + 1);
+    SmallVector<Value> args = inputArgs(ob, loc, fwd.getCallee(), int64_t(fwd.getMicrobatch()));
+    SmallVector<rt::BufferOp> stash = stashSlot(*stage, slot);
+    for (rt::BufferOp buf : stash)
+      args.push_back(ref(ob, loc, buf));
+    st.stashOf[fwd.getStash()] = {slot, stash};
+    call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()));
+    if (fwd.getChunk() == 0) // microbatches, not the units of an interleaved rank's chunks
+      ++st.forwards;
+    return success();
+  }
+  // ZB-H1: B keeps the forward's slot (its values for W go into the same slot), W frees it.
+  if (auto bi = dyn_cast<sched::BackwardInputOp>(op)) {
+    if (failed(stageOf(bi.getCallee())))
+      return failure();
+    auto it = st.stashOf.find(bi.getStash());
+    if (it == st.stashOf.end())
+      return bi.emitOpError() << "consumes a stash no earlier sched.forward produced";
+    SmallVector<Value> args = inputArgs(ob, loc, bi.getCallee(), int64_t(bi.getMicrobatch()));
+    for (rt::BufferOp buf : it->second.second)
+      args.push_back(ref(ob, loc, buf));
+    call(bi.getCallee(), args, unitLabel("B", bi.getMicrobatch(), bi.getChunk()));
+    auto held = it->second;
+    st.stashOf.erase(it);
+    st.stashOf[bi.getWeightStash()] = held;
+    return success();
+  }
+  if (auto bw = dyn_cast<sched::BackwardWeightOp>(op)) {
+    if (failed(stageOf(bw.getCallee())))
+      return failure();
+    auto it = st.stashOf.find(bw.getStash());
+    if (it == st.stashOf.end())
+      return bw.emitOpError() << "consumes a stash no earlier sched.backward_input produced";
+    SmallVector<Value> args = inputArgs(ob, loc, bw.getCallee(), int64_t(bw.getMicrobatch()));
+    for (rt::BufferOp buf : it->second.second)
+      args.push_back(ref(ob, loc, buf));
+    call(bw.getCallee(), args, unitLabel("W", bw.getMicrobatch(), bw.getChunk()));
+    llvm::erase(st.busySlots, it->second.first);
+    return success();
+  }
+  auto bwd = cast<sched::BackwardOp>(op);
+  if (failed(stageOf(bwd.getCallee())))
+    return failure();
+  auto it = st.stashOf.find(bwd.getStash());
+  if (it == st.stashOf.end())
+    return bwd.emitOpError() << "consumes a stash no earlier sched.forward produced";
+  SmallVector<Value> args = inputArgs(ob, loc, bwd.getCallee(), int64_t(bwd.getMicrobatch()));
+  for (rt::BufferOp buf : it->second.second)
+    args.push_back(ref(ob, loc, buf));
+  call(bwd.getCallee(), args, unitLabel("B", bwd.getMicrobatch(), bwd.getChunk()));
+  llvm::erase(st.busySlots, it->second.first);
+  return success();
+}
+
+SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef callee,
+                                       int64_t mb) {
+  func::FuncOp stage = stages[callee];
+  SmallVector<Value> args;
+  for (unsigned i : stageInputs[callee]) {
+    std::string name =
+        stage.getArgAttrOfType<StringAttr>(i, "model.input").str() + "." + std::to_string(mb);
+    rt::BufferOp &buf = inputBuffers[name];
+    if (!buf)
+      buf = addBuffer(name, memrefOf(stage.getArgument(i).getType()), "input");
+    args.push_back(ref(ob, loc, buf));
+  }
+  return args;
+}
+
+SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot) {
+  // Units with the same layout share a slot's buffers.
+  SmallVector<Type> types(fwd.getResultTypes());
+  if (auto zb = fwd->getAttrOfType<ArrayAttr>("sched.stash_layout")) {
+    types.clear();
+    for (Attribute a : zb)
+      types.push_back(cast<TypeAttr>(a).getValue());
+  }
+  StashLayout layout = StashLayout::of(types);
+  SmallVector<rt::BufferOp> &bufs = stashBuffers[{slot, layout.key()}];
+  if (bufs.empty()) {
+    for (unsigned d = 0; d < layout.dtypes.size(); ++d) {
+      std::string name = ("stash" + Twine(slot)).str();
+      if (layout.dtypes.size() > 1)
+        name += "." + std::to_string(d);
+      rt::BufferOp buf = addBuffer(name, layout.bufferType(d), "activation");
+      buf.setGroupAttr(b.getStringAttr("stash." + Twine(slot)));
+      bufs.push_back(buf);
+    }
+  }
+  return bufs;
+}
+
+} // namespace mlir::trainc::lower_to_rt
