@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <cstdlib>
+#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -255,6 +256,9 @@ public:
       it->second = exec;
     } else {
       graphs_.emplace(std::string(region), exec);
+      // Once per region (tests/e2e/cuda_vs_cpu.sh checks that the graph run captured).
+      std::fprintf(stderr, "trainc cuda: captured graph-capture region '%.*s' on device %d\n",
+                   int(region.size()), region.data(), streams_.device);
     }
   }
   bool replayGraph(std::string_view region) override {
