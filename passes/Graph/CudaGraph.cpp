@@ -47,6 +47,7 @@ struct Binding {
 /// What a function (its callees included) does that matters inside a captured region.
 struct Summary {
   Operation *hostIo = nullptr;                // the first rt.host_io reached
+  Operation *barrier = nullptr;               // the first rt.collective barrier reached
   SmallVector<Operation *> argWriter;         // per argument: the first op writing it, or null
   SmallVector<std::pair<rt::BufferOp, Operation *>> written; // host-written buffers it writes
 };
@@ -89,6 +90,9 @@ public:
         s.hostIo = op;
       return success();
     }
+    if (auto c = dyn_cast<rt::CollectiveOp>(op);
+        c && c.getKind() == rt::CollectiveKind::barrier && !s.barrier)
+      s.barrier = op;
     auto note = [&](Binding b, Operation *writer) {
       if (b.arg >= 0 && size_t(b.arg) < s.argWriter.size()) {
         if (!s.argWriter[size_t(b.arg)])
@@ -107,6 +111,8 @@ public:
         return failure();
       if ((*cs)->hostIo && !s.hostIo)
         s.hostIo = (*cs)->hostIo;
+      if ((*cs)->barrier && !s.barrier)
+        s.barrier = (*cs)->barrier;
       for (auto [i, w] : llvm::enumerate((*cs)->argWriter))
         if (w && i < call.getNumOperands())
           note(bind(call.getOperand(unsigned(i))), w);
@@ -270,6 +276,14 @@ struct CudaGraphPass : mlir::trainc::impl::CudaGraphPassBase<CudaGraphPass> {
                "middle of a captured iteration; host-read scalars are read after the region";
         else
           d << "no host work runs inside a replayed graph; host I/O must come before the region";
+        return failure();
+      }
+      if (s.barrier) {
+        InFlightDiagnostic d = refuse(s.barrier, op, entry);
+        d << "rt.collective barrier inside the graph-capture region \"" << kRegionLabel
+          << "\" of @" << entry.getSymName()
+          << ": a barrier synchronises the host (the NCCL communicator's is a blocking all-reduce "
+             "of a host value), which a captured graph cannot do";
         return failure();
       }
       if (!s.written.empty()) {

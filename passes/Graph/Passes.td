@@ -27,6 +27,7 @@ def CudaGraphPass : Pass<"trainc-cuda-graph", "::mlir::ModuleOp"> {
         `scalar` with the host-written roles lr, weight_decay, step): a replay would overwrite
         the host's value with the captured one, so every varying value must be read from the
         device scalars the host writes before the region;
+      - no rt.collective barrier inside (it synchronises the host);
       - no async token is carried from one iteration into the next (`rt.carried_tokens`,
         --overlap-param-gather): its wait would be outside the captured graph;
       - the module has no graph-capture region yet.

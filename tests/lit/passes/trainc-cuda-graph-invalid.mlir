@@ -3,8 +3,8 @@
 
 // One case per refusal of trainc-cuda-graph (full_iteration): host I/O inside the region (in
 // the entry and in a callee), a host-read scalar inside it (a read_outputs before device work),
-// a write of a host-written buffer (in the entry and through a callee's argument), carried
-// async tokens, an existing region; then an unsupported mode and the module attribute path.
+// a write of a host-written buffer (in the entry and through a callee's argument), a barrier,
+// carried async tokens, an existing region; then an unsupported mode and the module attribute path.
 
 rt.buffer @g main_grad : memref<4xf32>
 func.func @train_step() attributes {rt.entry} {
@@ -78,6 +78,16 @@ func.func @train_step() attributes {rt.entry} {
   %v = rt.view %t [4] : memref<2x4xf32> to memref<4xf32>
   // expected-note@+1 {{reached from this call in @train_step}}
   call @stage(%v) : (memref<4xf32>) -> ()
+  rt.host_io read_outputs "outputs"
+  return
+}
+
+// -----
+
+func.func @train_step() attributes {rt.entry} {
+  rt.host_io fill_inputs "batch"
+  // expected-error@+1 {{trainc-cuda-graph: rt.collective barrier inside the graph-capture region "iteration" of @train_step: a barrier synchronises the host (the NCCL communicator's is a blocking all-reduce of a host value), which a captured graph cannot do}}
+  rt.collective barrier "dp"
   rt.host_io read_outputs "outputs"
   return
 }
