@@ -174,7 +174,7 @@ void attention(Backend &backend, DType t, int64_t B, int64_t S, int64_t NH, int6
 
 /// Host dispatch per kernel: `n` dependent `scale` launches on 1024 floats, eager (the backend's
 /// KernelFn each time) vs one captured CUDA graph replayed (Backend::beginCapture/endCapture/
-/// replayGraph, TRAINC_CUDA_GRAPH_CAPTURE=1); also checks the replay's result is bitwise the
+/// replayGraph); also checks the replay's result is bitwise the
 /// eager one.
 void dispatch(Backend &backend, int n, int reps) {
   const cuda::CudaStreams &st = *cuda::cudaStreamsOf(backend);
@@ -198,7 +198,6 @@ void dispatch(Backend &backend, int n, int reps) {
   chain();
   backend.copyToHost(eager.data(), x.data, x.bytes());
   double tEager = msPerCall(st.compute, reps, chain) / n;
-  setenv("TRAINC_CUDA_GRAPH_CAPTURE", "1", 1);
   backend.beginCapture("bench");
   chain();
   backend.endCapture("bench");
@@ -206,7 +205,6 @@ void dispatch(Backend &backend, int n, int reps) {
   backend.replayGraph("bench");
   backend.copyToHost(graph.data(), x.data, x.bytes());
   double tGraph = msPerCall(st.compute, reps, [&] { backend.replayGraph("bench"); }) / n;
-  unsetenv("TRAINC_CUDA_GRAPH_CAPTURE");
   bool same = eager == graph;
   std::printf("dispatch: %d dependent kernels: eager %.2f us/kernel, graph replay %.2f us/kernel, "
               "speed-up %.1fx; replay result bitwise equal to eager: %s\n",

@@ -5,7 +5,7 @@
 //   trainc-phase-autodiff   verify(model) -> autodiff -> verify(autodiff)
 //   trainc-phase-schedule   grad-accumulate -> schedule -> optimizer-expand -> grad-buckets
 //                           -> schedule-units -> verify(sched)
-//   trainc-phase-lower      lower-to-rt -> verify(rt)
+//   trainc-phase-lower      lower-to-rt -> cuda-graph -> verify(rt)
 //   trainc-phase-memory     memory-plan -> verify(memory)
 //   trainc-compile          all of them
 //
@@ -38,6 +38,8 @@ struct PlanOptions {
   std::optional<std::string> unitSchedule;
   /// Activation recompute (trainc-recompute): "none", "full:uniform:N" or "full:block:N".
   std::optional<std::string> recompute;
+  /// CUDA graphs (trainc-cuda-graph): "none" or "full_iteration" (Megatron's --cuda-graph-impl).
+  std::optional<std::string> cudaGraphImpl;
 };
 
 void buildAutodiffPhase(OpPassManager &pm, const PlanOptions &o);

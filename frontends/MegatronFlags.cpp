@@ -356,6 +356,16 @@ const std::vector<FlagSpec> &flagTable() {
          return Error::success();
        },
        "MODULE...", [](PlanConfig &) { return std::string("core_attn"); }},
+      // CUDA graphs (docs/cuda.md): local + scope full_iteration captures the whole iteration.
+      choice("--cuda-graph-impl", {"none", "local", "transformer_engine"},
+             training(&TrainingConfig::cuda_graph_impl)),
+      {"--cuda-graph-scope", Arity::OneOrMore,
+       [](PlanConfig &c, StringRef, ArrayRef<StringRef> v) -> Error {
+         c.training.cuda_graph_scope.assign(v.begin(), v.end());
+         return Error::success();
+       },
+       "SCOPE...", [](PlanConfig &) { return std::string("none"); }},
+      nonNegative("--cuda-graph-warmup-steps", training(&TrainingConfig::cuda_graph_warmup_steps)),
       // trainc's: the compiler picks the recompute set whose planned arena fits.
       positive("--recompute-memory-budget", training(&TrainingConfig::recompute_memory_budget)),
 

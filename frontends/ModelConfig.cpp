@@ -349,6 +349,12 @@ KeyValues TrainingConfig::toKeyValues() const {
       {"recompute_modules", llvm::join(recompute_modules, ",")},
       {"recompute_memory_budget", str(recompute_memory_budget)},
   };
+  // CUDA-graph keys only when graphs are asked for, so that other plans keep their metadata.
+  if (cuda_graph_impl != "none") {
+    kv.insert({"cuda_graph_impl", cuda_graph_impl});
+    kv.insert({"cuda_graph_scope", llvm::join(cuda_graph_scope, " ")});
+    kv.insert({"cuda_graph_warmup_steps", str(cuda_graph_warmup_steps)});
+  }
   // Ramp-up keys only when it is on, so that constant-batch plans keep their metadata.
   if (!rampup_batch_size.empty()) {
     kv.insert({"rampup_batch_size", llvm::join(llvm::map_range(rampup_batch_size,
@@ -606,6 +612,28 @@ Error finalizeRampup(PlanConfig &c) {
 }
 
 Error finalizeTraining(PlanConfig &c) {
+  {
+    // Megatron's --cuda-graph-impl / --cuda-graph-scope / --cuda-graph-warmup-steps.
+    TrainingConfig &g = c.training;
+    if (Error e = checkChoice("--cuda-graph-impl", g.cuda_graph_impl,
+                              {"none", "local", "transformer_engine"}))
+      return e;
+    for (const std::string &s : g.cuda_graph_scope)
+      if (Error e = checkChoice("--cuda-graph-scope", s,
+                                {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba",
+                                 "full_iteration"}))
+        return e;
+    if (g.cuda_graph_warmup_steps < 1)
+      return makeError("--cuda-graph-warmup-steps " + Twine(g.cuda_graph_warmup_steps) +
+                       ": expected at least 1 (the eager iterations before the capture size the "
+                       "CUDA kernels' scratch memory, which cannot grow inside a captured graph)");
+    if (g.cuda_graph_impl == "none" && !g.cuda_graph_scope.empty()) {
+      // Megatron: "has no effect when --cuda-graph-impl=none" (a warning).
+      c.warnings.push_back("--cuda-graph-scope " + llvm::join(g.cuda_graph_scope, " ") +
+                           " has no effect with --cuda-graph-impl none");
+      g.cuda_graph_scope.clear();
+    }
+  }
   TrainingConfig &t = c.training;
   const int64_t dp = c.parallel.data_parallel_size;
   if (Error e = checkSize("--micro-batch-size", t.micro_batch_size))
@@ -866,6 +894,19 @@ Error checkSupported(const PlanConfig &config) {
     reject("--optimizer " + t.optimizer);
   if (config.model.use_rope_scaling)
     reject("--use-rope-scaling");
+  // CUDA graphs: only the whole iteration (trainc-cuda-graph), not per-layer graphs.
+  if (t.cuda_graph_impl == "transformer_engine")
+    reject("--cuda-graph-impl transformer_engine (trainc has no Transformer Engine; use "
+           "--cuda-graph-impl local --cuda-graph-scope full_iteration)");
+  else if (t.cuda_graph_impl == "local" && !t.fullIterationGraph())
+    reject("--cuda-graph-impl local with --cuda-graph-scope " +
+           (t.cuda_graph_scope.empty() ? std::string("(none: per-layer graphs)")
+                                       : llvm::join(t.cuda_graph_scope, " ")) +
+           " (only --cuda-graph-scope full_iteration, the whole training iteration, is "
+           "supported)");
+  if (t.fullIterationGraph() && p.overlap_param_gather)
+    reject("--cuda-graph-scope full_iteration with --overlap-param-gather (the parameter "
+           "all-gathers stay in flight into the next iteration, outside a captured graph)");
   return all;
 }
 

@@ -190,6 +190,16 @@ struct TrainingConfig {
   /// trainc's --recompute-memory-budget: bytes of a rank's planned arena; > 0 lets the compiler
   /// choose the recompute settings (compiler/Driver.h chooseRecompute). 0 = not set.
   int64_t recompute_memory_budget = 0;
+  /// CUDA graphs, Megatron's flags: --cuda-graph-impl none|local|transformer_engine,
+  /// --cuda-graph-scope (a list; trainc supports exactly full_iteration, with impl local) and
+  /// --cuda-graph-warmup-steps (eager iterations before the capture, >= 1). fullIterationGraph()
+  /// is what trainc-cuda-graph compiles (docs/cuda.md "CUDA graphs").
+  std::string cuda_graph_impl = "none";
+  std::vector<std::string> cuda_graph_scope;
+  int64_t cuda_graph_warmup_steps = 3;
+  bool fullIterationGraph() const {
+    return cuda_graph_impl == "local" && cuda_graph_scope == std::vector<std::string>{"full_iteration"};
+  }
   /// Megatron's --rampup-batch-size START INCR SAMPLES (empty = constant batch size) and
   /// --decrease-batch-size-if-needed (runtime/control/BatchRampup.h). Derived by finalize():
   /// the num_microbatches below the final one that a run reaches, ascending; the compiler

@@ -5,6 +5,7 @@
 #include "passes/Autodiff/Passes.h"
 #include "passes/Export/Passes.h"
 #include "passes/Grad/Passes.h"
+#include "passes/Graph/Passes.h"
 #include "passes/Memory/Passes.h"
 #include "passes/Optimizer/Passes.h"
 #include "passes/Pipeline/Passes.h"
@@ -21,6 +22,7 @@ inline void registerAllPasses() {
   registerExportPasses();
   registerMemoryPasses();
   registerShardingPasses();
+  registerGraphPasses();
 }
 } // namespace mlir::trainc
 

@@ -26,6 +26,10 @@ if [[ "${1:-}" == "--prepare" ]]; then
   # shellcheck disable=SC2046
   "$build/tools/trainc" compile $("$root/tests/e2e/cuda_vs_cpu.sh" --print-flags x x) \
     --train-iters 20 -o "$carry/stage/plan" >/dev/null
+  # shellcheck disable=SC2046
+  "$build/tools/trainc" compile $("$root/tests/e2e/cuda_vs_cpu.sh" --print-flags x x) \
+    --train-iters 20 --cuda-graph-impl local --cuda-graph-scope full_iteration \
+    -o "$carry/stage/graph-plan" >/dev/null
   # Llama-3.2-1B shape, fp32 (mixed precision has not landed), one 2048-token sequence per step.
   "$build/tools/trainc" compile --preset llama3.2-1b --micro-batch-size 1 --seq-length 2048 \
     --global-batch-size 1 --lr 1e-4 --train-iters 8 --attention-dropout 0 --hidden-dropout 0 \
@@ -84,7 +88,8 @@ step() { # name timeout command...
   return 0
 }
 step kernels 120 "$bin/runtime_cuda_kernels_test" --gtest_brief=1
-step cuda_vs_cpu 150 env CUDA_VS_CPU_PLAN="$work/plan" "$bin/cuda_vs_cpu.sh" - "$bin/trainrun" \
+step cuda_vs_cpu 180 env CUDA_VS_CPU_PLAN="$work/plan" CUDA_VS_CPU_GRAPH_PLAN="$work/graph-plan" \
+  "$bin/cuda_vs_cpu.sh" - "$bin/trainrun" \
   "$work/cuda_vs_cpu"
 step bench 100 "$bin/bench_cuda"
 # Training throughput of the 1B-shaped model on one GPU (eager; fp32): the log's TFLOP/s over the
@@ -92,7 +97,7 @@ step bench 100 "$bin/bench_cuda"
 step train_1b 100 "$bin/trainrun" --backend cuda "$work/plan1b" -- --mock-data --log-interval 1
 echo "== summary"
 grep -h -E '^\[  (PASSED|FAILED) |FAILED TEST|tests? (ran|passed)' "$work/kernels.log" | head -20
-grep -h -E 'cuda vs cpu|iterations in|relative' "$work/cuda_vs_cpu.log"
+grep -h -E 'cuda vs cpu|cuda graph|iterations in|relative' "$work/cuda_vs_cpu.log"
 grep -h -E '^(gemm|attention|dispatch|SKIP)' "$work/bench.log"
 grep -h -E 'iteration +[0-9]+/' "$work/train_1b.log" | tail -n 3
 echo "== gpu_check: exit $status after $(($(date +%s) - start)) s"

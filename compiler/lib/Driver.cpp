@@ -5,6 +5,7 @@
 #include "compiler/Export.h"
 #include "compiler/Pipelines.h"
 #include "compiler/VerifyPlan.h"
+#include "passes/Graph/Passes.h"
 #include "passes/Pipeline/Passes.h"
 #include "dialects/Model/ModelDialect.h"
 #include "dialects/Rt/RtDialect.h"
@@ -346,6 +347,9 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
     module->setAttr(model::kSequenceParallelAttr, UnitAttr::get(&ctx));
   if (!cfg.parallel.async_tensor_model_parallel_allreduce)
     module->setAttr(sched::kNoAsyncTpCommAttrName, UnitAttr::get(&ctx));
+  // --cuda-graph-impl local --cuda-graph-scope full_iteration: trainc-cuda-graph reads it.
+  if (cfg.training.fullIterationGraph())
+    module->setAttr(kCudaGraphImplAttrName, StringAttr::get(&ctx, "full_iteration"));
   PlanOptions plan; // no overrides: every pass reads the plan
   if (!options.dumpIRDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(options.dumpIRDir))
@@ -480,6 +484,8 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
         return emitError(module.getLoc())
                << "internal error: the finalized config's " << field << " is " << v
                << ", expected 1 to 2^32-1";
+    if (cfg.training.fullIterationGraph())
+      program.set_cuda_graph_warmup_steps(uint32_t(cfg.training.cuda_graph_warmup_steps));
     schema::PlanInfo &info = *program.mutable_plan();
     info.set_micro_batch_size(uint32_t(t.micro_batch_size));
     info.set_num_microbatches(uint32_t(t.num_microbatches));

@@ -83,8 +83,10 @@ void mlir::trainc::buildSchedulePhase(OpPassManager &pm, const PlanOptions &o) {
   pm.addPass(verify("sched"));
 }
 
-void mlir::trainc::buildLowerPhase(OpPassManager &pm, const PlanOptions &) {
+void mlir::trainc::buildLowerPhase(OpPassManager &pm, const PlanOptions &o) {
   pm.addPass(createLowerToRtPass());
+  // --cuda-graph-impl (the module's trainc.cuda_graph_impl unless overridden).
+  pm.addPass(withOptions(createCudaGraphPass(), opt("impl", o.cudaGraphImpl)));
   pm.addPass(verify("rt"));
 }
 
@@ -120,6 +122,8 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
                                llvm::cl::desc("Unit order: no-pipelining or all-forward-first")};
   Option<std::string> recompute{*this, "recompute", llvm::cl::init("none"),
                                 llvm::cl::desc("none, full:uniform:N or full:block:N")};
+  Option<std::string> cudaGraphImpl{*this, "cuda-graph-impl", llvm::cl::init("none"),
+                                    llvm::cl::desc("none or full_iteration")};
   PlanOptions plan() const {
     PlanOptions p;
     auto set = [](auto &field, const auto &option) {
@@ -135,6 +139,7 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
     set(p.overlapParamGather, overlapParamGather);
     set(p.unitSchedule, schedule);
     set(p.recompute, recompute);
+    set(p.cudaGraphImpl, cudaGraphImpl);
     return p;
   }
 };
@@ -154,7 +159,7 @@ void mlir::trainc::registerPipelines() {
       "trainc-phase-schedule",
       "recompute, grad-accumulate, schedule, optimizer-expand, grad-buckets, schedule-units, "
       "tp-comm-overlap, verify(sched)");
-  registerPhase<buildLowerPhase>("trainc-phase-lower", "lower-to-rt, verify(rt)");
+  registerPhase<buildLowerPhase>("trainc-phase-lower", "lower-to-rt, cuda-graph, verify(rt)");
   registerPhase<buildMemoryPhase>("trainc-phase-memory", "memory-plan, verify(memory)");
   registerPhase<buildCompilePipeline>("trainc-compile", "every phase, model IR to planned rt IR");
 }

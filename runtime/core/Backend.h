@@ -57,9 +57,14 @@ public:
 
   /// Graph capture of the work between begin and end (CUDA graphs). The CPU backend checks nesting
   /// only. Replaying a captured graph is `replayGraph`, which returns false if none was captured.
+  /// On a backend whose capturesGraphs() is true, work enqueued between begin and end is
+  /// recorded, not run: the caller replays the graph to run it (the executor does this after
+  /// Program.cuda_graph_warmup_steps eager runs of a region). On the others (CPU) the executor
+  /// calls begin/end around every eager run of a region and never replays.
   virtual void beginCapture(std::string_view region) = 0;
   virtual void endCapture(std::string_view region) = 0;
   virtual bool replayGraph(std::string_view region) { return false; }
+  virtual bool capturesGraphs() const { return false; }
 };
 
 /// Creates the CPU backend (oneDNN GEMMs, own loops, a communication thread).

@@ -46,6 +46,14 @@ struct PInstr {
   uint32_t token = 0;
   uint32_t callee = 0;
   bool eventWait = false;
+  // Region (graph capture) on a backend that captures graphs: the index of the partner marker
+  // in the same function (begin <-> end); on the begin marker the eager runs so far, whether the
+  // region's graph is captured, and the instructions one run of the region executes after the
+  // begin marker (what a replay adds to the executed count).
+  int32_t partner = -1;
+  uint32_t regionRuns = 0;
+  bool regionCaptured = false;
+  uint64_t regionExecuted = 0;
   schema::HostIOKind hostKind = schema::HOST_IO_KIND_UNSPECIFIED;
   std::string name;
 };
@@ -75,6 +83,12 @@ struct Executor::Impl {
   std::mutex commTimingsMu;
   std::vector<InstrTiming> commTimings;
   uint32_t numEvents = 0; // user events; token t uses event numEvents + t
+  // CUDA graphs: the backend captures (Backend::capturesGraphs), the eager runs of each region
+  // before its capture (Program.cuda_graph_warmup_steps), and the event that orders a
+  // synchronous collective inside a capture (numEvents + num_tokens).
+  bool graphs = false;
+  uint32_t graphWarmup = 0;
+  uint32_t captureJoinEvent = 0;
   char *arena = nullptr;
   uint64_t arenaBytes = 0;
   // The first error thrown by a communication task (a peer died, a timeout). Later tasks are
@@ -135,7 +149,10 @@ Executor::create(schema::Program program, Backend &backend, Communicator &comm,
   im.arena = static_cast<char *>(ex->arena_);
   im.arenaBytes = p.arena_bytes();
   im.numEvents = p.num_events();
-  backend.resizeEvents(p.num_events() + p.num_tokens());
+  im.graphs = backend.capturesGraphs();
+  im.graphWarmup = p.cuda_graph_warmup_steps();
+  im.captureJoinEvent = p.num_events() + p.num_tokens();
+  backend.resizeEvents(p.num_events() + p.num_tokens() + (im.graphs ? 1 : 0));
 
   im.carriesTokens = p.carried_tokens_size() > 0;
   im.functions.resize(p.functions_size());
@@ -238,6 +255,31 @@ Executor::create(schema::Program program, Backend &backend, Communicator &comm,
       }
     }
   }
+  // A backend that captures graphs replays a region as a whole: its markers must pair up within
+  // one function (trainc-cuda-graph places them in the entry function).
+  if (im.graphs)
+    for (size_t fi = 0; fi < im.functions.size(); ++fi) {
+      std::vector<PInstr> &body = im.functions[fi].body;
+      int32_t open = -1;
+      for (size_t ii = 0; ii < body.size(); ++ii) {
+        if (body[ii].op != Op::Region)
+          continue;
+        if (body[ii].eventWait) {
+          open = int32_t(ii);
+        } else if (open >= 0 && body[size_t(open)].name == body[ii].name) {
+          body[size_t(open)].partner = int32_t(ii);
+          body[ii].partner = open;
+          open = -1;
+        }
+      }
+      for (const PInstr &pi : body)
+        if (pi.op == Op::Region && pi.partner < 0)
+          return absl::FailedPreconditionError(absl::StrCat(
+              "graph-capture region '", pi.name, "' ", pi.eventWait ? "begins" : "ends",
+              " in function '", im.functionNames[fi], "' without its ",
+              pi.eventWait ? "end" : "begin", " there: the ", std::string(backend.name()),
+              " backend captures and replays a region within one function"));
+    }
   return ex;
 }
 
@@ -296,6 +338,8 @@ struct Runner {
   uint64_t &hwm;
   uint64_t &executed;
   void *kdata[kNumStreams];
+  bool capturing = false;       // inside a region that the backend is capturing
+  uint64_t captureExecuted = 0; // `executed` right after the capturing region's begin
 
   absl::Status runFunction(int fi, void *const *args) {
     PFunction &pf = im.functions[fi];
@@ -365,6 +409,12 @@ struct Runner {
         });
         if (pi.async) {
           backend.recordEvent(im.numEvents + pi.token, kCommStream);
+        } else if (capturing) {
+          // A captured stream cannot be synchronised: order the compute stream after the
+          // collective on the device instead (the host check of the communicator's status
+          // happens at the region's end).
+          backend.recordEvent(im.captureJoinEvent, kCommStream);
+          backend.streamWaitEvent(kComputeStream, im.captureJoinEvent);
         } else {
           backend.synchronize(kCommStream);
           if (absl::Status s = im.commStatus(); !s.ok())
@@ -403,10 +453,44 @@ struct Runner {
         }
         break;
       case Op::Region:
-        if (pi.eventWait)
-          backend.beginCapture(pi.name);
-        else
+        if (!im.graphs) {
+          // CPU: every run is eager; the backend checks nesting.
+          if (pi.eventWait)
+            backend.beginCapture(pi.name);
+          else
+            backend.endCapture(pi.name);
+          break;
+        }
+        if (pi.eventWait) {
+          if (pi.regionCaptured) {
+            // Replay: one launch runs everything up to the end marker.
+            if (!backend.replayGraph(pi.name))
+              return absl::InternalError(absl::StrCat("graph-capture region '", pi.name,
+                                                      "' was captured but the ", std::string(backend.name()),
+                                                      " backend has no graph to replay"));
+            executed += pi.regionExecuted;
+            ii = size_t(pi.partner); // the loop continues after the end marker
+            break;
+          }
+          if (pi.regionRuns >= im.graphWarmup) {
+            backend.beginCapture(pi.name);
+            capturing = true;
+            captureExecuted = executed;
+          }
+          ++pi.regionRuns; // warmup runs are eager (they also size the kernels' scratch)
+        } else if (capturing) {
           backend.endCapture(pi.name);
+          capturing = false;
+          PInstr &begin = pf.body[size_t(pi.partner)];
+          begin.regionCaptured = true;
+          begin.regionExecuted = executed - captureExecuted;
+          // Captured work did not run: launch it once for this run.
+          if (!backend.replayGraph(pi.name))
+            return absl::InternalError(absl::StrCat("graph-capture region '", pi.name,
+                                                    "' has no graph after its capture"));
+          if (absl::Status s = im.commStatus(); !s.ok())
+            return s;
+        }
         break;
       case Op::Event:
         if (pi.eventWait)

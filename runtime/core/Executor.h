@@ -58,6 +58,12 @@ public:
   /// collective failed (a peer died, a timeout). The communication stream is drained at the end
   /// unless the program carries tokens into the next run (Program.carried_tokens); readBuffer and
   /// writeBuffer of non-input buffers drain it first.
+  /// Graph-capture regions (Region instructions): on a backend that captures graphs (CUDA) the
+  /// first Program.cuda_graph_warmup_steps runs of a region are eager, the next one captures it
+  /// (and launches the graph), later runs replay the graph with one launch; the host must have
+  /// written every varying value (inputs, lr, step) into its device buffer before the region
+  /// (trainc-cuda-graph checks the program for this). Replayed runs record no per-instruction
+  /// timings inside the region. On the CPU backend every run is eager.
   absl::Status run(const HostCallback &host = {});
   /// Runs the named entry point (Program.entry_points, e.g. "eval_step"). NotFound if absent.
   absl::Status runEntry(const std::string &name, const HostCallback &host = {});

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <cstdlib>
+#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -226,24 +227,20 @@ public:
     }
   }
 
-  // Graph capture (runtime side only; the Graph pass and the executor's replay are issue 18's
-  // compiler part). Capture is active only with TRAINC_CUDA_GRAPH_CAPTURE=1: a captured region's
-  // kernels do not run while captured, so the executor must replay the graph (replayGraph) for
-  // the iteration to happen. The communication stream joins the capture through the event that
-  // enqueue records, and is joined back into the compute stream before the capture ends.
+  // Graph capture. The executor captures a region after its warmup runs and replays it
+  // afterwards (runtime/core/Executor.cpp): captured kernels do not run while captured, so the
+  // executor launches the graph right after capturing it. The communication stream joins the
+  // capture through the event that enqueue records, and is joined back into the compute stream
+  // before the capture ends.
   void beginCapture(std::string_view region) override {
     if (capturing_)
       throw std::logic_error("nested graph capture");
     capturing_ = true;
-    if (!captureEnabled())
-      return;
     check(*api_, api_->cudaStreamBeginCapture(streams_.compute, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture");
   }
   void endCapture(std::string_view region) override {
     capturing_ = false;
-    if (!captureEnabled())
-      return;
     check(*api_, api_->cudaEventRecord(joinEvent_, streams_.comm), "cudaEventRecord");
     check(*api_, api_->cudaStreamWaitEvent(streams_.compute, joinEvent_, 0),
           "cudaStreamWaitEvent");
@@ -259,6 +256,9 @@ public:
       it->second = exec;
     } else {
       graphs_.emplace(std::string(region), exec);
+      // Once per region (tests/e2e/cuda_vs_cpu.sh checks that the graph run captured).
+      std::fprintf(stderr, "trainc cuda: captured graph-capture region '%.*s' on device %d\n",
+                   int(region.size()), region.data(), streams_.device);
     }
   }
   bool replayGraph(std::string_view region) override {
@@ -268,14 +268,11 @@ public:
     check(*api_, api_->cudaGraphLaunch(it->second, streams_.compute), "cudaGraphLaunch");
     return true;
   }
+  bool capturesGraphs() const override { return true; }
 
   const CudaStreams &streams() const { return streams_; }
 
 private:
-  static bool captureEnabled() {
-    const char *e = std::getenv("TRAINC_CUDA_GRAPH_CAPTURE");
-    return e && std::string(e) == "1";
-  }
   cudaStream_t streamOf(unsigned s) const {
     return s == kCommStream ? streams_.comm : streams_.compute;
   }

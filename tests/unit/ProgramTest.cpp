@@ -894,3 +894,104 @@ TEST(Validator, RefusesMoreArgumentsThanTheExecutorCanBind) {
 }
 
 } // namespace
+
+namespace {
+/// The CPU backend, but claiming to capture graphs (as CUDA does): counts the capture and replay
+/// calls and the events recorded. Kernels still run inline while "captured", and replayGraph
+/// runs nothing, so a buffer the region updates shows which runs executed the region eagerly.
+class GraphCountingBackend : public Backend {
+public:
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  int begins = 0, ends = 0, replays = 0;
+  std::vector<unsigned> recorded;
+  std::string_view name() const override { return "graph-counting"; }
+  void *allocateArena(size_t bytes) override { return cpu->allocateArena(bytes); }
+  void freeArena(void *p) override { cpu->freeArena(p); }
+  void copyToDevice(void *d, const void *s, size_t n) override { cpu->copyToDevice(d, s, n); }
+  void copyToHost(void *d, const void *s, size_t n) override { cpu->copyToHost(d, s, n); }
+  KernelFn findKernel(std::string_view n) const override { return cpu->findKernel(n); }
+  void *kernelData(unsigned s) override { return cpu->kernelData(s); }
+  void enqueue(unsigned s, std::function<void()> fn) override { cpu->enqueue(s, std::move(fn)); }
+  void synchronize(unsigned s) override { cpu->synchronize(s); }
+  void recordEvent(unsigned e, unsigned s) override {
+    recorded.push_back(e);
+    cpu->recordEvent(e, s);
+  }
+  void streamWaitEvent(unsigned s, unsigned e) override { cpu->streamWaitEvent(s, e); }
+  void hostWaitEvent(unsigned e) override { cpu->hostWaitEvent(e); }
+  void resizeEvents(unsigned n) override { cpu->resizeEvents(n); }
+  void beginCapture(std::string_view) override { ++begins; }
+  void endCapture(std::string_view) override { ++ends; }
+  bool replayGraph(std::string_view) override { return ++replays, ends > 0; }
+  bool capturesGraphs() const override { return true; }
+};
+} // namespace
+
+TEST(Executor, CapturesARegionAfterItsWarmupRunsAndReplaysIt) {
+  // main: one = 1; region { x += one; all_reduce(x) (synchronous) }; warmup 2, five runs.
+  ProgramBuilder b;
+  int x = b.addBuffer("x", schema::MAIN_GRAD, DType::F32, {4});
+  int one = b.addBuffer("one", schema::WORKSPACE, DType::F32, {4});
+  int dp = b.addGroup("dp", {0});
+  int main = b.addFunction("main");
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(one)}, {AttrArg("value", 1.0)});
+  b.region(main, schema::GRAPH_CAPTURE_BEGIN, "iteration");
+  b.kernel(main, "add", {ProgramBuilder::buf(x), ProgramBuilder::buf(one)},
+           {ProgramBuilder::buf(x)}, {AttrArg("alpha", 1.0)}, {0});
+  b.collective(main, schema::ALL_REDUCE, dp, ProgramBuilder::buf(x), ProgramBuilder::buf(x),
+               schema::SUM, /*async=*/false, 0);
+  b.region(main, schema::GRAPH_CAPTURE_END, "iteration");
+  Program p = b.finish();
+  p.set_cuda_graph_warmup_steps(2);
+  const unsigned joinEvent = p.num_events() + p.num_tokens();
+
+  auto runFive = [&](Backend &backend, std::vector<uint64_t> &counts) {
+    auto comm = createLocalCommunicator();
+    auto ex = Executor::create(p, backend, *comm);
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    for (int r = 0; r < 5; ++r) {
+      EXPECT_TRUE((*ex)->run().ok());
+      counts.push_back((*ex)->lastInstructionCount());
+    }
+    std::vector<float> v(4);
+    EXPECT_TRUE((*ex)->readBuffer(x, v.data(), 16).ok());
+    return v[0];
+  };
+  GraphCountingBackend graphs;
+  std::vector<uint64_t> counts;
+  // Runs 1 and 2 eager, run 3 captured (its kernels run here) and launched, runs 4 and 5
+  // replayed: the region's add ran three times on the host.
+  EXPECT_EQ(runFive(graphs, counts), 3.0f);
+  EXPECT_EQ(graphs.begins, 1);
+  EXPECT_EQ(graphs.ends, 1);
+  EXPECT_EQ(graphs.replays, 3);
+  // The synchronous collective inside the capture is ordered by the join event (once: run 3).
+  EXPECT_EQ(std::count(graphs.recorded.begin(), graphs.recorded.end(), joinEvent), 1);
+  // A replayed run counts the instructions it replaced.
+  EXPECT_EQ(counts, std::vector<uint64_t>(5, 5));
+
+  // The CPU backend runs the region eagerly every time.
+  auto cpu = createCpuBackend();
+  std::vector<uint64_t> cpuCounts;
+  EXPECT_EQ(runFive(*cpu, cpuCounts), 5.0f);
+  EXPECT_EQ(cpuCounts, std::vector<uint64_t>(5, 5));
+}
+
+TEST(Executor, RefusesARegionSplitOverFunctionsOnAGraphBackend) {
+  ProgramBuilder b;
+  int main = b.addFunction("main");
+  int tail = b.addFunction("tail");
+  b.region(main, schema::GRAPH_CAPTURE_BEGIN, "iteration");
+  b.call(main, tail, {});
+  b.region(tail, schema::GRAPH_CAPTURE_END, "iteration");
+  Program p = b.finish();
+  auto comm = createLocalCommunicator();
+  GraphCountingBackend graphs;
+  auto ex = Executor::create(p, graphs, *comm);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.status().message(),
+            "graph-capture region 'iteration' begins in function 'main' without its end there: "
+            "the graph-counting backend captures and replays a region within one function");
+  auto cpu = createCpuBackend();
+  EXPECT_TRUE(Executor::create(p, *cpu, *comm).ok()); // CPU: the markers only nest
+}
