@@ -153,11 +153,16 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
 LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bool isEval,
                                   UnitState &st) {
   // One call of a stage function; its FLOPs and bytes count towards the iteration's.
-  auto call = [&](StringRef callee, ArrayRef<Value> args, const Twine &label) {
+  auto call = [&](StringRef callee, ArrayRef<Value> givenArgs, const Twine &label,
+                  int64_t slot = -1) {
+    SmallVector<Value> args(givenArgs);
+    if (overlapUnits.contains(callee))
+      overlappedReceives(ob, loc, (callee + ".rt").str(), args, slot, st);
     auto c = ob.create<func::CallOp>(loc, (callee + ".rt").str(), TypeRange{}, args);
     c->setAttr("rt.unit", ob.getStringAttr(label));
     st.flops += stageFlops[callee];
     st.bytes += stageBytes[callee];
+    ++st.units;
   };
   auto stageOf = [&](StringRef callee) -> FailureOr<func::FuncOp> {
     auto it = stages.find(callee);
@@ -191,7 +196,7 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
     for (rt::BufferOp buf : stash)
       args.push_back(ref(ob, loc, buf));
     st.stashOf[fwd.getStash()] = {slot, stash};
-    call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()));
+    call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()), slot);
     if (fwd.getChunk() == 0) // microbatches, not the units of an interleaved rank's chunks
       ++st.forwards;
     return success();
@@ -223,6 +228,7 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
       args.push_back(ref(ob, loc, buf));
     call(bw.getCallee(), args, unitLabel("W", bw.getMicrobatch(), bw.getChunk()));
     llvm::erase(st.busySlots, it->second.first);
+    st.slotFreedAt[it->second.first] = st.units - 1;
     return success();
   }
   auto bwd = cast<sched::BackwardOp>(op);
@@ -236,7 +242,148 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
     args.push_back(ref(ob, loc, buf));
   call(bwd.getCallee(), args, unitLabel("B", bwd.getMicrobatch(), bwd.getChunk()));
   llvm::erase(st.busySlots, it->second.first);
+  st.slotFreedAt[it->second.first] = st.units - 1;
   return success();
+}
+
+void Lowering::overlappedReceives(OpBuilder &ob, Location loc, StringRef rtCallee,
+                                  SmallVector<Value> &args, int64_t stashSlot, UnitState &st) {
+  auto fn = module.lookupSymbol<func::FuncOp>(rtCallee);
+  if (!fn)
+    return;
+  Block *block = ob.getInsertionBlock();
+  const int64_t thisUnit = st.units;
+  // Where a receive may be posted: before the previous unit's call when that unit communicates
+  // nothing (this rank's order of sends, receives and collectives stays the synchronous plan's,
+  // so the whole-plan check of that order holds for the runtime's in-order communication
+  // stream), else here, after the previous unit's sends.
+  Block::iterator early = block->end();
+  for (auto it = block->end(); it != block->begin();) {
+    Operation &op = *--it;
+    if (isa<rt::BufferRefOp, rt::ViewOp, rt::KernelOp>(op))
+      continue;
+    auto prev = dyn_cast<func::CallOp>(op);
+    if (prev && prev->hasAttr("rt.unit") && isCommFree(prev.getCallee()))
+      early = it;
+    break;
+  }
+  auto post = [&](StringAttr group, IntegerAttr peer, Block::iterator at,
+                  function_ref<Value(OpBuilder &)> target) {
+    const int64_t token = std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
+    {
+      OpBuilder::InsertionGuard g(ob);
+      ob.setInsertionPoint(block, at);
+      ob.create<rt::RecvOp>(loc, group, peer, target(ob), ob.getI64IntegerAttr(token));
+    }
+    ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(token));
+  };
+  // Receives into this unit's stash slot (a forward's received activation): early only when
+  // the slot's previous holder is not the previous unit (it reads the slot until it returns).
+  if (auto stashRecvs = fn->getAttrOfType<ArrayAttr>("rt.p2p_stash_recvs")) {
+    auto freed = st.slotFreedAt.find(stashSlot);
+    bool slotFree = freed == st.slotFreedAt.end() || freed->second < thisUnit - 1;
+    for (Attribute a : stashRecvs) {
+      auto d = cast<DictionaryAttr>(a);
+      unsigned arg = unsigned(cast<IntegerAttr>(d.get("arg")).getInt());
+      auto slotRef = arg < args.size() ? args[arg].getDefiningOp<rt::BufferRefOp>() : nullptr;
+      if (!slotRef)
+        continue;
+      auto type = cast<MemRefType>(cast<TypeAttr>(d.get("type")).getValue());
+      int64_t offset = cast<IntegerAttr>(d.get("offset")).getInt();
+      post(cast<StringAttr>(d.get("group")), cast<IntegerAttr>(d.get("peer")),
+           slotFree ? early : block->end(), [&](OpBuilder &pb) -> Value {
+             Value r = pb.create<rt::BufferRefOp>(loc, slotRef.getType(), slotRef.getBuffer());
+             return pb.create<rt::ViewOp>(loc, type, r, pb.getI64IntegerAttr(offset));
+           });
+    }
+  }
+  for (unsigned i = unsigned(args.size()); i < fn.getNumArguments(); ++i) {
+    auto group = fn.getArgAttrOfType<StringAttr>(i, "rt.p2p_group");
+    auto peer = fn.getArgAttrOfType<IntegerAttr>(i, "rt.p2p_peer");
+    if (!group || !peer)
+      continue;
+    // A buffer that no receive in flight and no unit still to run reads: the previous unit
+    // reads its own until it returns (double-buffered when this receive is posted before it).
+    bool hoisted = early != block->end();
+    auto type = cast<MemRefType>(fn.getArgument(i).getType());
+    const int64_t postedBefore = hoisted ? thisUnit - 1 : thisUnit;
+    rt::BufferOp slot;
+    for (auto &[buf, lastUse] : recvSlots[type])
+      if (lastUse < postedBefore) {
+        slot = buf;
+        lastUse = thisUnit;
+        break;
+      }
+    if (!slot) {
+      slot = addBuffer(("recv" + Twine(recvSlots[type].size())).str(), type, "activation");
+      recvSlots[type].push_back({slot, thisUnit});
+    }
+    post(group, peer, early, [&](OpBuilder &pb) { return ref(pb, loc, slot); });
+    args.push_back(ref(ob, loc, slot));
+  }
+}
+
+bool Lowering::isCommFree(StringRef name) {
+  auto it = commFree.find(name);
+  if (it != commFree.end())
+    return it->second;
+  commFree[name] = false; // recursion: assume it communicates
+  auto fn = module.lookupSymbol<func::FuncOp>(name);
+  bool free = bool(fn);
+  if (fn)
+    fn.walk([&](Operation *op) {
+      if (isa<rt::SendOp, rt::RecvOp, rt::CollectiveOp, rt::WaitOp>(op) ||
+          (isa<func::CallOp>(op) && !isCommFree(cast<func::CallOp>(op).getCallee()))) {
+        free = false;
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+  return commFree[name] = free;
+}
+
+void Lowering::hoistReceives(func::FuncOp nf) {
+  SmallVector<rt::RecvOp> recvs(nf.getBody().front().getOps<rt::RecvOp>());
+  SmallVector<Attribute> stashRecvs;
+  for (rt::RecvOp r : recvs) {
+    if (int64_t(r.getToken()) >= 0)
+      continue;
+    // Into a stash slot (a forward's received input, stashed for its backward): the iteration
+    // receives into the same view of the slot it passes.
+    if (auto v = r.getBuffer().getDefiningOp<rt::ViewOp>()) {
+      auto arg = dyn_cast<BlockArgument>(v.getSource());
+      if (!arg || v.getAxisAttr() || !nf.getArgAttr(arg.getArgNumber(), "rt.stash"))
+        continue;
+      stashRecvs.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("group", r.getGroupAttr()), b.getNamedAttr("peer", r.getPeerAttr()),
+           b.getNamedAttr("arg", b.getI64IntegerAttr(arg.getArgNumber())),
+           b.getNamedAttr("offset", v.getOffsetAttr()),
+           b.getNamedAttr("type", TypeAttr::get(v.getType()))}));
+      r.erase();
+      continue;
+    }
+    auto bref = r.getBuffer().getDefiningOp<rt::BufferRefOp>();
+    if (!bref)
+      continue;
+    StringRef name = bref.getBuffer();
+    // The receive's own buffer, referenced once: the argument replaces it.
+    int refs = 0;
+    nf.walk([&](rt::BufferRefOp o) { refs += o.getBuffer() == name; });
+    auto buf = module.lookupSymbol<rt::BufferOp>(name);
+    if (refs != 1 || !buf)
+      continue;
+    unsigned idx = nf.getNumArguments();
+    nf.insertArgument(idx, r.getBuffer().getType(),
+                      b.getDictionaryAttr({b.getNamedAttr("rt.p2p_group", r.getGroupAttr()),
+                                           b.getNamedAttr("rt.p2p_peer", r.getPeerAttr())}),
+                      r.getLoc());
+    r.erase();
+    bref.getResult().replaceAllUsesWith(nf.getArgument(idx));
+    bref.erase();
+    buf.erase();
+  }
+  if (!stashRecvs.empty())
+    nf->setAttr("rt.p2p_stash_recvs", b.getArrayAttr(stashRecvs));
 }
 
 SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef callee,

@@ -1124,15 +1124,13 @@ TEST(MegatronFlagsTest, LoggingFlagsAreRecordedAsIgnored) {
               "--timing-log-level 2 --log-timers-to-tensorboard --profile "
               "--profile-ranks 0 1 --use-mcore-models --transformer-impl local "
               "--use-flash-attn --no-gradient-accumulation-fusion --profile-step-start=3 "
-              "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective "
-              "--no-overlap-p2p-communication");
+              "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective");
   EXPECT_EQ(c.ignoredFlags,
             (std::vector<std::string>{
                 "--wandb-project", "--profile",
                 "--profile-ranks", "--use-mcore-models", "--transformer-impl", "--use-flash-attn",
                 "--no-gradient-accumulation-fusion", "--profile-step-start",
-                "--accumulate-allreduce-grads-in-fp32", "--ddp-average-in-collective",
-                "--no-overlap-p2p-communication"}));
+                "--accumulate-allreduce-grads-in-fp32", "--ddp-average-in-collective"}));
   // The TensorBoard flags are run-time defaults the plan records, not ignored.
   EXPECT_EQ(c.runtime.tensorboard_dir, "/tmp/tb");
   EXPECT_TRUE(c.runtime.log_timers_to_tensorboard);
