@@ -41,6 +41,16 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
   }
   for (Operation &op : fn.getBody().front()) {
     Location loc = sourceLoc(op);
+    if (!isa<sched::MicrobatchOp, sched::ForwardOp, sched::BackwardOp, sched::BackwardInputOp,
+             sched::BackwardWeightOp>(op)) {
+      // --overlap-p2p-comm: the units' async sends complete before what follows them.
+      for (auto &[type, pool] : sendSlots)
+        for (auto &e : pool)
+          if (e.second >= 0) {
+            ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(e.second));
+            e.second = -1;
+          }
+    }
     if (isa<sched::ZeroLossesOp>(op)) {
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
@@ -160,6 +170,14 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
       overlappedReceives(ob, loc, (callee + ".rt").str(), args, slot, st);
     auto c = ob.create<func::CallOp>(loc, (callee + ".rt").str(), TypeRange{}, args);
     c->setAttr("rt.unit", ob.getStringAttr(label));
+    // The unit's sends, async, in its program order (its send arguments are in reverse).
+    for (auto &s : llvm::reverse(st.sendsAfter)) {
+      auto &e = sendSlots[s.type][s.slot];
+      e.second = std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
+      ob.create<rt::SendOp>(loc, s.group, s.peer, ref(ob, loc, e.first),
+                            ob.getI64IntegerAttr(e.second));
+    }
+    st.sendsAfter.clear();
     st.flops += stageFlops[callee];
     st.bytes += stageBytes[callee];
     ++st.units;
@@ -297,15 +315,35 @@ void Lowering::overlappedReceives(OpBuilder &ob, Location loc, StringRef rtCalle
            });
     }
   }
-  for (unsigned i = unsigned(args.size()); i < fn.getNumArguments(); ++i) {
+  const unsigned firstP2P = unsigned(args.size());
+  for (unsigned i = firstP2P; i < fn.getNumArguments(); ++i) {
     auto group = fn.getArgAttrOfType<StringAttr>(i, "rt.p2p_group");
     auto peer = fn.getArgAttrOfType<IntegerAttr>(i, "rt.p2p_peer");
-    if (!group || !peer)
+    auto kind = fn.getArgAttrOfType<StringAttr>(i, "rt.p2p");
+    if (!group || !peer || !kind)
       continue;
+    auto type = cast<MemRefType>(fn.getArgument(i).getType());
+    if (kind.getValue() == "send") {
+      // Two send buffers per type: a third send waits for the older one before the call
+      // overwrites it (its transfer has long been eager-copied on Gloo).
+      auto &pool = sendSlots[type];
+      auto *pick = llvm::find_if(pool, [](auto &e) { return e.second < 0; });
+      if (pick == pool.end() && pool.size() < 2) {
+        pool.push_back({addBuffer(("send" + Twine(pool.size())).str(), type, "activation"), -1});
+        pick = pool.end() - 1;
+      }
+      if (pick == pool.end()) {
+        pick = llvm::min_element(pool, [](auto &x, auto &y) { return x.second < y.second; });
+        ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(pick->second));
+        pick->second = -1;
+      }
+      args.push_back(ref(ob, loc, pick->first));
+      st.sendsAfter.push_back({group, peer, unsigned(pick - pool.begin()), type});
+      continue;
+    }
     // A buffer that no receive in flight and no unit still to run reads: the previous unit
     // reads its own until it returns (double-buffered when this receive is posted before it).
     bool hoisted = early != block->end();
-    auto type = cast<MemRefType>(fn.getArgument(i).getType());
     const int64_t postedBefore = hoisted ? thisUnit - 1 : thisUnit;
     rt::BufferOp slot;
     for (auto &[buf, lastUse] : recvSlots[type])
@@ -342,18 +380,69 @@ bool Lowering::isCommFree(StringRef name) {
   return commFree[name] = free;
 }
 
-void Lowering::hoistReceives(func::FuncOp nf) {
-  SmallVector<rt::RecvOp> recvs(nf.getBody().front().getOps<rt::RecvOp>());
+void Lowering::hoistPointToPoint(func::FuncOp nf) {
+  // Only the receives before the unit's first other communication and the sends after its
+  // last move: this rank's order of communication stays the synchronous plan's.
+  Block &body = nf.getBody().front();
+  auto communicates = [&](Operation &op) {
+    if (isa<rt::SendOp, rt::RecvOp, rt::CollectiveOp, rt::WaitOp>(op))
+      return true;
+    auto c = dyn_cast<func::CallOp>(op);
+    return c && !isCommFree(c.getCallee());
+  };
+  SmallVector<rt::RecvOp> recvs;
+  SmallVector<rt::SendOp> sends;
+  for (Operation &op : body) {
+    if (auto r = dyn_cast<rt::RecvOp>(op); r && int64_t(r.getToken()) < 0) {
+      recvs.push_back(r);
+      continue;
+    }
+    if (communicates(op))
+      break;
+  }
+  for (Operation &op : llvm::reverse(body)) {
+    if (auto sd = dyn_cast<rt::SendOp>(op); sd && int64_t(sd.getToken()) < 0) {
+      sends.push_back(sd);
+      continue;
+    }
+    if (communicates(op))
+      break;
+  }
+  std::reverse(sends.begin(), sends.end());
+  if (!recvs.empty() && !sends.empty() && sends.front()->isBeforeInBlock(recvs.back()))
+    sends.clear(); // a unit of p2p only: keep its order
+  // The transfer's own buffer, referenced once: an argument replaces it.
+  auto toArgument = [&](Operation *p2p, Value buffer, StringAttr group, IntegerAttr peer,
+                        StringRef kind) {
+    auto bref = buffer.getDefiningOp<rt::BufferRefOp>();
+    if (!bref)
+      return false;
+    StringRef name = bref.getBuffer();
+    int refs = 0;
+    nf.walk([&](rt::BufferRefOp o) { refs += o.getBuffer() == name; });
+    auto buf = module.lookupSymbol<rt::BufferOp>(name);
+    if (refs != 1 || !buf)
+      return false;
+    unsigned idx = nf.getNumArguments();
+    nf.insertArgument(idx, buffer.getType(),
+                      b.getDictionaryAttr({b.getNamedAttr("rt.p2p", b.getStringAttr(kind)),
+                                           b.getNamedAttr("rt.p2p_group", group),
+                                           b.getNamedAttr("rt.p2p_peer", peer)}),
+                      p2p->getLoc());
+    p2p->erase();
+    bref.getResult().replaceAllUsesWith(nf.getArgument(idx));
+    bref.erase();
+    buf.erase();
+    return true;
+  };
   SmallVector<Attribute> stashRecvs;
   for (rt::RecvOp r : recvs) {
-    if (int64_t(r.getToken()) >= 0)
-      continue;
     // Into a stash slot (a forward's received input, stashed for its backward): the iteration
     // receives into the same view of the slot it passes.
     if (auto v = r.getBuffer().getDefiningOp<rt::ViewOp>()) {
       auto arg = dyn_cast<BlockArgument>(v.getSource());
       if (!arg || v.getAxisAttr() || !nf.getArgAttr(arg.getArgNumber(), "rt.stash"))
-        continue;
+        break; // stays: so do the receives after it
       stashRecvs.push_back(b.getDictionaryAttr(
           {b.getNamedAttr("group", r.getGroupAttr()), b.getNamedAttr("peer", r.getPeerAttr()),
            b.getNamedAttr("arg", b.getI64IntegerAttr(arg.getArgNumber())),
@@ -362,28 +451,15 @@ void Lowering::hoistReceives(func::FuncOp nf) {
       r.erase();
       continue;
     }
-    auto bref = r.getBuffer().getDefiningOp<rt::BufferRefOp>();
-    if (!bref)
-      continue;
-    StringRef name = bref.getBuffer();
-    // The receive's own buffer, referenced once: the argument replaces it.
-    int refs = 0;
-    nf.walk([&](rt::BufferRefOp o) { refs += o.getBuffer() == name; });
-    auto buf = module.lookupSymbol<rt::BufferOp>(name);
-    if (refs != 1 || !buf)
-      continue;
-    unsigned idx = nf.getNumArguments();
-    nf.insertArgument(idx, r.getBuffer().getType(),
-                      b.getDictionaryAttr({b.getNamedAttr("rt.p2p_group", r.getGroupAttr()),
-                                           b.getNamedAttr("rt.p2p_peer", r.getPeerAttr())}),
-                      r.getLoc());
-    r.erase();
-    bref.getResult().replaceAllUsesWith(nf.getArgument(idx));
-    bref.erase();
-    buf.erase();
+    if (!toArgument(r, r.getBuffer(), r.getGroupAttr(), r.getPeerAttr(), "recv"))
+      break;
   }
   if (!stashRecvs.empty())
     nf->setAttr("rt.p2p_stash_recvs", b.getArrayAttr(stashRecvs));
+  // Sends from the end backwards: one that stays keeps those before it.
+  for (rt::SendOp sd : llvm::reverse(sends))
+    if (!toArgument(sd, sd.getBuffer(), sd.getGroupAttr(), sd.getPeerAttr(), "send"))
+      break;
 }
 
 SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef callee,

@@ -387,7 +387,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     return op.emitOpError() << "cannot be lowered to rt (no KernelOpInterface)";
   }
   if (overlapUnits.contains(fname))
-    hoistReceives(nf);
+    hoistPointToPoint(nf);
   stageFlops[fname] = st.flops;
   stageBytes[fname] = st.bytes;
   return success();
