@@ -7,7 +7,9 @@
 // simulated together: sends are eager (the runtime's Gloo sends are buffered), receives and
 // collectives block; every receive must meet the matching send (same element count and dtype,
 // in order) and the simulation must finish, or the plan could deadlock: the error names both
-// ranks and their instruction paths.
+// ranks and their instruction paths. Async sends and receives (--overlap-p2p-comm) are
+// simulated where they start (the runtime's communication stream runs a rank's transfers in
+// issue order); each of their tokens must be waited once before the entry ends.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TRAINC_COMPILER_VERIFYPLAN_H
@@ -53,6 +55,8 @@ private:
   std::vector<std::map<std::string, std::vector<Event>>> events;
   std::vector<std::vector<int64_t>> groupList;
   bool anyPointToPoint = false;
+  /// The first async send/receive never waited or started on a token still in flight.
+  std::string asyncError;
   std::string simulate(const std::string &entry) const;
   std::map<std::vector<int64_t>, std::string> names;
   std::map<std::string, uint32_t> whatIds;

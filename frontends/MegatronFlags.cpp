@@ -293,6 +293,11 @@ const std::vector<FlagSpec> &flagTable() {
       // keeps every tensor collective synchronous (trainc-tp-comm-overlap off).
       setBool("--no-async-tensor-model-parallel-allreduce",
               parallel(&ParallelConfig::async_tensor_model_parallel_allreduce), false),
+      // Megatron's store_false dest overlap_p2p_comm: on by default, off without virtual stages
+      // (finalize); off, the interleaved units receive synchronously (docs/design.md
+      // "Pipeline parallelism").
+      setBool("--no-overlap-p2p-communication", parallel(&ParallelConfig::overlap_p2p_comm),
+              false),
       setBool("--use-distributed-optimizer", parallel(&ParallelConfig::use_distributed_optimizer)),
       setBool("--overlap-grad-reduce", parallel(&ParallelConfig::overlap_grad_reduce)),
       setBool("--overlap-param-gather", parallel(&ParallelConfig::overlap_param_gather)),
@@ -468,9 +473,6 @@ const std::vector<FlagSpec> &flagTable() {
       // replaced by the global token count (default).
       ignored("--accumulate-allreduce-grads-in-fp32"),
       ignored("--ddp-average-in-collective"),
-      // Pipeline p2p is never overlapped with compute; eager sends pair a send with the next
-      // receive as batch_p2p_comm does (docs/design.md "Pipeline parallelism").
-      ignored("--no-overlap-p2p-communication"),
       ignored("--use-mcore-models"),
       ignored("--transformer-impl", Arity::One),
       ignored("--use-flash-attn"),

@@ -321,6 +321,7 @@ KeyValues ParallelConfig::toKeyValues() const {
       {"account_for_loss_in_pipeline_split", str(account_for_loss_in_pipeline_split)},
       {"microbatch_group_size_per_vp_stage", str(microbatch_group_size_per_vp_stage)},
       {"pipeline_schedule", pipeline_schedule},
+      {"overlap_p2p_comm", str(overlap_p2p_comm)},
       {"sequence_parallel", str(sequence_parallel)},
       {"use_distributed_optimizer", str(use_distributed_optimizer)},
       {"overlap_grad_reduce", str(overlap_grad_reduce)},
@@ -559,6 +560,10 @@ Error finalizeParallel(PlanConfig &c) {
                      " requires an interleaved schedule (--virtual-pipeline-model-parallel-size)");
   if (vpp > 1 && p.microbatch_group_size_per_vp_stage == 0)
     p.microbatch_group_size_per_vp_stage = pp; // Megatron's default
+  // Megatron overlaps pipeline p2p only with virtual stages (arguments.py turns it off
+  // otherwise); trainc's interleaved schedule is the only one with virtual stages.
+  if (vpp <= 1)
+    p.overlap_p2p_comm = false;
 
   // Data parallelism (arguments.py).
   if (p.overlap_param_gather && !p.use_distributed_optimizer)

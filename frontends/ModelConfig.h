@@ -132,6 +132,10 @@ struct ParallelConfig {
   /// trainc's --pipeline-schedule: "1f1b", "interleaved" or "zb-h1" with pp > 1; "" = what Megatron's
   /// flags imply (finalize(): interleaved with virtual stages, else 1f1b).
   std::string pipeline_schedule;
+  /// Megatron's overlap_p2p_comm (--no-overlap-p2p-communication turns it off): with the
+  /// interleaved schedule each unit's pipeline receive is posted async ahead of its use;
+  /// finalize() clears it without virtual stages, as Megatron's arguments.py does.
+  bool overlap_p2p_comm = true;
   /// finalize() clears it when tensor_model_parallel_size is 1, as Megatron does.
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;

@@ -345,6 +345,10 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
   // parallelism"); finalize turned it off at tp 1.
   if (cfg.parallel.sequence_parallel)
     module->setAttr(model::kSequenceParallelAttr, UnitAttr::get(&ctx));
+  // --overlap-p2p-comm (Megatron's default with virtual stages): trainc-lower-to-rt posts the
+  // interleaved units' receives async (docs/design.md "Pipeline parallelism").
+  if (cfg.parallel.overlap_p2p_comm && cfg.parallel.pipeline_model_parallel_size > 1)
+    module->setAttr("trainc.overlap_p2p_comm", UnitAttr::get(&ctx));
   if (!cfg.parallel.async_tensor_model_parallel_allreduce)
     module->setAttr(sched::kNoAsyncTpCommAttrName, UnitAttr::get(&ctx));
   // --cuda-graph-impl local --cuda-graph-scope full_iteration: trainc-cuda-graph reads it.

@@ -348,6 +348,12 @@ LogicalResult Exporter::exportFunction(func::FuncOp fn, schema::Function &out) {
       if (failed(o))
         return failure();
       *sr->mutable_operand() = *o;
+      int64_t token = isSend ? cast<rt::SendOp>(op).getToken() : cast<rt::RecvOp>(op).getToken();
+      if (token >= 0) {
+        sr->set_async(true);
+        sr->set_token(uint32_t(token));
+        maxToken = std::max<int64_t>(maxToken, token);
+      }
       ins.set_stream(1);
     } else {
       return op.emitOpError() << "cannot be exported to program.proto";

@@ -46,10 +46,11 @@ std::string dtypeOf(const sch::Operand &o, const sch::Program &p, const sch::Fun
 /// One communication op of an entry in program order: a collective on `members` or a
 /// send/recv with global rank `peer`.
 struct Ordered {
-  int kind = 0; // 0 collective, 1 send, 2 recv
+  int kind = 0; // 0 collective, 1 send, 2 recv, 3 wait (async p2p: `token`)
   std::vector<int64_t> members;
   int64_t peer = 0;
   Issued issued;
+  int64_t token = -1; // send/recv: async with this token; wait: the token
 };
 
 /// The collectives of one entry, calls expanded, keyed by the group's member list; every
@@ -75,6 +76,16 @@ std::map<std::vector<int64_t>, std::vector<Issued>> expand(const sch::Program &p
         o.issued = {absl::StrCat(numel(sr.operand(), p, f), " ", dtypeOf(sr.operand(), p, f),
                                  " elements"),
                     absl::StrCat(path, "#", i)};
+        if (sr.async())
+          o.token = int64_t(sr.token());
+        ordered.push_back(std::move(o));
+        continue;
+      }
+      if (ins.has_wait()) {
+        Ordered o;
+        o.kind = 3;
+        o.token = int64_t(ins.wait().token());
+        o.issued = {"", absl::StrCat(path, "#", i)};
         ordered.push_back(std::move(o));
         continue;
       }
@@ -105,7 +116,36 @@ std::map<std::vector<int64_t>, std::vector<Issued>> expand(const sch::Program &p
 }
 
 bool llvm_any_p2p(const std::vector<Ordered> &ordered) {
-  return std::any_of(ordered.begin(), ordered.end(), [](const Ordered &o) { return o.kind != 0; });
+  return std::any_of(ordered.begin(), ordered.end(),
+                     [](const Ordered &o) { return o.kind == 1 || o.kind == 2; });
+}
+
+/// Async sends and receives (--overlap-p2p-comm): each token is waited once before the entry
+/// ends and not started again while in flight. Returns "" or the error.
+std::string checkAsyncPointToPoint(const std::vector<Ordered> &ordered, size_t rank,
+                                   const std::string &entry) {
+  std::map<int64_t, const Ordered *> inFlight;
+  auto name = [](const Ordered &o) {
+    return absl::StrCat(o.kind == 1 ? "send of " : "receive of ", o.issued.what,
+                        o.kind == 1 ? " to rank " : " from rank ", o.peer, " (", o.issued.where,
+                        ")");
+  };
+  for (const Ordered &o : ordered) {
+    if ((o.kind == 1 || o.kind == 2) && o.token >= 0) {
+      auto [it, fresh] = inFlight.try_emplace(o.token, &o);
+      if (!fresh)
+        return absl::StrCat("entry '", entry, "': rank ", rank, " starts the async ", name(o),
+                            " on token ", o.token, ", still held by its async ",
+                            name(*it->second));
+    } else if (o.kind == 3) {
+      inFlight.erase(o.token);
+    }
+  }
+  if (!inFlight.empty())
+    return absl::StrCat("entry '", entry, "': rank ", rank, "'s async ",
+                        name(*inFlight.begin()->second), " on token ", inFlight.begin()->first,
+                        " is never waited");
+  return "";
 }
 
 } // namespace
@@ -128,9 +168,14 @@ void PlanVerifier::addRank(const sch::Program &p) {
     std::vector<Ordered> ordered;
     auto issuedByGroup = expand(p, fn, groupNames, ordered);
     anyPointToPoint |= llvm_any_p2p(ordered);
+    if (std::string e = checkAsyncPointToPoint(ordered, ranks.size() - 1, entry);
+        !e.empty() && asyncError.empty())
+      asyncError = e;
     if (anyPointToPoint) {
       std::vector<Event> &ev = rankEvents[entry];
       for (Ordered &o : ordered) {
+        if (o.kind == 3)
+          continue; // the runtime's communication stream runs in issue order: see simulate()
         Event e;
         e.kind = o.kind == 0 ? Event::Collective : o.kind == 1 ? Event::Send : Event::Recv;
         e.peer = o.peer;
@@ -160,6 +205,8 @@ void PlanVerifier::addRank(const sch::Program &p) {
 }
 
 std::string PlanVerifier::finish() const {
+  if (!asyncError.empty())
+    return asyncError;
   std::map<std::string, int> entries;
   for (const Rank &r : ranks)
     for (const auto &[entry, unused] : r)
@@ -210,6 +257,10 @@ std::string PlanVerifier::finish() const {
 std::string PlanVerifier::simulate(const std::string &entry) const {
   // Eager sends, blocking receives and collectives (a collective completes once every member
   // has reached it). Runs to completion or to a state where no rank can move: a deadlock.
+  // Async sends and receives (a token, waited later) are simulated where they are started:
+  // the runtime runs all communication of a rank on one stream in issue order, so an async
+  // receive holds back every later transfer and collective of its rank until its message has
+  // arrived, whatever the position of its wait (stricter than "complete at the wait").
   const size_t n = events.size();
   std::vector<const std::vector<Event> *> seq(n);
   static const std::vector<Event> none;

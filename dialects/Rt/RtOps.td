@@ -152,16 +152,19 @@ def Rt_CollectiveOp : Rt_Op<"collective", [AttrSizedOperandSegments]> {
 }
 
 class Rt_PointToPointOp<string mnemonic, string what> : Rt_Op<mnemonic> {
-  let summary = "A synchronous point-to-point transfer " # what # " group rank `peer` of `group`";
+  let summary = "A point-to-point transfer " # what # " group rank `peer` of `group` (sync, or async with a token)";
   let description = [{
     program.proto's SendRecv on the communication stream (pipeline parallelism: activations
-    and their gradients between adjacent stages on the "pp" group).
+    and their gradients between adjacent stages on the "pp" group). Synchronous when `token`
+    is -1; else started async, complete at the `rt.wait` of its token (--overlap-p2p-comm:
+    the buffer must not be read (recv) or written (send) before that wait).
     ```mlir
     rt.send "pp" peer 1 ins(%b : memref<2x9x16xf32>)
-    rt.recv "pp" peer 0 outs(%b : memref<2x9x16xf32>)
+    rt.recv "pp" peer 0 outs(%b : memref<2x9x16xf32>) {token = 3 : i64}
     ```
   }];
-  let arguments = (ins StrAttr:$group, I64Attr:$peer, AnyStaticShapeMemRef:$buffer);
+  let arguments = (ins StrAttr:$group, I64Attr:$peer, AnyStaticShapeMemRef:$buffer,
+                   DefaultValuedAttr<I64Attr, "-1">:$token);
 }
 def Rt_SendOp : Rt_PointToPointOp<"send", "to"> {
   let assemblyFormat = "$group `peer` $peer `ins` `(` $buffer `:` type($buffer) `)` attr-dict";

@@ -41,6 +41,16 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
   }
   for (Operation &op : fn.getBody().front()) {
     Location loc = sourceLoc(op);
+    if (!isa<sched::MicrobatchOp, sched::ForwardOp, sched::BackwardOp, sched::BackwardInputOp,
+             sched::BackwardWeightOp>(op)) {
+      // --overlap-p2p-comm: the units' async sends complete before what follows them.
+      for (auto &[type, pool] : sendSlots)
+        for (auto &e : pool)
+          if (e.second >= 0) {
+            ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(e.second));
+            e.second = -1;
+          }
+    }
     if (isa<sched::ZeroLossesOp>(op)) {
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("loss_sum", "output"))});
       kernel(ob, loc, "fill", {}, {ref(ob, loc, scalar("num_tokens", "output"))});
@@ -153,11 +163,24 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
 LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bool isEval,
                                   UnitState &st) {
   // One call of a stage function; its FLOPs and bytes count towards the iteration's.
-  auto call = [&](StringRef callee, ArrayRef<Value> args, const Twine &label) {
+  auto call = [&](StringRef callee, ArrayRef<Value> givenArgs, const Twine &label,
+                  int64_t slot = -1) {
+    SmallVector<Value> args(givenArgs);
+    if (overlapUnits.contains(callee))
+      overlappedReceives(ob, loc, (callee + ".rt").str(), args, slot, st);
     auto c = ob.create<func::CallOp>(loc, (callee + ".rt").str(), TypeRange{}, args);
     c->setAttr("rt.unit", ob.getStringAttr(label));
+    // The unit's sends, async, in its program order (its send arguments are in reverse).
+    for (auto &s : llvm::reverse(st.sendsAfter)) {
+      auto &e = sendSlots[s.type][s.slot];
+      e.second = std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
+      ob.create<rt::SendOp>(loc, s.group, s.peer, ref(ob, loc, e.first),
+                            ob.getI64IntegerAttr(e.second));
+    }
+    st.sendsAfter.clear();
     st.flops += stageFlops[callee];
     st.bytes += stageBytes[callee];
+    ++st.units;
   };
   auto stageOf = [&](StringRef callee) -> FailureOr<func::FuncOp> {
     auto it = stages.find(callee);
@@ -191,7 +214,7 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
     for (rt::BufferOp buf : stash)
       args.push_back(ref(ob, loc, buf));
     st.stashOf[fwd.getStash()] = {slot, stash};
-    call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()));
+    call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()), slot);
     if (fwd.getChunk() == 0) // microbatches, not the units of an interleaved rank's chunks
       ++st.forwards;
     return success();
@@ -223,6 +246,7 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
       args.push_back(ref(ob, loc, buf));
     call(bw.getCallee(), args, unitLabel("W", bw.getMicrobatch(), bw.getChunk()));
     llvm::erase(st.busySlots, it->second.first);
+    st.slotFreedAt[it->second.first] = st.units - 1;
     return success();
   }
   auto bwd = cast<sched::BackwardOp>(op);
@@ -236,7 +260,206 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
     args.push_back(ref(ob, loc, buf));
   call(bwd.getCallee(), args, unitLabel("B", bwd.getMicrobatch(), bwd.getChunk()));
   llvm::erase(st.busySlots, it->second.first);
+  st.slotFreedAt[it->second.first] = st.units - 1;
   return success();
+}
+
+void Lowering::overlappedReceives(OpBuilder &ob, Location loc, StringRef rtCallee,
+                                  SmallVector<Value> &args, int64_t stashSlot, UnitState &st) {
+  auto fn = module.lookupSymbol<func::FuncOp>(rtCallee);
+  if (!fn)
+    return;
+  Block *block = ob.getInsertionBlock();
+  const int64_t thisUnit = st.units;
+  // Where a receive may be posted: before the previous unit's call when that unit communicates
+  // nothing (this rank's order of sends, receives and collectives stays the synchronous plan's,
+  // so the whole-plan check of that order holds for the runtime's in-order communication
+  // stream), else here, after the previous unit's sends.
+  Block::iterator early = block->end();
+  for (auto it = block->end(); it != block->begin();) {
+    Operation &op = *--it;
+    if (isa<rt::BufferRefOp, rt::ViewOp, rt::KernelOp>(op))
+      continue;
+    auto prev = dyn_cast<func::CallOp>(op);
+    if (prev && prev->hasAttr("rt.unit") && isCommFree(prev.getCallee()))
+      early = it;
+    break;
+  }
+  auto post = [&](StringAttr group, IntegerAttr peer, Block::iterator at,
+                  function_ref<Value(OpBuilder &)> target) {
+    const int64_t token = std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
+    {
+      OpBuilder::InsertionGuard g(ob);
+      ob.setInsertionPoint(block, at);
+      ob.create<rt::RecvOp>(loc, group, peer, target(ob), ob.getI64IntegerAttr(token));
+    }
+    ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(token));
+  };
+  // Receives into this unit's stash slot (a forward's received activation): early only when
+  // the slot's previous holder is not the previous unit (it reads the slot until it returns).
+  if (auto stashRecvs = fn->getAttrOfType<ArrayAttr>("rt.p2p_stash_recvs")) {
+    auto freed = st.slotFreedAt.find(stashSlot);
+    bool slotFree = freed == st.slotFreedAt.end() || freed->second < thisUnit - 1;
+    for (Attribute a : stashRecvs) {
+      auto d = cast<DictionaryAttr>(a);
+      unsigned arg = unsigned(cast<IntegerAttr>(d.get("arg")).getInt());
+      auto slotRef = arg < args.size() ? args[arg].getDefiningOp<rt::BufferRefOp>() : nullptr;
+      if (!slotRef)
+        continue;
+      auto type = cast<MemRefType>(cast<TypeAttr>(d.get("type")).getValue());
+      int64_t offset = cast<IntegerAttr>(d.get("offset")).getInt();
+      post(cast<StringAttr>(d.get("group")), cast<IntegerAttr>(d.get("peer")),
+           slotFree ? early : block->end(), [&](OpBuilder &pb) -> Value {
+             Value r = pb.create<rt::BufferRefOp>(loc, slotRef.getType(), slotRef.getBuffer());
+             return pb.create<rt::ViewOp>(loc, type, r, pb.getI64IntegerAttr(offset));
+           });
+    }
+  }
+  const unsigned firstP2P = unsigned(args.size());
+  for (unsigned i = firstP2P; i < fn.getNumArguments(); ++i) {
+    auto group = fn.getArgAttrOfType<StringAttr>(i, "rt.p2p_group");
+    auto peer = fn.getArgAttrOfType<IntegerAttr>(i, "rt.p2p_peer");
+    auto kind = fn.getArgAttrOfType<StringAttr>(i, "rt.p2p");
+    if (!group || !peer || !kind)
+      continue;
+    auto type = cast<MemRefType>(fn.getArgument(i).getType());
+    if (kind.getValue() == "send") {
+      // Two send buffers per type: a third send waits for the older one before the call
+      // overwrites it (its transfer has long been eager-copied on Gloo).
+      auto &pool = sendSlots[type];
+      auto *pick = llvm::find_if(pool, [](auto &e) { return e.second < 0; });
+      if (pick == pool.end() && pool.size() < 2) {
+        pool.push_back({addBuffer(("send" + Twine(pool.size())).str(), type, "activation"), -1});
+        pick = pool.end() - 1;
+      }
+      if (pick == pool.end()) {
+        pick = llvm::min_element(pool, [](auto &x, auto &y) { return x.second < y.second; });
+        ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(pick->second));
+        pick->second = -1;
+      }
+      args.push_back(ref(ob, loc, pick->first));
+      st.sendsAfter.push_back({group, peer, unsigned(pick - pool.begin()), type});
+      continue;
+    }
+    // A buffer that no receive in flight and no unit still to run reads: the previous unit
+    // reads its own until it returns (double-buffered when this receive is posted before it).
+    bool hoisted = early != block->end();
+    const int64_t postedBefore = hoisted ? thisUnit - 1 : thisUnit;
+    rt::BufferOp slot;
+    for (auto &[buf, lastUse] : recvSlots[type])
+      if (lastUse < postedBefore) {
+        slot = buf;
+        lastUse = thisUnit;
+        break;
+      }
+    if (!slot) {
+      slot = addBuffer(("recv" + Twine(recvSlots[type].size())).str(), type, "activation");
+      recvSlots[type].push_back({slot, thisUnit});
+    }
+    post(group, peer, early, [&](OpBuilder &pb) { return ref(pb, loc, slot); });
+    args.push_back(ref(ob, loc, slot));
+  }
+}
+
+bool Lowering::isCommFree(StringRef name) {
+  auto it = commFree.find(name);
+  if (it != commFree.end())
+    return it->second;
+  commFree[name] = false; // recursion: assume it communicates
+  auto fn = module.lookupSymbol<func::FuncOp>(name);
+  bool free = bool(fn);
+  if (fn)
+    fn.walk([&](Operation *op) {
+      if (isa<rt::SendOp, rt::RecvOp, rt::CollectiveOp, rt::WaitOp>(op) ||
+          (isa<func::CallOp>(op) && !isCommFree(cast<func::CallOp>(op).getCallee()))) {
+        free = false;
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+  return commFree[name] = free;
+}
+
+void Lowering::hoistPointToPoint(func::FuncOp nf) {
+  // Only the receives before the unit's first other communication and the sends after its
+  // last move: this rank's order of communication stays the synchronous plan's.
+  Block &body = nf.getBody().front();
+  auto communicates = [&](Operation &op) {
+    if (isa<rt::SendOp, rt::RecvOp, rt::CollectiveOp, rt::WaitOp>(op))
+      return true;
+    auto c = dyn_cast<func::CallOp>(op);
+    return c && !isCommFree(c.getCallee());
+  };
+  SmallVector<rt::RecvOp> recvs;
+  SmallVector<rt::SendOp> sends;
+  for (Operation &op : body) {
+    if (auto r = dyn_cast<rt::RecvOp>(op); r && int64_t(r.getToken()) < 0) {
+      recvs.push_back(r);
+      continue;
+    }
+    if (communicates(op))
+      break;
+  }
+  for (Operation &op : llvm::reverse(body)) {
+    if (auto sd = dyn_cast<rt::SendOp>(op); sd && int64_t(sd.getToken()) < 0) {
+      sends.push_back(sd);
+      continue;
+    }
+    if (communicates(op))
+      break;
+  }
+  std::reverse(sends.begin(), sends.end());
+  if (!recvs.empty() && !sends.empty() && sends.front()->isBeforeInBlock(recvs.back()))
+    sends.clear(); // a unit of p2p only: keep its order
+  // The transfer's own buffer, referenced once: an argument replaces it.
+  auto toArgument = [&](Operation *p2p, Value buffer, StringAttr group, IntegerAttr peer,
+                        StringRef kind) {
+    auto bref = buffer.getDefiningOp<rt::BufferRefOp>();
+    if (!bref)
+      return false;
+    StringRef name = bref.getBuffer();
+    int refs = 0;
+    nf.walk([&](rt::BufferRefOp o) { refs += o.getBuffer() == name; });
+    auto buf = module.lookupSymbol<rt::BufferOp>(name);
+    if (refs != 1 || !buf)
+      return false;
+    unsigned idx = nf.getNumArguments();
+    nf.insertArgument(idx, buffer.getType(),
+                      b.getDictionaryAttr({b.getNamedAttr("rt.p2p", b.getStringAttr(kind)),
+                                           b.getNamedAttr("rt.p2p_group", group),
+                                           b.getNamedAttr("rt.p2p_peer", peer)}),
+                      p2p->getLoc());
+    p2p->erase();
+    bref.getResult().replaceAllUsesWith(nf.getArgument(idx));
+    bref.erase();
+    buf.erase();
+    return true;
+  };
+  SmallVector<Attribute> stashRecvs;
+  for (rt::RecvOp r : recvs) {
+    // Into a stash slot (a forward's received input, stashed for its backward): the iteration
+    // receives into the same view of the slot it passes.
+    if (auto v = r.getBuffer().getDefiningOp<rt::ViewOp>()) {
+      auto arg = dyn_cast<BlockArgument>(v.getSource());
+      if (!arg || v.getAxisAttr() || !nf.getArgAttr(arg.getArgNumber(), "rt.stash"))
+        break; // stays: so do the receives after it
+      stashRecvs.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("group", r.getGroupAttr()), b.getNamedAttr("peer", r.getPeerAttr()),
+           b.getNamedAttr("arg", b.getI64IntegerAttr(arg.getArgNumber())),
+           b.getNamedAttr("offset", v.getOffsetAttr()),
+           b.getNamedAttr("type", TypeAttr::get(v.getType()))}));
+      r.erase();
+      continue;
+    }
+    if (!toArgument(r, r.getBuffer(), r.getGroupAttr(), r.getPeerAttr(), "recv"))
+      break;
+  }
+  if (!stashRecvs.empty())
+    nf->setAttr("rt.p2p_stash_recvs", b.getArrayAttr(stashRecvs));
+  // Sends from the end backwards: one that stays keeps those before it.
+  for (rt::SendOp sd : llvm::reverse(sends))
+    if (!toArgument(sd, sd.getBuffer(), sd.getGroupAttr(), sd.getPeerAttr(), "send"))
+      break;
 }
 
 SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef callee,

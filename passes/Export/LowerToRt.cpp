@@ -386,6 +386,8 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     }
     return op.emitOpError() << "cannot be lowered to rt (no KernelOpInterface)";
   }
+  if (overlapUnits.contains(fname))
+    hoistPointToPoint(nf);
   stageFlops[fname] = st.flops;
   stageBytes[fname] = st.bytes;
   return success();
@@ -667,6 +669,16 @@ LogicalResult Lowering::run() {
                               << llvm::count_if(iterations, [](func::FuncOp f) {
                                    return !f->hasAttr("sched.eval");
                                  });
+  // --overlap-p2p-comm: the training units' receives move into the iteration (async).
+  if (module->hasAttr("trainc.overlap_p2p_comm"))
+    for (func::FuncOp it : iterations)
+      if (!it->hasAttr("sched.eval"))
+        for (Operation &op : it.getBody().front()) {
+          if (auto f = dyn_cast<sched::ForwardOp>(op))
+            overlapUnits.insert(f.getCallee());
+          else if (auto bw = dyn_cast<sched::BackwardOp>(op))
+            overlapUnits.insert(bw.getCallee());
+        }
   for (auto &[name, fn] : stages)
     if (failed(lowerStage(fn)))
       return failure();

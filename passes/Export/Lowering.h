@@ -243,18 +243,59 @@ private:
   struct UnitState {
     double flops = 0, bytes = 0;
     int64_t forwards = 0;
+    int64_t units = 0; // unit calls so far
     SmallVector<int64_t> busySlots;
+    llvm::DenseMap<int64_t, int64_t> slotFreedAt; // stash slot -> unit call that last freed it
+    /// --overlap-p2p-comm: the sends of the unit being called (send buffer pool entries).
+    struct PendingSend {
+      StringAttr group;
+      IntegerAttr peer;
+      unsigned slot;
+      Type type;
+    };
+    SmallVector<PendingSend> sendsAfter;
     llvm::DenseMap<Value, std::pair<int64_t, SmallVector<rt::BufferOp>>> stashOf;
   };
   /// A sched.microbatch, sched.forward or sched.backward as a call of its lowered stage function
   /// (forward: takes the lowest free stash slot; backward: releases its forward's).
   LogicalResult lowerUnit(OpBuilder &ob, Location loc, Operation &op, bool isEval,
                           UnitState &st);
+  /// --overlap-p2p-comm: for each trailing argument of the unit function `rtCallee` that
+  /// hoistPointToPoint made (rt.p2p = "recv"), an async rt.recv into a receive buffer,
+  /// posted before the previous unit's call where that unit communicates nothing, and its
+  /// rt.wait just before this call; appends the buffers to `args`.
+  void overlappedReceives(OpBuilder &ob, Location loc, StringRef rtCallee,
+                          SmallVector<Value> &args, int64_t stashSlot, UnitState &st);
   /// The input buffers of microbatch `mb` for the stage function `callee`, in argument order.
   SmallVector<Value> inputArgs(OpBuilder &ob, Location loc, StringRef callee, int64_t mb);
   /// The buffers of stash slot `slot` for the results of the forward unit `fwd`.
   SmallVector<rt::BufferOp> stashSlot(func::FuncOp fwd, int64_t slot);
   LogicalResult lowerStage(func::FuncOp fn);
+  /// --overlap-p2p-comm (module attribute trainc.overlap_p2p_comm): the top-level synchronous
+  /// receives of the lowered unit function `nf` (rt.recv into a buffer of its own) become
+  /// trailing arguments tagged rt.p2p_group / rt.p2p_peer, which the iteration fills with an
+  /// async rt.recv (lowerUnit); a receive into a view of a stash argument (a forward's
+  /// received input, stashed for its backward) is listed in the function attribute
+  /// rt.p2p_stash_recvs ({group, peer, arg, offset, type}) and received by the iteration into
+  /// that view of the slot it passes. Other receives stay synchronous in the unit.
+  /// Also the trailing sends (after the unit's last other communication) of a buffer of their
+  /// own: arguments tagged rt.p2p = "send" (in reverse program order) that the unit writes and
+  /// the iteration sends async after the call, waited before the buffer is written again or
+  /// before the first non-unit op. Arguments of receives are tagged rt.p2p = "recv".
+  void hoistPointToPoint(func::FuncOp nf);
+  /// Whether the lowered function `name` (and what it calls) issues no communication (no
+  /// rt.send, rt.recv, rt.collective or rt.wait): a receive may be posted before its call
+  /// without changing this rank's order of communication.
+  bool isCommFree(StringRef name);
+  llvm::StringMap<bool> commFree;
+  /// Stage functions called by sched.forward / sched.backward in the training iteration, when
+  /// the receives are overlapped (trainc.overlap_p2p_comm).
+  llvm::StringSet<> overlapUnits;
+  /// Receive buffers of the overlapped plan, per type: (buffer, index of the unit that reads
+  /// it last); a buffer is reused once that unit has run.
+  llvm::DenseMap<Type, SmallVector<std::pair<rt::BufferOp, int64_t>>> recvSlots;
+  /// Send buffers of the overlapped plan, per type: (buffer, token of its send in flight or -1).
+  llvm::DenseMap<Type, SmallVector<std::pair<rt::BufferOp, int64_t>>> sendSlots;
   /// Megatron's gradient-accumulation fusion: when the only use of the weight gradient `gw`
   /// (model.linear_grad_weight, [N, K] from dy [..., N] and x [..., K]) is a sched.accumulate_grad
   /// into a main_grad of the same element type and shape (f32: an fp32 plan, or bf16/fp16

@@ -236,6 +236,12 @@ LogicalResult buildFunctionInfo(func::FuncOp fn, llvm::StringMap<FunctionInfo> &
     } else if (auto c = dyn_cast<rt::CollectiveOp>(op); c && int64_t(c.getToken()) >= 0) {
       step.asyncToken = int64_t(c.getToken());
       sources(c->getOperands());
+    } else if (auto r = dyn_cast<rt::RecvOp>(op); r && int64_t(r.getToken()) >= 0) {
+      step.asyncToken = int64_t(r.getToken()); // written until its wait
+      sources(r->getOperands());
+    } else if (auto s = dyn_cast<rt::SendOp>(op); s && int64_t(s.getToken()) >= 0) {
+      step.asyncToken = int64_t(s.getToken()); // read until its wait
+      sources(s->getOperands());
     } else if (auto w = dyn_cast<rt::WaitOp>(op)) {
       step.waitToken = int64_t(w.getToken());
     }

@@ -51,6 +51,17 @@ public:
                     DType dtype = DType::U8) = 0;
   virtual void recv(int group, int64_t peer, void *buf, size_t bytes,
                     DType dtype = DType::U8) = 0;
+  /// A send to group rank `sendPeer` and a receive from `recvPeer` of the same group started
+  /// together (Megatron's batch_isend_irecv of a send/receive pair): neither waits for the
+  /// other's peer to reach its half. The executor calls it for an async send immediately
+  /// followed by an async receive (--overlap-p2p-comm's pairs). Default: send, then receive
+  /// (Gloo's sends are eager: that is the pair already). NCCL groups the two calls.
+  virtual void sendRecv(int group, int64_t sendPeer, const void *sendBuf, size_t sendBytes,
+                        DType sendDtype, int64_t recvPeer, void *recvBuf, size_t recvBytes,
+                        DType recvDtype) {
+    send(group, sendPeer, sendBuf, sendBytes, sendDtype);
+    recv(group, recvPeer, recvBuf, recvBytes, recvDtype);
+  }
   virtual void barrier(int group) = 0;
 };
 

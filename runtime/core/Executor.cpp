@@ -44,6 +44,9 @@ struct PInstr {
   int64_t peerOrRoot = 0;
   bool async = false;
   uint32_t token = 0;
+  // An async send whose next instruction is an async receive on the same group: both run as one
+  // Communicator::sendRecv (a batched pair; NCCL groups it).
+  bool pairWithNext = false;
   uint32_t callee = 0;
   bool eventWait = false;
   // Region (graph capture) on a backend that captures graphs: the index of the partner marker
@@ -254,6 +257,11 @@ Executor::create(schema::Program program, Backend &backend, Communicator &comm,
         break;
       }
     }
+    for (size_t ii = 0; ii + 1 < pf.body.size(); ++ii) {
+      PInstr &s = pf.body[ii], &r = pf.body[ii + 1];
+      s.pairWithNext = s.op == Op::Send && s.async && r.op == Op::Recv && r.async &&
+                       s.group == r.group && s.stream == r.stream;
+    }
   }
   // A backend that captures graphs replays a region as a whole: its markers must pair up within
   // one function (trainc-cuda-graph places them in the entry function).
@@ -344,8 +352,7 @@ struct Runner {
   absl::Status runFunction(int fi, void *const *args) {
     PFunction &pf = im.functions[fi];
     const bool timing = im.timing;
-    for (size_t ii = 0; ii < pf.body.size(); ++ii) {
-      PInstr &pi = pf.body[ii];
+    auto bind = [&](PInstr &pi) {
       ++executed;
       uint64_t end = pi.staticEnd;
       for (const Patch &pt : pi.patches) {
@@ -355,6 +362,10 @@ struct Runner {
       }
       if (end > hwm)
         hwm = end;
+    };
+    for (size_t ii = 0; ii < pf.body.size(); ++ii) {
+      PInstr &pi = pf.body[ii];
+      bind(pi);
       int64_t t0 = timing ? nowNs(im.t0) : 0;
       switch (pi.op) {
       case Op::Kernel: {
@@ -384,6 +395,38 @@ struct Runner {
       case Op::Collective:
       case Op::Send:
       case Op::Recv: {
+        if (pi.pairWithNext) {
+          // The send and the async receive after it as one batched pair.
+          PInstr &ri = pf.body[++ii];
+          bind(ri);
+          TensorView sv = pi.views[0], rv = ri.views[0];
+          const PInstr *sp = &pi, *rp = &ri;
+          int f = fi, idx = int(ii);
+          Executor::Impl *imp = &im;
+          Communicator *cm = &comm;
+          backend.enqueue(kCommStream, [imp, cm, sp, rp, sv, rv, f, idx]() {
+            Executor::Impl &im = *imp;
+            {
+              std::lock_guard<std::mutex> l(im.commErrorMu);
+              if (!im.commError.empty())
+                return;
+            }
+            int64_t s = im.timing ? nowNs(im.t0) : 0;
+            try {
+              cm->sendRecv(sp->group, sp->peerOrRoot, sv.data, sv.bytes(), sv.dtype,
+                           rp->peerOrRoot, rv.data, rv.bytes(), rv.dtype);
+            } catch (const std::exception &e) {
+              std::lock_guard<std::mutex> l(im.commErrorMu);
+              im.commError = absl::StrCat("send/recv pair (", im.functionNames[size_t(f)],
+                                          " instructions ", idx - 1, ", ", idx, "): ", e.what());
+            }
+            im.recordComm(f, idx - 1, s);
+            im.recordComm(f, idx, s);
+          });
+          backend.recordEvent(im.numEvents + pi.token, kCommStream);
+          backend.recordEvent(im.numEvents + ri.token, kCommStream);
+          break;
+        }
         std::vector<TensorView> views = pi.views;
         const PInstr *pp = &pi;
         int f = fi, idx = int(ii);

@@ -191,6 +191,26 @@ public:
   void recv(int group, int64_t peer, void *buf, size_t bytes, DType) override {
     p2p(group, peer, buf, bytes, false);
   }
+  // One ncclGroupStart/End around the pair: an ungrouped ncclSend may wait for its peer's
+  // receive, so two stages sending to each other first (1F1B's steady state) could deadlock.
+  // Untested: one GPU cannot hold two NCCL ranks.
+  void sendRecv(int group, int64_t sendPeer, const void *sendBuf, size_t sendBytes, DType,
+                int64_t recvPeer, void *recvBuf, size_t recvBytes, DType) override {
+    Group &g = at(group, "send/recv pair");
+    checkPeer(g, sendPeer, "send");
+    checkPeer(g, recvPeer, "recv");
+    check(api_, api_.cudaEventRecord(commDone_, s_.comm), "cudaEventRecord");
+    check(api_, api_.cudaStreamWaitEvent(s_.p2p, commDone_, 0), "cudaStreamWaitEvent");
+    ncclCheck(api_.ncclGroupStart(), "ncclGroupStart", g);
+    ncclResult_t rs = api_.ncclSend(sendBuf, sendBytes, ncclUint8, int(sendPeer), g.comm, s_.p2p);
+    ncclResult_t rr = api_.ncclRecv(recvBuf, recvBytes, ncclUint8, int(recvPeer), g.comm, s_.p2p);
+    ncclResult_t end = api_.ncclGroupEnd();
+    ncclCheck(rs, "ncclSend", g);
+    ncclCheck(rr, "ncclRecv", g);
+    ncclCheck(end, "ncclGroupEnd", g);
+    check(api_, api_.cudaEventRecord(p2pDone_, s_.p2p), "cudaEventRecord");
+    check(api_, api_.cudaStreamWaitEvent(s_.comm, p2pDone_, 0), "cudaStreamWaitEvent");
+  }
   void barrier(int group) override {
     Group &g = at(group, "barrier");
     if (g.size == 1)
@@ -276,12 +296,15 @@ private:
     }
   };
 
+  void checkPeer(const Group &g, int64_t peer, const char *what) {
+    if (peer < 0 || peer >= g.size || peer == g.groupRank)
+      throw std::runtime_error(absl::StrCat("rank ", rank_, ": ", what, " peer ", peer,
+                                            " is not another rank of group ", g.name, " (",
+                                            g.size, " ranks)"));
+  }
   void p2p(int group, int64_t peer, void *buf, size_t bytes, bool isSend) {
     Group &g = at(group, isSend ? "send" : "recv");
-    if (peer < 0 || peer >= g.size || peer == g.groupRank)
-      throw std::runtime_error(absl::StrCat("rank ", rank_, ": ", isSend ? "send" : "recv",
-                                            " peer ", peer, " is not another rank of group ",
-                                            g.name, " (", g.size, " ranks)"));
+    checkPeer(g, peer, isSend ? "send" : "recv");
     check(api_, api_.cudaEventRecord(commDone_, s_.comm), "cudaEventRecord");
     check(api_, api_.cudaStreamWaitEvent(s_.p2p, commDone_, 0), "cudaStreamWaitEvent");
     ncclResult_t r = isSend ? api_.ncclSend(buf, bytes, ncclUint8, int(peer), g.comm, s_.p2p)

@@ -19,6 +19,7 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -296,13 +297,17 @@ TEST(PipelineVerifier, RefusesAPlanThatDeadlocks) {
       << e;
 }
 
-// The interleaved plan (pp 2, 2 chunks, m 2) passes the whole-plan check; with rank 0's first
-// backward unit (chunk 1's) moved before its forwards, rank 0 waits for a gradient of rank 1,
-// which waits for rank 0's activation: refused, naming both ranks and instruction paths.
+// The interleaved plan (pp 2, 2 chunks, m 2, synchronous p2p) passes the whole-plan check; with
+// rank 0's first backward unit (chunk 1's) moved before its forwards, rank 0 waits for a
+// gradient of rank 1, which waits for rank 0's activation: refused, naming both ranks and
+// instruction paths.
 TEST(PipelineVerifier, RefusesAnInterleavedPlanThatDeadlocks) {
   config::PlanConfig plan;
   std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
-      "tiny-llama", flags(2, 1, 1, 2, {"--virtual-pipeline-model-parallel-size", "2"}), &plan);
+      "tiny-llama",
+      flags(2, 1, 1, 2,
+            {"--virtual-pipeline-model-parallel-size", "2", "--no-overlap-p2p-communication"}),
+      &plan);
   ASSERT_EQ(programs.size(), 2u);
   EXPECT_EQ(plan.parallel.pipeline_schedule, "interleaved");
   EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
@@ -335,6 +340,68 @@ TEST(PipelineVerifier, RefusesAZeroBubblePlanThatDeadlocks) {
             std::string::npos)
       << e;
   EXPECT_NE(e.find("forward_backward.backward.input#"), std::string::npos) << e;
+}
+
+/// The index in train_step of rank program `p`'s first instruction satisfying `pred`, or -1.
+int firstInEntry(const schema::Program &p,
+                 const std::function<bool(const schema::Instruction &)> &pred) {
+  const schema::Function &entry = p.functions(int(p.entry()));
+  for (int i = 0; i < entry.body_size(); ++i)
+    if (pred(entry.body(i)))
+      return i;
+  return -1;
+}
+
+// With --overlap-p2p-comm (the interleaved default) the units' receives and sends are async
+// instructions of train_step. The plan passes; with rank 0's first async receive moved to the
+// front of train_step (before any of its sends: the communication stream runs in issue order,
+// so the receive holds back rank 0's first activation), rank 0 waits for rank 1, which waits for
+// that activation: refused, naming both ranks and train_step's instructions.
+TEST(PipelineVerifier, RefusesAnOverlappedPlanThatDeadlocks) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama", flags(2, 1, 1, 2, {"--virtual-pipeline-model-parallel-size", "2"}), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  EXPECT_TRUE(plan.parallel.overlap_p2p_comm);
+  EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+  int r = firstInEntry(programs[0], [](const schema::Instruction &i) {
+    return i.has_recv() && i.recv().async();
+  });
+  ASSERT_GT(r, 0);
+  schema::Function &entry = *programs[0].mutable_functions(int(programs[0].entry()));
+  for (int i = r; i > 0; --i)
+    entry.mutable_body()->SwapElements(i, i - 1);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
+                   "from rank 1 (train_step#0)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
+            std::string::npos)
+      << e;
+}
+
+// An async receive whose wait is gone is refused, naming the rank, the receive and its token.
+TEST(PipelineVerifier, RefusesAnAsyncReceiveNeverWaited) {
+  config::PlanConfig plan;
+  std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+      "tiny-llama", flags(2, 1, 1, 2, {"--virtual-pipeline-model-parallel-size", "2"}), &plan);
+  ASSERT_EQ(programs.size(), 2u);
+  int r = firstInEntry(programs[1], [](const schema::Instruction &i) {
+    return i.has_recv() && i.recv().async();
+  });
+  ASSERT_GE(r, 0);
+  uint32_t token = programs[1].functions(int(programs[1].entry())).body(r).recv().token();
+  int w = firstInEntry(programs[1], [&](const schema::Instruction &i) {
+    return i.has_wait() && i.wait().token() == token;
+  });
+  ASSERT_GT(w, r);
+  programs[1].mutable_functions(int(programs[1].entry()))->mutable_body()->DeleteSubrange(w, 1);
+  std::string e = mlir::trainc::verifyPlan(programs);
+  EXPECT_EQ(e, "entry 'train_step': rank 1's async receive of 144 f32 elements from rank 0 "
+               "(train_step#" + std::to_string(r) + ") on token " + std::to_string(token) +
+               " is never waited")
+      << e;
 }
 
 // A receive of another size than the send it meets is refused, naming both ranks.

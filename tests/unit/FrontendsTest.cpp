@@ -1124,15 +1124,13 @@ TEST(MegatronFlagsTest, LoggingFlagsAreRecordedAsIgnored) {
               "--timing-log-level 2 --log-timers-to-tensorboard --profile "
               "--profile-ranks 0 1 --use-mcore-models --transformer-impl local "
               "--use-flash-attn --no-gradient-accumulation-fusion --profile-step-start=3 "
-              "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective "
-              "--no-overlap-p2p-communication");
+              "--accumulate-allreduce-grads-in-fp32 --ddp-average-in-collective");
   EXPECT_EQ(c.ignoredFlags,
             (std::vector<std::string>{
                 "--wandb-project", "--profile",
                 "--profile-ranks", "--use-mcore-models", "--transformer-impl", "--use-flash-attn",
                 "--no-gradient-accumulation-fusion", "--profile-step-start",
-                "--accumulate-allreduce-grads-in-fp32", "--ddp-average-in-collective",
-                "--no-overlap-p2p-communication"}));
+                "--accumulate-allreduce-grads-in-fp32", "--ddp-average-in-collective"}));
   // The TensorBoard flags are run-time defaults the plan records, not ignored.
   EXPECT_EQ(c.runtime.tensorboard_dir, "/tmp/tb");
   EXPECT_TRUE(c.runtime.log_timers_to_tensorboard);
@@ -1683,3 +1681,21 @@ TEST(RampupConfig, RecordsTheRampAndTheProgramsItNeeds) {
 }
 
 } // namespace
+
+// Megatron's overlap_p2p_comm: --no-overlap-p2p-communication is store_false (on by default),
+// and arguments.py turns it off without virtual stages (no interleaving).
+TEST(MegatronFlagsTest, OverlapP2PCommFollowsMegatron) {
+  const std::string pp2 = std::string(kMinimal) +
+                          " --num-layers 4 --pipeline-model-parallel-size 2 --global-batch-size 4";
+  EXPECT_TRUE(parseOk(pp2 + " --virtual-pipeline-model-parallel-size 2").parallel.overlap_p2p_comm);
+  EXPECT_FALSE(parseOk(pp2 + " --virtual-pipeline-model-parallel-size 2 "
+                             "--no-overlap-p2p-communication")
+                   .parallel.overlap_p2p_comm);
+  EXPECT_FALSE(parseOk(pp2).parallel.overlap_p2p_comm);
+  EXPECT_FALSE(parseOk(pp2 + " --pipeline-schedule zb-h1").parallel.overlap_p2p_comm);
+  EXPECT_FALSE(parseOk(kMinimal).parallel.overlap_p2p_comm);
+  // A switch: it takes no value.
+  llvm::Expected<PlanConfig> bad = parse(pp2 + " --no-overlap-p2p-communication=1");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_CONTAINS(llvm::toString(bad.takeError()), "--no-overlap-p2p-communication");
+}

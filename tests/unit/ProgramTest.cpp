@@ -995,3 +995,71 @@ TEST(Executor, RefusesARegionSplitOverFunctionsOnAGraphBackend) {
   auto cpu = createCpuBackend();
   EXPECT_TRUE(Executor::create(p, *cpu, *comm).ok()); // CPU: the markers only nest
 }
+
+/// Records the point-to-point calls the executor makes (rank 0 of 2; nothing is transferred).
+class RecordingCommunicator : public Communicator {
+public:
+  int64_t rank() const override { return 0; }
+  int64_t worldSize() const override { return 2; }
+  std::string setupGroups(const std::vector<GroupSpec> &) override { return ""; }
+  void allReduce(int, const void *, void *, int64_t, DType, ReduceOp) override {}
+  void reduceScatter(int, const void *, void *, int64_t, DType, ReduceOp) override {}
+  void allGather(int, const void *, void *, int64_t, DType) override {}
+  void broadcast(int, void *, int64_t, DType, int64_t) override {}
+  void send(int, int64_t peer, const void *, size_t bytes, DType) override {
+    calls.push_back("send " + std::to_string(peer) + " " + std::to_string(bytes));
+  }
+  void recv(int, int64_t peer, void *, size_t bytes, DType) override {
+    calls.push_back("recv " + std::to_string(peer) + " " + std::to_string(bytes));
+  }
+  void sendRecv(int, int64_t sendPeer, const void *, size_t sendBytes, DType, int64_t recvPeer,
+                void *, size_t recvBytes, DType) override {
+    calls.push_back("pair " + std::to_string(sendPeer) + " " + std::to_string(sendBytes) + " " +
+                    std::to_string(recvPeer) + " " + std::to_string(recvBytes));
+  }
+  void barrier(int) override {}
+  std::vector<std::string> calls;
+};
+
+} // namespace
+
+// --overlap-p2p-comm's pairs: an async send immediately followed by an async receive on the
+// same group reaches the communicator as one sendRecv (NCCL groups it); a synchronous pair, or
+// an async one split by a wait, stays two calls.
+TEST(Executor, RunsAnAsyncSendReceivePairAsOneCall) {
+  ProgramBuilder b;
+  b.setMesh({"pp"}, {2}, 0);
+  int pp = b.addGroup("pp", {0, 1});
+  int x = b.addBuffer("x", schema::ACTIVATION, DType::F32, {4});
+  int y = b.addBuffer("y", schema::ACTIVATION, DType::F32, {8});
+  int main = b.addFunction("main");
+  auto p2p = [&](bool isSend, int buffer, bool async, uint32_t token) {
+    schema::Instruction &ins = *b.proto().mutable_functions(main)->add_body();
+    schema::SendRecv &sr = isSend ? *ins.mutable_send() : *ins.mutable_recv();
+    sr.set_group(uint32_t(pp));
+    sr.set_peer(1);
+    *sr.mutable_operand() = ProgramBuilder::buf(buffer);
+    sr.set_async(async);
+    sr.set_token(token);
+    ins.set_stream(1);
+  };
+  p2p(true, x, true, 0);
+  p2p(false, y, true, 1);
+  b.wait(main, 0);
+  b.wait(main, 1);
+  p2p(true, x, false, 0);
+  p2p(false, y, false, 0);
+  p2p(true, x, true, 2);
+  b.wait(main, 2);
+  p2p(false, y, true, 3);
+  b.wait(main, 3);
+  b.setNumTokens(4);
+  auto backend = createCpuBackend();
+  RecordingCommunicator comm;
+  auto ex = Executor::create(b.finish(), *backend, comm);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  absl::Status s = (*ex)->run();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(comm.calls, (std::vector<std::string>{"pair 1 16 1 32", "send 1 16", "recv 1 32",
+                                                  "send 1 16", "recv 1 32"}));
+}
