@@ -996,6 +996,8 @@ TEST(Executor, RefusesARegionSplitOverFunctionsOnAGraphBackend) {
   EXPECT_TRUE(Executor::create(p, *cpu, *comm).ok()); // CPU: the markers only nest
 }
 
+namespace {
+
 /// Records the point-to-point calls the executor makes (rank 0 of 2; nothing is transferred).
 class RecordingCommunicator : public Communicator {
 public:
