@@ -754,6 +754,36 @@ TEST(Init, NormalPairsMatchLibmBoxMuller) {
               maxDiff, floatDiffer, 2 * n);
 }
 
+// Global indices around 2^33, where the Box-Muller pair index (the Philox counter's low word)
+// wraps past 2^32: 4096 elements of a [2^34] parameter from 2^33 - 251, so the first batch starts
+// at pair 2^32 - 126 and the wrap falls inside a 16-counter vector of the AVX-512 Philox batch
+// (lane 14), not at a batch edge. Every element equals initialValue (scalar Philox with the
+// 64-bit counter).
+TEST(Init, PairCounterCarryIntoTheHighWordMatchesInitialValue) {
+  const int64_t n = 4096, start = (int64_t(1) << 33) - 251;
+  ProgramBuilder b;
+  int w = b.addBuffer("w", schema::PARAMETER, DType::F32, {n});
+  b.addFunction("main");
+  schema::Program p = b.finish();
+  schema::Parameter *q = p.add_parameters();
+  q->set_name("huge.weight");
+  q->add_global_shape(int64_t(1) << 34);
+  q->add_slice_start(start);
+  q->add_slice_size(n);
+  q->set_buffer(uint32_t(w));
+  q->set_init("normal");
+  q->set_init_std(1.0);
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  auto ex = Executor::create(p, *backend, *comm);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_TRUE(initializeParameters(**ex, 77).ok());
+  std::vector<float> got(static_cast<size_t>(n));
+  ASSERT_TRUE((*ex)->readBuffer(w, got.data(), got.size() * 4).ok());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[size_t(i)], float(initialValue(*q, 77, uint64_t(start + i)))) << i;
+}
+
 // The host staging copy of a parameter buffer is read from the buffer only when the run of
 // consecutive parameters in it does not cover it: bytes outside every parameter keep their values
 // (buffer a's last 3 elements), and a buffer visited twice (a, then b, then a again) keeps the
