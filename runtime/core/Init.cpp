@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -276,16 +277,20 @@ __attribute__((target("avx512f"))) void philoxBatchAvx512(uint32_t k0, uint32_t 
 
 #pragma GCC diagnostic pop
 
-/// philoxBatchAvx512 where the CPU has AVX-512F (checked once), else philoxBatch.
+/// philoxBatchAvx512 where the CPU has AVX-512F (checked once; tests may turn it off), else
+/// philoxBatch.
+bool cpuHasAvx512f() { return __builtin_cpu_supports("avx512f") != 0; }
+std::atomic<bool> useAvx512Philox{cpuHasAvx512f()};
 void philoxBatchBest(uint32_t k0, uint32_t k1, uint64_t firstPair, uint64_t ctrHi, int n,
                      uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512)
+  if (useAvx512Philox.load(std::memory_order_relaxed))
     philoxBatchAvx512(k0, k1, firstPair, ctrHi, n, c0, c1, c2, c3);
   else
     philoxBatch(k0, k1, firstPair, ctrHi, n, c0, c1, c2, c3);
 }
 #else
+bool cpuHasAvx512f() { return false; }
+std::atomic<bool> useAvx512Philox{false};
 void philoxBatchBest(uint32_t k0, uint32_t k1, uint64_t firstPair, uint64_t ctrHi, int n,
                      uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3) {
   philoxBatch(k0, k1, firstPair, ctrHi, n, c0, c1, c2, c3);
@@ -390,6 +395,10 @@ void initRange(const schema::Parameter &p, DType t, uint64_t seed, uint64_t key,
 }
 
 } // namespace
+
+bool setAvx512PhiloxForTesting(bool on) {
+  return useAvx512Philox.exchange(on && cpuHasAvx512f());
+}
 
 absl::Status initializeParameters(Executor &ex, uint64_t seed) {
   const schema::Program &prog = ex.program();

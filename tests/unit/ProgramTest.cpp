@@ -758,7 +758,7 @@ TEST(Init, NormalPairsMatchLibmBoxMuller) {
 // wraps past 2^32: 4096 elements of a [2^34] parameter from 2^33 - 251, so the first batch starts
 // at pair 2^32 - 126 and the wrap falls inside a 16-counter vector of the AVX-512 Philox batch
 // (lane 14), not at a batch edge. Every element equals initialValue (scalar Philox with the
-// 64-bit counter).
+// 64-bit counter), with the AVX-512F Philox batch and with the portable one.
 TEST(Init, PairCounterCarryIntoTheHighWordMatchesInitialValue) {
   const int64_t n = 4096, start = (int64_t(1) << 33) - 251;
   ProgramBuilder b;
@@ -777,11 +777,18 @@ TEST(Init, PairCounterCarryIntoTheHighWordMatchesInitialValue) {
   auto comm = createLocalCommunicator();
   auto ex = Executor::create(p, *backend, *comm);
   ASSERT_TRUE(ex.ok()) << ex.status();
-  ASSERT_TRUE(initializeParameters(**ex, 77).ok());
-  std::vector<float> got(static_cast<size_t>(n));
-  ASSERT_TRUE((*ex)->readBuffer(w, got.data(), got.size() * 4).ok());
-  for (int64_t i = 0; i < n; ++i)
-    ASSERT_EQ(got[size_t(i)], float(initialValue(*q, 77, uint64_t(start + i)))) << i;
+  // Both Philox batch paths: the AVX-512F intrinsics (where the CPU has them) and the portable
+  // loop.
+  for (bool avx512 : {true, false}) {
+    bool was = setAvx512PhiloxForTesting(avx512);
+    ASSERT_TRUE(initializeParameters(**ex, 77).ok());
+    setAvx512PhiloxForTesting(was);
+    std::vector<float> got(static_cast<size_t>(n));
+    ASSERT_TRUE((*ex)->readBuffer(w, got.data(), got.size() * 4).ok());
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[size_t(i)], float(initialValue(*q, 77, uint64_t(start + i))))
+          << i << " avx512 " << avx512;
+  }
 }
 
 // The host staging copy of a parameter buffer is read from the buffer only when the run of
