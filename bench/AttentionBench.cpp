@@ -10,6 +10,9 @@
 // OMP_NUM_THREADS=1 on a loaded machine). FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for
 // the backward (forward + backward = 3.5 times). Then the same with attention dropout p = 0.1
 // (attention_dropout kernels: one Philox call per 4 probabilities, forward and backward).
+// Argument 2 `products`: also the kernels' block products alone (their sgemm calls at the same
+// shapes, no softmax), the ceiling oneDNN's sgemm puts on the kernels; `nodropout`: without the
+// dropout timings.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +20,7 @@
 #include "runtime/core/Kernel.h"
 
 #include "dnnl.h"
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -129,17 +133,71 @@ int main(int argc, char **argv) {
     ok &= call(*backend, "attention_dropout_backward", {qv, kv, vv, ov, lv, dov, rv},
                {dqv, dkv, dvv}, dattrs);
   };
+  // The block products alone, as the kernels call them (causal, 64-row query blocks, panels of
+  // n = i0 + 64 keys, single-threaded sgemm per (batch, head) like the kernels): forward
+  // Q K^T and P V; backward Q K^T, dO V^T, dS K, dS^T Q, P^T dO. No softmax, no packing: the
+  // ceiling that oneDNN's sgemm puts on the kernels at these shapes.
+  const int64_t Br = 64, ldp = (S + 15) / 16 * 16;
+  std::vector<float> pq = randomVec(Br * D), pk = randomVec(S * D), pv = randomVec(S * D),
+                     pdo = randomVec(Br * D), pp = randomVec(Br * ldp), pds = randomVec(Br * ldp),
+                     po(size_t(Br * D)), pdk(size_t(S * D)), pdv(size_t(S * D));
+  auto products = [&](bool backward) {
+    for (int64_t h = 0; h < B * NH; ++h)
+      for (int64_t i0 = 0; i0 < S; i0 += Br) {
+        const int64_t n = std::min(S, i0 + Br);
+        auto mm = [&](char ta, char tb, int64_t M, int64_t N, int64_t K, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                      int64_t ldc) {
+          ok &= dnnl_sgemm(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+        };
+        mm('N', 'T', Br, n, D, pq.data(), D, pk.data(), D, 0.0f, pp.data(), ldp);
+        if (!backward) {
+          mm('N', 'N', Br, D, n, pp.data(), ldp, pv.data(), D, 0.0f, po.data(), D);
+          continue;
+        }
+        mm('N', 'T', Br, n, D, pdo.data(), D, pv.data(), D, 0.0f, pds.data(), ldp);
+        mm('N', 'N', Br, D, n, pds.data(), ldp, pk.data(), D, 0.0f, po.data(), D);
+        mm('T', 'N', n, D, Br, pds.data(), ldp, pq.data(), D, 1.0f, pdk.data(), D);
+        mm('T', 'N', n, D, Br, pp.data(), ldp, pdo.data(), D, 1.0f, pdv.data(), D);
+      }
+  };
+  // One OpenMP thread for the products' sgemm calls, as the kernels' SingleThreadedGemm.
+  auto productsFwd = [&] {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    products(false);
+    omp_set_num_threads(saved);
+  };
+  auto productsBoth = [&] {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    products(false);
+    products(true);
+    omp_set_num_threads(saved);
+  };
+  const bool withProducts = argc > 2 && std::string(argv[2]) == "products";
+  // Argument 2 `nodropout`: skip the attention_dropout timings (for profiling the kernels).
+  const bool withDropout = !(argc > 2 && std::string(argv[2]) == "nodropout");
   gemm(); // warm-up
   fwd();
   both();
   dropBoth();
+  if (withProducts)
+    productsBoth();
+  double tProdFwd = 1e30, tProdBoth = 1e30;
   double tGemm = 1e30, tFwd = 1e30, tBoth = 1e30, tDropFwd = 1e30, tDropBoth = 1e30;
   for (int r = 0; r < rounds; ++r) {
     tGemm = std::min(tGemm, seconds(gemm));
     tFwd = std::min(tFwd, seconds(fwd));
     tBoth = std::min(tBoth, seconds(both));
-    tDropFwd = std::min(tDropFwd, seconds(dropFwd));
-    tDropBoth = std::min(tDropBoth, seconds(dropBoth));
+    if (withDropout) {
+      tDropFwd = std::min(tDropFwd, seconds(dropFwd));
+      tDropBoth = std::min(tDropBoth, seconds(dropBoth));
+    }
+    if (withProducts) {
+      tProdFwd = std::min(tProdFwd, seconds(productsFwd));
+      tProdBoth = std::min(tProdBoth, seconds(productsBoth));
+    }
   }
   if (!ok)
     return 1;
@@ -158,7 +216,14 @@ int main(int argc, char **argv) {
   std::printf("attention bwd (fwd+bwd - fwd) S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s)\n",
               (long long)S, (long long)NH, (long long)D, (tBoth - tFwd) * 1e3,
               2.5 * fwdFlops / (tBoth - tFwd) * 1e-9);
-  std::printf("attention_dropout p=0.1 fwd: %.2f ms (%.2fx attention), fwd+bwd: %.2f ms (%.2fx)\n",
-              tDropFwd * 1e3, tDropFwd / tFwd, tDropBoth * 1e3, tDropBoth / tBoth);
+  if (withDropout)
+    std::printf("attention_dropout p=0.1 fwd: %.2f ms (%.2fx attention), fwd+bwd: %.2f ms "
+                "(%.2fx)\n",
+                tDropFwd * 1e3, tDropFwd / tFwd, tDropBoth * 1e3, tDropBoth / tBoth);
+  if (withProducts)
+    std::printf("block products alone (single-threaded sgemm, kernels' shapes): fwd %.2f ms (%.0f%% "
+                "of the GEMM rate), fwd+bwd %.2f ms (%.0f%%)\n",
+                tProdFwd * 1e3, 100 * fwdFlops / tProdFwd * 1e-9 / gemmRate, tProdBoth * 1e3,
+                100 * bothFlops / tProdBoth * 1e-9 / gemmRate);
   return 0;
 }

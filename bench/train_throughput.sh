@@ -52,6 +52,11 @@ BENCH_DIR=${BENCH_DIR:-$ROOT/build/bench}
 export OMP_NUM_THREADS=$THREADS
 export OPENBLAS_NUM_THREADS=$THREADS
 export MKL_NUM_THREADS=$THREADS
+# Waiting OpenMP threads sleep instead of spinning unless the caller says otherwise: on a shared
+# 2-core machine spinning made trainc's iterations 2-4x slower (docs/kernels.md, "OMP_WAIT_POLICY");
+# the same setting applies to PyTorch (libgomp as well).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+echo "OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 if (( ITERS < 2 || ITERS_LARGE < 2 )); then
   echo "ITERS and ITERS_LARGE must be >= 2: the first iteration is warm-up" >&2
   exit 2

@@ -8,10 +8,18 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <type_traits>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define TRAINC_INIT_HAVE_AVX512_PHILOX 1
+#endif
 
 namespace trainc::rt {
 
@@ -24,13 +32,137 @@ uint64_t parameterKey(std::string_view name) {
   return h;
 }
 
+namespace initmath {
+
+namespace {
+inline double asDouble(uint64_t b) {
+  double d;
+  std::memcpy(&d, &b, 8);
+  return d;
+}
+inline uint64_t bitsOf(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, 8);
+  return b;
+}
+/// Exactly x as a double for |x| < 2^51 (the "1.5 * 2^52" magic number: integer ops and one
+/// subtraction, so the loops vectorise without AVX-512DQ's int64 -> double conversion).
+inline double smallIntToDouble(int64_t x) {
+  return asDouble(uint64_t(x + int64_t(0x4338000000000000ll))) - 6755399441055744.0;
+}
+/// Exactly x as a double for a 32-bit unsigned x.
+inline double u32ToDouble(uint32_t x) {
+  return asDouble(uint64_t(x) | 0x4330000000000000ull) - 4503599627370496.0;
+}
+} // namespace
+
+// Both functions are written for this file's -ffp-contract=off (runtime/CMakeLists.txt): every
+// multiply and add is rounded separately, so the scalar calls (initialValue) and the AVX-512 /
+// AVX2 / SSE2 clones of the batch loop give the same bits.
+
+inline __attribute__((always_inline)) double logUnitImpl(double u) {
+  // u = m * 2^e with m in [sqrt(1/2), sqrt(2)): m - 1 is exact there (Sterbenz).
+  uint64_t b = bitsOf(u);
+  int64_t e = int64_t(b >> 52) - 1023;
+  double m = asDouble((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+  // Branch-free (every clone vectorises): m *= 0.5 and e += 1 where m > sqrt(2).
+  uint64_t big = uint64_t(m > 1.4142135623730951);
+  m = m * asDouble(0x3ff0000000000000ull - (big << 52));
+  e += int64_t(big);
+  // log m = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), s = (m - 1)/(m + 1), |s| <= 0.1716,
+  // s^2 <= 0.0295: the terms after s^23/23 are below 1e-19 of the sum.
+  double s = (m - 1.0) / (m + 1.0);
+  double w = s * s;
+  double p = 1.0 / 23.0;
+  p = p * w + 1.0 / 21.0;
+  p = p * w + 1.0 / 19.0;
+  p = p * w + 1.0 / 17.0;
+  p = p * w + 1.0 / 15.0;
+  p = p * w + 1.0 / 13.0;
+  p = p * w + 1.0 / 11.0;
+  p = p * w + 1.0 / 9.0;
+  p = p * w + 1.0 / 7.0;
+  p = p * w + 1.0 / 5.0;
+  p = p * w + 1.0 / 3.0;
+  double s2 = 2.0 * s;
+  double logM = s2 + s2 * (w * p);
+  // e <= 0 here; for e <= -1, |e ln 2| >= 0.69 > |log m| (<= 0.347): no cancellation.
+  return smallIntToDouble(e) * 0.6931471805599453 + logM;
+}
+
+inline __attribute__((always_inline)) void sinCosTurnsImpl(uint64_t x, double *sinOut,
+                                                         double *cosOut) {
+  // The nearest quarter turn q (0..4) and the exact remainder f = x - q 2^51 in [-2^50, 2^50]:
+  // the angle is q pi/2 + t, t = 2 pi f 2^-53 in [-pi/4, pi/4] (one rounding).
+  uint64_t q = (x + (1ull << 50)) >> 51;
+  int64_t f = int64_t(x) - int64_t(q << 51);
+  double t = smallIntToDouble(f) * (6.283185307179586 / 9007199254740992.0);
+  double z = t * t;
+  // Taylor series: on |t| <= pi/4 the first omitted terms (t^19/19!, t^20/20!) are below 1e-19.
+  double sp = 1.0 / 355687428096000.0;     // 1/17!
+  sp = sp * z - 1.0 / 1307674368000.0;     // 1/15!
+  sp = sp * z + 1.0 / 6227020800.0;        // 1/13!
+  sp = sp * z - 1.0 / 39916800.0;          // 1/11!
+  sp = sp * z + 1.0 / 362880.0;            // 1/9!
+  sp = sp * z - 1.0 / 5040.0;              // 1/7!
+  sp = sp * z + 1.0 / 120.0;               // 1/5!
+  sp = sp * z - 1.0 / 6.0;                 // 1/3!
+  double sinT = t + t * (z * sp);
+  double cp = -1.0 / 6402373705728000.0;   // 1/18!
+  cp = cp * z + 1.0 / 20922789888000.0;    // 1/16!
+  cp = cp * z - 1.0 / 87178291200.0;       // 1/14!
+  cp = cp * z + 1.0 / 479001600.0;         // 1/12!
+  cp = cp * z - 1.0 / 3628800.0;           // 1/10!
+  cp = cp * z + 1.0 / 40320.0;             // 1/8!
+  cp = cp * z - 1.0 / 720.0;               // 1/6!
+  cp = cp * z + 1.0 / 24.0;                // 1/4!
+  double cosT = (1.0 - 0.5 * z) + (z * z) * cp;
+  // sin(q pi/2 + t), cos(q pi/2 + t): swap on odd q, negate sin for q = 2, 3 and cos for q = 1, 2.
+  // Bit masks rather than branches, so that every clone vectorises.
+  uint64_t odd = 0 - (q & 1), negS = (q & 2) << 62, negC = ((q + 1) & 2) << 62;
+  uint64_t sb = bitsOf(sinT), cb = bitsOf(cosT);
+  *sinOut = asDouble(((sb & ~odd) | (cb & odd)) ^ negS);
+  *cosOut = asDouble(((cb & ~odd) | (sb & odd)) ^ negC);
+}
+
+double logUnit(double u) { return logUnitImpl(u); }
+void sinCosTurns(uint64_t x, double *sinOut, double *cosOut) { sinCosTurnsImpl(x, sinOut, cosOut); }
+
+} // namespace initmath
+
+namespace {
+
+/// The Box-Muller pair of Philox outputs (c0, c1, c2, c3): u1 = ((c0 << 21 | c1 >> 11) + 1) 2^-53
+/// in (0, 1], the angle 2 pi ((c2 << 21 | c3 >> 11) 2^-53) turns; z0 = r cos, z1 = r sin with
+/// r = sqrt(-2 log u1) (initmath's log and sincos, IEEE sqrt).
+inline __attribute__((always_inline)) void boxMuller(uint32_t c0, uint32_t c1, uint32_t c2,
+                                                      uint32_t c3, double *z0, double *z1) {
+  // c0 2^21 + (c1 >> 11) + 1 <= 2^53: both parts and their sum are exact in double.
+  double u1 = (initmath::u32ToDouble(c0) * 2097152.0 + initmath::u32ToDouble((c1 >> 11) + 1u)) *
+              (1.0 / 9007199254740992.0);
+  uint64_t x2 = (uint64_t(c2) << 21) | (c3 >> 11);
+  double s, c;
+  initmath::sinCosTurnsImpl(x2, &s, &c);
+  double r = __builtin_sqrt(-2.0 * initmath::logUnitImpl(u1));
+  *z0 = r * c;
+  *z1 = r * s;
+}
+
+} // namespace
+
+void initNormalPair(uint64_t seed, uint64_t key, uint64_t pair, double out[2]) {
+  uint32_t c[4] = {uint32_t(pair), uint32_t(pair >> 32), uint32_t(key), uint32_t(key >> 32)};
+  philox4x32(uint32_t(seed), uint32_t(seed >> 32), c);
+  boxMuller(c[0], c[1], c[2], c[3], &out[0], &out[1]);
+}
+
 double initialValue(const schema::Parameter &p, uint64_t seed, uint64_t globalIndex) {
   if (p.init() == "ones")
     return 1.0;
   if (p.init() == "zeros" || p.init().empty())
     return 0.0;
   double z[2];
-  philoxNormal2(seed, parameterKey(p.name()), globalIndex / 2, z);
+  initNormalPair(seed, parameterKey(p.name()), globalIndex / 2, z);
   return p.init_std() * z[globalIndex % 2];
 }
 
@@ -93,6 +225,78 @@ TRAINC_INIT_AVX2_CLONE void philoxBatch(uint32_t k0, uint32_t k1, uint64_t first
   }
 }
 
+#ifdef TRAINC_INIT_HAVE_AVX512_PHILOX
+// GCC 12's avx512fintrin.h shift intrinsics start from _mm512_undefined_epi32(), which
+// -Wmaybe-uninitialized reports as a false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+/// philoxBatch with AVX-512F intrinsics, 16 counters per vector, all ten rounds in registers:
+/// the 32 x 32 -> 64-bit products of even and odd lanes by two vpmuludq, their halves recombined
+/// by lane blends (GCC's vectorisation of the portable loop shuffles through memory instead).
+/// Computes ceil(n / 16) * 16 <= kPairBatch counters (the extra ones are never read).
+__attribute__((target("avx512f"))) void philoxBatchAvx512(uint32_t k0, uint32_t k1,
+                                                          uint64_t firstPair, uint64_t ctrHi,
+                                                          int n, uint32_t *c0, uint32_t *c1,
+                                                          uint32_t *c2, uint32_t *c3) {
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53ll), m1 = _mm512_set1_epi64(0xCD9E8D57ll);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __mmask16 odd = 0xAAAA;
+  for (int j = 0; j < n; j += 16) {
+    // Counter words: lo32 and hi32 of firstPair + j + lane (the carry out of the low word when
+    // it wraps inside the vector: lo < the start's lo).
+    uint64_t base = firstPair + uint64_t(j);
+    __m512i lo = _mm512_add_epi32(_mm512_set1_epi32(int(uint32_t(base))), lane);
+    __mmask16 carry = _mm512_cmplt_epu32_mask(lo, _mm512_set1_epi32(int(uint32_t(base))));
+    __m512i hi = _mm512_mask_add_epi32(_mm512_set1_epi32(int(uint32_t(base >> 32))), carry,
+                                       _mm512_set1_epi32(int(uint32_t(base >> 32))),
+                                       _mm512_set1_epi32(1));
+    __m512i x0 = lo, x1 = hi, x2 = _mm512_set1_epi32(int(uint32_t(ctrHi))),
+            x3 = _mm512_set1_epi32(int(uint32_t(ctrHi >> 32)));
+    uint32_t key0 = k0, key1 = k1;
+    for (int r = 0; r < 10; ++r) {
+      __m512i p0e = _mm512_mul_epu32(x0, m0), p0o = _mm512_mul_epu32(_mm512_srli_epi64(x0, 32), m0);
+      __m512i p1e = _mm512_mul_epu32(x2, m1), p1o = _mm512_mul_epu32(_mm512_srli_epi64(x2, 32), m1);
+      __m512i hi0 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(p0e, 32), p0o);
+      __m512i lo0 = _mm512_mask_blend_epi32(odd, p0e, _mm512_slli_epi64(p0o, 32));
+      __m512i hi1 = _mm512_mask_blend_epi32(odd, _mm512_srli_epi64(p1e, 32), p1o);
+      __m512i lo1 = _mm512_mask_blend_epi32(odd, p1e, _mm512_slli_epi64(p1o, 32));
+      // 0x96: a ^ b ^ c.
+      x0 = _mm512_ternarylogic_epi32(hi1, x1, _mm512_set1_epi32(int(key0)), 0x96);
+      x2 = _mm512_ternarylogic_epi32(hi0, x3, _mm512_set1_epi32(int(key1)), 0x96);
+      x1 = lo1;
+      x3 = lo0;
+      key0 += 0x9E3779B9u;
+      key1 += 0xBB67AE85u;
+    }
+    _mm512_storeu_si512(c0 + j, x0);
+    _mm512_storeu_si512(c1 + j, x1);
+    _mm512_storeu_si512(c2 + j, x2);
+    _mm512_storeu_si512(c3 + j, x3);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+/// philoxBatchAvx512 where the CPU has AVX-512F (checked once; tests may turn it off), else
+/// philoxBatch.
+bool cpuHasAvx512f() { return __builtin_cpu_supports("avx512f") != 0; }
+std::atomic<bool> useAvx512Philox{cpuHasAvx512f()};
+void philoxBatchBest(uint32_t k0, uint32_t k1, uint64_t firstPair, uint64_t ctrHi, int n,
+                     uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3) {
+  if (useAvx512Philox.load(std::memory_order_relaxed))
+    philoxBatchAvx512(k0, k1, firstPair, ctrHi, n, c0, c1, c2, c3);
+  else
+    philoxBatch(k0, k1, firstPair, ctrHi, n, c0, c1, c2, c3);
+}
+#else
+bool cpuHasAvx512f() { return false; }
+std::atomic<bool> useAvx512Philox{false};
+void philoxBatchBest(uint32_t k0, uint32_t k1, uint64_t firstPair, uint64_t ctrHi, int n,
+                     uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3) {
+  philoxBatch(k0, k1, firstPair, ctrHi, n, c0, c1, c2, c3);
+}
+#endif
+
 template <typename T> inline void storeAs(T *dst, double v) {
   if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
     *dst = T(float(v)); // f64 -> f32 -> 16 bits, as torch's normal_ on a half tensor
@@ -100,57 +304,37 @@ template <typename T> inline void storeAs(T *dst, double v) {
     *dst = T(v);
 }
 
-/// cos(x) and sin(x) into *c, *s. glibc's sincos shares
-/// sin's and cos's code (the same reductions and polynomials; checked equal on 2e7 arguments in
-/// [0, 2 pi), and the Init tests compare against philoxNormal2's sin and cos), at the cost of one
-/// call.
-inline void sinCos(double x, double *c, double *s) {
-#ifdef __GLIBC__
-  sincos(x, s, c);
-#else
-  *c = __builtin_cos(x);
-  *s = __builtin_sin(x);
-#endif
+/// Box-Muller (boxMuller) on n <= kPairBatch Philox outputs: pair j's values into z[2j], z[2j + 1].
+/// One loop, vectorised in every clone (log, sincos and sqrt are inline arithmetic).
+TRAINC_INIT_AVX2_CLONE void boxMullerBatch(int n, const uint32_t *__restrict c0,
+                                           const uint32_t *__restrict c1,
+                                           const uint32_t *__restrict c2,
+                                           const uint32_t *__restrict c3, double *__restrict z) {
+  alignas(64) double zc[kPairBatch], zs[kPairBatch];
+  for (int j = 0; j < n; ++j)
+    boxMuller(c0[j], c1[j], c2[j], c3[j], zc + j, zs + j);
+  for (int j = 0; j < n; ++j) {
+    z[2 * j] = zc[j];
+    z[2 * j + 1] = zs[j];
+  }
 }
 
 /// Writes `len` consecutive elements starting at global index `g` of a normal parameter (std
 /// `stdDev`, Philox key `seed`, counter high half `key`) to dst[0..len). Bit for bit the values of
-/// initialValue: Philox runs in batches (philoxBatch), then the same Box-Muller expressions as
-/// philoxNormal2 (library log, IEEE sqrt, sin and cos through sincos, in double) give both elements
-/// of each pair into a staging array, from which the run's part is stored as T.
+/// initialValue: Philox runs in batches (philoxBatch), then boxMullerBatch (the expressions of
+/// initNormalPair) gives both elements of each pair into a staging array, from which the run's
+/// part is stored as T.
 template <typename T>
 void normalRun(uint64_t seed, uint64_t key, double stdDev, uint64_t g, int64_t len, T *dst) {
   alignas(64) uint32_t c0[kPairBatch], c1[kPairBatch], c2[kPairBatch], c3[kPairBatch];
-  alignas(64) double z[2 * kPairBatch], u1[kPairBatch], ang[kPairBatch], r[kPairBatch];
-  alignas(64) double sn[kPairBatch], cs[kPairBatch];
+  alignas(64) double z[2 * kPairBatch];
   uint64_t end = g + uint64_t(len);
   while (g < end) {
     uint64_t firstPair = g / 2;
     uint64_t lastPair = (end - 1) / 2; // inclusive
     int n = int(std::min<uint64_t>(lastPair - firstPair + 1, kPairBatch));
-    philoxBatch(uint32_t(seed), uint32_t(seed >> 32), firstPair, key, n, c0, c1, c2, c3);
-    // The Box-Muller steps as separate loops over the batch: the uniforms, the square root and
-    // the products vectorise (IEEE sqrt and products: the same bits as one element at a time),
-    // and the library calls run back to back.
-    for (int j = 0; j < n; ++j) {
-      // 53-bit uniforms in (0, 1], as philoxNormal2 (the integers are < 2^53: converting them as
-      // signed is exact and one instruction).
-      u1[j] = (double(int64_t((uint64_t(c0[j]) << 21) ^ (c1[j] >> 11))) + 1.0) *
-              (1.0 / 9007199254740992.0);
-      ang[j] = 6.283185307179586 *
-               (double(int64_t((uint64_t(c2[j]) << 21) ^ (c3[j] >> 11))) *
-                (1.0 / 9007199254740992.0));
-    }
-    for (int j = 0; j < n; ++j)
-      r[j] = __builtin_log(u1[j]);
-    for (int j = 0; j < n; ++j)
-      r[j] = __builtin_sqrt(-2.0 * r[j]);
-    for (int j = 0; j < n; ++j)
-      sinCos(ang[j], cs + j, sn + j);
-    for (int j = 0; j < n; ++j) {
-      z[2 * j] = r[j] * cs[j];
-      z[2 * j + 1] = r[j] * sn[j];
-    }
+    philoxBatchBest(uint32_t(seed), uint32_t(seed >> 32), firstPair, key, n, c0, c1, c2, c3);
+    boxMullerBatch(n, c0, c1, c2, c3, z);
     // Elements [g, stop) of this batch: z[g - 2 firstPair] onwards.
     uint64_t stop = std::min(end, (firstPair + uint64_t(n)) * 2);
     const double *src = z + (g - 2 * firstPair);
@@ -212,20 +396,50 @@ void initRange(const schema::Parameter &p, DType t, uint64_t seed, uint64_t key,
 
 } // namespace
 
+bool setAvx512PhiloxForTesting(bool on) {
+  return useAvx512Philox.exchange(on && cpuHasAvx512f());
+}
+
 absl::Status initializeParameters(Executor &ex, uint64_t seed) {
   const schema::Program &prog = ex.program();
-  // The buffer of the parameters being initialised, read once and written back when the next
-  // parameter lives in another buffer (or at the end, or before an error is returned).
+  // The buffer of the parameters being initialised, staged on the host and written back when the
+  // next parameter lives in another buffer (or at the end, or before an error is returned). The
+  // staging copy is read from the buffer only when the run of consecutive parameters in it does
+  // not cover every byte (coveredByRun); otherwise it is left uninitialised, and its pages are
+  // first touched by the threads that generate the values.
   int current = -1;
-  std::vector<char> bytes;
+  std::unique_ptr<char[]> staging;
+  size_t stagingSize = 0;
   auto flush = [&]() -> absl::Status {
     if (current < 0)
       return absl::OkStatus();
-    absl::Status s = ex.writeBuffer(current, bytes.data(), bytes.size());
+    absl::Status s = ex.writeBuffer(current, staging.get(), stagingSize);
     current = -1;
     return s;
   };
-  for (const schema::Parameter &p : prog.parameters()) {
+  // Whether parameters first, first + 1, ... that live in buffer `b` (the run up to the first
+  // parameter of another buffer) together cover its bytes [0, byteSize).
+  auto coveredByRun = [&](int first, int b, uint64_t byteSize) {
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    for (int j = first; j < prog.parameters_size() && int(prog.parameters(j).buffer()) == b; ++j) {
+      const schema::Parameter &q = prog.parameters(j);
+      uint64_t n = 1;
+      for (int d = 0; d < q.slice_size_size(); ++d)
+        n *= uint64_t(q.slice_size(d));
+      uint64_t es = dtypeSize(DType(int(prog.buffers(b).dtype())));
+      spans.push_back({q.buffer_offset() * es, (q.buffer_offset() + n) * es});
+    }
+    std::sort(spans.begin(), spans.end());
+    uint64_t reached = 0;
+    for (const auto &[lo, hi] : spans) {
+      if (lo > reached)
+        return false;
+      reached = std::max(reached, hi);
+    }
+    return reached >= byteSize;
+  };
+  for (int pi = 0; pi < prog.parameters_size(); ++pi) {
+    const schema::Parameter &p = prog.parameters(pi);
     if (p.init() != "normal" && p.init() != "ones" && p.init() != "zeros" && !p.init().empty()) {
       (void)flush();
       return absl::InvalidArgumentError(absl::StrCat("parameter '", p.name(), "': init rule '",
@@ -242,9 +456,11 @@ absl::Status initializeParameters(Executor &ex, uint64_t seed) {
     if (current != int(p.buffer())) {
       if (absl::Status s = flush(); !s.ok())
         return s;
-      bytes.assign(buf.byte_size(), 0);
-      if (absl::Status s = ex.readBuffer(int(p.buffer()), bytes.data(), bytes.size()); !s.ok())
-        return s;
+      stagingSize = size_t(buf.byte_size());
+      staging.reset(new char[stagingSize]); // not value-initialised
+      if (!coveredByRun(pi, int(p.buffer()), buf.byte_size()))
+        if (absl::Status s = ex.readBuffer(int(p.buffer()), staging.get(), stagingSize); !s.ok())
+          return s;
       current = int(p.buffer());
     }
     int rank = p.global_shape_size();
@@ -252,7 +468,7 @@ absl::Status initializeParameters(Executor &ex, uint64_t seed) {
     for (int d = 0; d < rank; ++d)
       n *= p.slice_size(d);
     uint64_t key = parameterKey(p.name());
-    char *base = bytes.data() + p.buffer_offset() * dtypeSize(t);
+    char *base = staging.get() + p.buffer_offset() * dtypeSize(t);
     // Every element is a pure function of (seed, parameter, global index): any split of the
     // local range over the threads gives the same bytes. Chunks start at even local indices, so
     // a chunk boundary rarely splits a Box-Muller pair (which would only cost one extra call).

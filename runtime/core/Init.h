@@ -3,7 +3,7 @@
 // Megatron's init rules as recorded by the compiler in each schema::Parameter: "normal" draws
 // N(0, init_std^2), "ones" and "zeros" fill. Normal values come from Philox4x32-10 keyed by
 // (seed, 64-bit FNV-1a hash of the parameter's global name) at counter = global element index / 2
-// (Box-Muller pairs, runtime/core/Philox.h), so a rank holding a slice of a sharded parameter
+// (Box-Muller pairs, initNormalPair), so a rank holding a slice of a sharded parameter
 // generates exactly its part of the same global tensor, and every plan starts from the same weights.
 //
 //===----------------------------------------------------------------------===//
@@ -16,11 +16,35 @@
 
 namespace trainc::rt {
 
+/// The two standard normals of Box-Muller pair `pair` of a normal parameter: Philox4x32-10 under
+/// key `seed` at counter (lo32(pair), hi32(pair), lo32(key), hi32(key)) with key =
+/// parameterKey(name), then u1 = (53 bits + 1) / 2^53 in (0, 1], a = 2 pi (53 bits / 2^53),
+/// out = sqrt(-2 log u1) (cos a, sin a) in double, with initmath's log and sincos (not libm's:
+/// docs/design.md "Initialisation"). Elements 2 pair and 2 pair + 1 of the parameter are
+/// init_std * out[0], init_std * out[1].
+void initNormalPair(uint64_t seed, uint64_t key, uint64_t pair, double out[2]);
+
+namespace initmath {
+/// Natural log of u in [2^-53, 1] (the Box-Muller uniform): argument reduction to
+/// m in [sqrt(1/2), sqrt(2)), atanh series; within a few ulp of double (tests: against libm's log).
+/// Outside that range the result is not specified.
+double logUnit(double u);
+/// sin and cos of 2 pi x / 2^53 radians for an integer 0 <= x < 2^53 (x / 2^53 turns): exact
+/// reduction to the nearest quarter turn, Taylor series on [-pi/4, pi/4]; within a few ulp of
+/// double of the exact values.
+void sinCosTurns(uint64_t x, double *sinOut, double *cosOut);
+} // namespace initmath
+
 /// FNV-1a 64-bit hash of a parameter name (the Philox key's second half).
 uint64_t parameterKey(std::string_view name);
 
 /// Value of element `globalIndex` (row-major in the global shape) of parameter `p` for `seed`.
 double initialValue(const schema::Parameter &p, uint64_t seed, uint64_t globalIndex);
+
+/// Testing: whether initializeParameters may use its AVX-512F Philox batch (on by default where
+/// the CPU has AVX-512F; `on` has no effect elsewhere). Returns the previous setting. Both paths
+/// give the same bits; the tests compare them.
+bool setAvx512PhiloxForTesting(bool on);
 
 /// Initialises every parameter of the executor's program. Errors: an unknown init rule (names the
 /// parameter and the rule) or a parameter buffer whose dtype is not a float type.

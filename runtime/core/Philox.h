@@ -47,8 +47,10 @@ inline void philoxUniform4(uint64_t seed, uint32_t opId, uint32_t iteration, uin
     out[k] = float(c[k] >> 8) * (1.0f / 16777216.0f);
 }
 
-/// Two standard normals (Box-Muller) from one Philox call on (key, counter); used by initialisation
-/// keyed by (seed, parameter id, element index / 2).
+/// Two standard normals (Box-Muller with libm's log, cos and sin) from one Philox call on (key,
+/// counter). The initialisation's definition before issue 17: initNormalPair (Init.h) uses the
+/// same counters and uniforms with its own vectorisable log and sincos, and its tests compare it
+/// with this function; runtime/testing's block programs draw their weights with it.
 inline void philoxNormal2(uint64_t key, uint64_t counterHi, uint64_t counterLo, double out[2]) {
   uint32_t c[4] = {uint32_t(counterLo), uint32_t(counterLo >> 32), uint32_t(counterHi),
                    uint32_t(counterHi >> 32)};

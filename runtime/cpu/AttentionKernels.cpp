@@ -368,15 +368,17 @@ template <typename A> A rowSum(const A *x, int n) {
   return r;
 }
 
-template <typename A> A dot(const A *x, const A *y, int n) {
+/// dot(x, y) over n elements of storage T, each converted to A as it is read (the same
+/// arithmetic as packing both rows to A first: no copies for the backward's D_i = do_i . o_i).
+template <typename A, typename T> A dot(const T *x, const T *y, int n) {
   constexpr int U = 8;
   A s[U] = {};
   int j = 0;
   for (; j + U <= n; j += U)
     for (int u = 0; u < U; ++u)
-      s[u] += x[j + u] * y[j + u];
+      s[u] += A(x[j + u]) * A(y[j + u]);
   for (int u = 0; j < n; ++j, ++u)
-    s[u] += x[j] * y[j];
+    s[u] += A(x[j]) * A(y[j]);
   A r = 0;
   for (int u = 0; u < U; ++u)
     r += s[u];
@@ -554,7 +556,6 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
   // Per query head: D_i = do_i . o_i; per query block: packed q (scaled), do, dq accumulator.
   std::vector<A> rowD(static_cast<size_t>(S));
   std::vector<A> qs(size_t(kBr) * D), dos(size_t(kBr) * D), dqAcc(size_t(kBr) * D);
-  std::vector<A> orow(static_cast<size_t>(D));
   // Row panels: probabilities and dP / dS.
   std::vector<A> pt(size_t(kBr * ldp)), ds(size_t(kBr * ldp)), keep(kBc);
   GemmScratch<A> scratch;
@@ -573,11 +574,8 @@ void attentionBackward(const AttnShape &s, const T *q, const T *k, const T *v, c
       for (int64_t h = g * headsPerGroup; h < (g + 1) * headsPerGroup; ++h) {
         const int64_t hOff = b * S * qStride + h * D;
         const Stat<T> *lseh = lse + (b * NH + h) * S;
-        for (int64_t i = 0; i < S; ++i) {
-          packRows(o + hOff + i * qStride, qStride, 1, D, orow.data(), A(1));
-          packRows(dout + hOff + i * qStride, qStride, 1, D, dos.data(), A(1));
-          rowD[i] = dot(dos.data(), orow.data(), D);
-        }
+        for (int64_t i = 0; i < S; ++i)
+          rowD[i] = dot<A>(dout + hOff + i * qStride, o + hOff + i * qStride, D);
         for (int64_t i0 = 0; i0 < S; i0 += kBr) {
           const int mr = int(std::min<int64_t>(kBr, S - i0));
           packRows(q + hOff + i0 * qStride, qStride, mr, D, qs.data(), scale);

@@ -10,9 +10,11 @@
 // SSE2 (4 lanes); an AVX2 clone (8 lanes, chosen at load time when the CPU has AVX2) doubles its
 // speed. AVX2 alone does not enable FMA contraction, so both clones compute bitwise identical
 // results.
-// TRAINC_AVX512_CLONE adds an AVX-512F clone (16 lanes) for the attention kernels' row loops;
-// AVX-512F does not enable FMA either (GCC defines no __FMA__ for it), so all three clones give
-// the same bits.
+// TRAINC_AVX512_CLONE adds an AVX-512F clone (16 lanes) for the attention kernels' row loops.
+// AVX-512F does have FMA instructions (GCC defines __FP_FAST_FMA for it, though not __FMA__), and
+// under GCC's default -ffp-contract=fast its clone contracted expInPlace's polynomial into FMAs;
+// the files that include this header are compiled with -ffp-contract=off (runtime/CMakeLists.txt),
+// so all three clones give the same bits.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TRAINC_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
 #define TRAINC_AVX512_CLONE __attribute__((target_clones("avx512f", "avx2", "default")))

@@ -4,12 +4,14 @@
 #include "runtime/core/Crc32c.h"
 #include "runtime/core/Executor.h"
 #include "runtime/core/Init.h"
+#include "runtime/core/Philox.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/ProgramBuilder.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -646,6 +648,192 @@ TEST(Init, BatchedPathEqualsInitialValueInEveryDtypeOn1And2Threads) {
     EXPECT_GT(ms, 0.2) << sp.name;
     EXPECT_LT(ms, 0.3) << sp.name;
   }
+}
+
+// Initialisation's own log (initmath::logUnit) against the long-double libm log (x87, 64-bit
+// mantissa: its own error is ~1e-19, negligible here): u = 2^-53, 1, the fold point sqrt(1/2) and
+// its neighbours, powers of two, and 10^6 uniforms of the Box-Muller form (k + 1) 2^-53 drawn
+// from Philox. Bound: 4 ulp of the result (the reduction and the series round ~5 times;
+// measured max 1.97 ulp).
+TEST(Init, OwnLogIsWithinFourUlpOfLibm) {
+  auto check = [](double u) {
+    double got = initmath::logUnit(u);
+    long double ref = logl((long double)u);
+    double ulp = std::nextafter(std::fabs(double(ref)), INFINITY) - std::fabs(double(ref));
+    if (ref == 0.0L) {
+      EXPECT_EQ(got, 0.0) << u;
+      return 0.0;
+    }
+    double err = double(std::fabs((long double)got - ref)) / ulp;
+    EXPECT_LE(err, 4.0) << "u = " << u << " got " << got << " ref " << double(ref);
+    return err;
+  };
+  double maxErr = 0;
+  std::vector<double> special = {1.0, 0x1p-53, 0x1p-1, 0x1p-52, 0.5 + 0x1p-53, 1.0 - 0x1p-53,
+                                 0.7071067811865475, 0.7071067811865476, 0.70710678118654757,
+                                 1.0 - 0x1p-30, 0x1.6a09e667f3bcdp-1, 0x1.6a09e667f3bccp-1};
+  for (double u : special)
+    maxErr = std::max(maxErr, check(u));
+  for (uint64_t i = 0; i < 500000; ++i) {
+    uint32_t c[4] = {uint32_t(i), 0, 7, 9};
+    philox4x32(1, 2, c);
+    for (int h = 0; h < 2; ++h) {
+      uint64_t k = (uint64_t(c[2 * h]) << 21) | (c[2 * h + 1] >> 11);
+      // Also the small u (deep exponents) by shifting k down: (k >> s) + 1 for s = i % 53.
+      uint64_t kk = h ? (k >> (i % 53)) : k;
+      maxErr = std::max(maxErr, check(double(kk + 1) * 0x1p-53));
+    }
+  }
+  EXPECT_LT(maxErr, 4.0);
+  std::printf("logUnit: max error %.2f ulp\n", maxErr);
+}
+
+// initmath::sinCosTurns against long-double sinl / cosl of 2 pi x 2^-53 (the long-double angle's
+// own error is ~1e-19 absolute): the quarter-turn boundaries and their neighbours, and 10^6 53-bit
+// Philox integers. Bound: 4e-16 absolute (2 ulp of 1; measured max 1.85e-16).
+TEST(Init, OwnSinCosIsWithinTwoUlpOfOne) {
+  const long double twoPi = 6.283185307179586476925286766559L;
+  double maxErr = 0;
+  auto check = [&](uint64_t x) {
+    double s, c;
+    initmath::sinCosTurns(x, &s, &c);
+    long double a = twoPi * ((long double)x * 0x1p-53L);
+    double es = double(std::fabs((long double)s - sinl(a)));
+    double ec = double(std::fabs((long double)c - cosl(a)));
+    EXPECT_LE(es, 4e-16) << "x = " << x;
+    EXPECT_LE(ec, 4e-16) << "x = " << x;
+    maxErr = std::max({maxErr, es, ec});
+  };
+  for (uint64_t q = 0; q <= 4; ++q)
+    for (int64_t d : {-3, -2, -1, 0, 1, 2, 3})
+      for (int64_t half : {0, 1}) {
+        int64_t x = int64_t(q << 51) + d + (half ? int64_t(1) << 50 : 0);
+        if (x >= 0 && x < (int64_t(1) << 53))
+          check(uint64_t(x));
+      }
+  for (uint64_t i = 0; i < 500000; ++i) {
+    uint32_t c[4] = {uint32_t(i), 3, 5, 8};
+    philox4x32(11, 12, c);
+    check((uint64_t(c[0]) << 21) | (c[1] >> 11));
+    check((uint64_t(c[2]) << 21) | (c[3] >> 11));
+  }
+  std::printf("sinCosTurns: max error %.3g\n", maxErr);
+}
+
+// The independent reference for the init values: Box-Muller with glibc's log, cos and sin
+// (philoxNormal2, the definition before issue 17; same Philox counters and uniforms). The only
+// differences are the two functions' errors and the old angle's rounding: 6.283185307179586 * u2
+// was rounded to double (up to 4.4e-16 absolute for angles near 2 pi), which moves r cos, r sin
+// by up to r * 4.4e-16, r <= sqrt(2 * 53 ln 2) = 8.6. Bound: 6e-15 absolute plus 4e-16 relative;
+// measured max 3.1e-15. Rounded to f32 the values are the old ones except when the double lies
+// within ~1e-15 of a rounding boundary (measured: 0 of 2 * 10^6).
+TEST(Init, NormalPairsMatchLibmBoxMuller) {
+  const uint64_t seed = 0x0123456789abcdefull, key = parameterKey("decoder.layers.0.mlp.w");
+  double maxDiff = 0, sum = 0, sum2 = 0;
+  int floatDiffer = 0;
+  const int n = 1000000;
+  for (uint64_t pair = 0; pair < uint64_t(n); ++pair) {
+    double got[2], ref[2];
+    initNormalPair(seed, key, pair * 7919, got);
+    philoxNormal2(seed, key, pair * 7919, ref);
+    for (int h = 0; h < 2; ++h) {
+      double d = std::fabs(got[h] - ref[h]);
+      ASSERT_LE(d, 6e-15 + 4e-16 * std::fabs(ref[h])) << pair << " " << h;
+      maxDiff = std::max(maxDiff, d);
+      floatDiffer += float(got[h]) != float(ref[h]);
+      sum += got[h];
+      sum2 += got[h] * got[h];
+    }
+  }
+  // 2e6 standard normals: mean within 5 sigma (5/sqrt(2e6) = 3.5e-3), variance within 5 sigma
+  // (5 sqrt(2/2e6) = 5e-3).
+  EXPECT_LT(std::fabs(sum / (2.0 * n)), 3.5e-3);
+  EXPECT_LT(std::fabs(sum2 / (2.0 * n) - 1.0), 5e-3);
+  EXPECT_LE(floatDiffer, 20);
+  std::printf("initNormalPair vs libm Box-Muller: max |diff| %.3g, f32 values differing %d of %d\n",
+              maxDiff, floatDiffer, 2 * n);
+}
+
+// Global indices around 2^33, where the Box-Muller pair index (the Philox counter's low word)
+// wraps past 2^32: 4096 elements of a [2^34] parameter from 2^33 - 251, so the first batch starts
+// at pair 2^32 - 126 and the wrap falls inside a 16-counter vector of the AVX-512 Philox batch
+// (lane 14), not at a batch edge. Every element equals initialValue (scalar Philox with the
+// 64-bit counter), with the AVX-512F Philox batch and with the portable one.
+TEST(Init, PairCounterCarryIntoTheHighWordMatchesInitialValue) {
+  const int64_t n = 4096, start = (int64_t(1) << 33) - 251;
+  ProgramBuilder b;
+  int w = b.addBuffer("w", schema::PARAMETER, DType::F32, {n});
+  b.addFunction("main");
+  schema::Program p = b.finish();
+  schema::Parameter *q = p.add_parameters();
+  q->set_name("huge.weight");
+  q->add_global_shape(int64_t(1) << 34);
+  q->add_slice_start(start);
+  q->add_slice_size(n);
+  q->set_buffer(uint32_t(w));
+  q->set_init("normal");
+  q->set_init_std(1.0);
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  auto ex = Executor::create(p, *backend, *comm);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  // Both Philox batch paths: the AVX-512F intrinsics (where the CPU has them) and the portable
+  // loop.
+  for (bool avx512 : {true, false}) {
+    bool was = setAvx512PhiloxForTesting(avx512);
+    ASSERT_TRUE(initializeParameters(**ex, 77).ok());
+    setAvx512PhiloxForTesting(was);
+    std::vector<float> got(static_cast<size_t>(n));
+    ASSERT_TRUE((*ex)->readBuffer(w, got.data(), got.size() * 4).ok());
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[size_t(i)], float(initialValue(*q, 77, uint64_t(start + i))))
+          << i << " avx512 " << avx512;
+  }
+}
+
+// The host staging copy of a parameter buffer is read from the buffer only when the run of
+// consecutive parameters in it does not cover it: bytes outside every parameter keep their values
+// (buffer a's last 3 elements), and a buffer visited twice (a, then b, then a again) keeps the
+// first visit's values; a fully covered buffer (b) is written whole.
+TEST(Init, KeepsBytesOutsideParametersAndRevisitedBuffers) {
+  ProgramBuilder b;
+  int a = b.addBuffer("a", schema::PARAMETER, DType::F32, {23});
+  int bb = b.addBuffer("b", schema::PARAMETER, DType::F32, {8});
+  b.addFunction("main");
+  schema::Program p = b.finish();
+  auto param = [&](const char *name, int buffer, int64_t n, uint64_t offset, const char *init) {
+    schema::Parameter *q = p.add_parameters();
+    q->set_name(name);
+    q->add_global_shape(n);
+    q->add_slice_start(0);
+    q->add_slice_size(n);
+    q->set_buffer(uint32_t(buffer));
+    q->set_buffer_offset(offset);
+    q->set_init(init);
+    q->set_init_std(1.0);
+  };
+  param("a.first", a, 10, 0, "normal");
+  param("b.whole", bb, 8, 0, "ones");
+  param("a.second", a, 10, 10, "ones");
+  auto backend = createCpuBackend();
+  auto comm = createLocalCommunicator();
+  auto ex = Executor::create(p, *backend, *comm);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  std::vector<float> sentinel(23, -7.0f), sentinelB(8, -7.0f);
+  ASSERT_TRUE((*ex)->writeBuffer(a, sentinel.data(), 23 * 4).ok());
+  ASSERT_TRUE((*ex)->writeBuffer(bb, sentinelB.data(), 8 * 4).ok());
+  ASSERT_TRUE(initializeParameters(**ex, 5).ok());
+  std::vector<float> got(23), gotB(8);
+  ASSERT_TRUE((*ex)->readBuffer(a, got.data(), 23 * 4).ok());
+  ASSERT_TRUE((*ex)->readBuffer(bb, gotB.data(), 8 * 4).ok());
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(got[size_t(i)], float(initialValue(p.parameters(0), 5, uint64_t(i)))) << i;
+  for (int i = 10; i < 20; ++i)
+    EXPECT_EQ(got[size_t(i)], 1.0f) << i;
+  for (int i = 20; i < 23; ++i)
+    EXPECT_EQ(got[size_t(i)], -7.0f) << i;
+  for (float v : gotB)
+    EXPECT_EQ(v, 1.0f);
 }
 
 TEST(Init, SlicesGetTheirPartOfTheGlobalTensorAndF16IsInitialised) {
