@@ -596,6 +596,21 @@ int cmdInspect(std::vector<std::string> args) {
           P, unit.bubble, mlir::trainc::zeroBubbleH1Bubble(P, m),
           double(P - 1) / double(m + P - 1));
     }
+    if (want("--schedule") && stages.size() > 1 && !zeroBubble) {
+      // The literature's figure: bubble time over ideal time, (P - 1) / (V m) for Megatron's
+      // (interleaved) 1F1B (Narayanan et al. 2021, section 2.2), next to the cost model's.
+      int64_t chunks = 1;
+      for (const auto &stage : stages)
+        for (const mlir::trainc::TimelineUnit &u : stage)
+          chunks = std::max(chunks, u.chunk + 1);
+      const double P = double(stages.size()), m = double(r.schedule().num_microbatches());
+      const double ideal = stages.front().empty() ? 0 : double(stages.front().size());
+      llvm::outs() << llvm::formatv("bubble time / ideal time (unit costs): {0:f4}; (P - 1) / (V m) "
+                                    "= {1:f4} (P {2}, V {3}, m {4})\n",
+                                    ideal > 0 ? unit.makespan / ideal - 1 : 0.0,
+                                    m > 0 ? (P - 1) / (double(chunks) * m) : 0.0, stages.size(),
+                                    chunks, int64_t(m));
+    }
     mlir::trainc::Timeline byFlops;
     if (haveFlops)
       if (std::string e = mlir::trainc::playTimeline(costed, 1, 1, byFlops); !e.empty())
@@ -618,21 +633,6 @@ int cmdInspect(std::vector<std::string> args) {
             }
       }
       llvm::outs() << "\n";
-    }
-    if (want("--schedule") && stages.size() > 1 && !zeroBubble) {
-      // The literature's figure: bubble time over ideal time, (P - 1) / (V m) for Megatron's
-      // (interleaved) 1F1B (Narayanan et al. 2021, section 2.2), next to the cost model's.
-      int64_t chunks = 1;
-      for (const auto &stage : stages)
-        for (const mlir::trainc::TimelineUnit &u : stage)
-          chunks = std::max(chunks, u.chunk + 1);
-      const double P = double(stages.size()), m = double(r.schedule().num_microbatches());
-      const double ideal = stages.front().empty() ? 0 : double(stages.front().size());
-      llvm::outs() << llvm::formatv("bubble time / ideal time (unit costs): {0:f4}; (P - 1) / (V m) "
-                                    "= {1:f4} (P {2}, V {3}, m {4})\n",
-                                    ideal > 0 ? unit.makespan / ideal - 1 : 0.0,
-                                    m > 0 ? (P - 1) / (double(chunks) * m) : 0.0, stages.size(),
-                                    chunks, int64_t(m));
     }
     if (!svgPath.empty()) {
       // One row per stage, boxes sized by the stages' FLOPs (stage 0's first F is one box unit)

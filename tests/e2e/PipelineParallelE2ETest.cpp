@@ -331,6 +331,16 @@ TEST(ZeroBubbleMemory, FreesTheBOnlyStashAtB) {
         EXPECT_LE(int64_t(zb[size_t(r)].arena_bytes()),
                   int64_t(one[size_t(r)].arena_bytes()) + extra + largest)
             << "1F1B arena " << one[size_t(r)].arena_bytes() << ", extra " << extra;
+        // The schedule report's per-call FLOPs add up to the rank's FLOPs per iteration.
+        for (const schema::Program *q : {&one[size_t(r)], &zb[size_t(r)]}) {
+          const schema::ScheduleReport &sched = q->reports().schedule();
+          ASSERT_EQ(sched.step_flops_size(), sched.steps_size());
+          double sum = 0;
+          for (double f : sched.step_flops())
+            sum += f;
+          EXPECT_NEAR(sum, q->reports().flops().flops_per_iteration(),
+                      1e-9 * q->reports().flops().flops_per_iteration());
+        }
         EXPECT_EQ(aligned(oneHwm[size_t(r)]), one[size_t(r)].arena_bytes());
         EXPECT_EQ(aligned(zbHwm[size_t(r)]), zb[size_t(r)].arena_bytes());
       }
@@ -524,6 +534,35 @@ TEST(PipelineTimeline, OneForwardOneBackwardBubbleIsTheClosedForm) {
 // 1F1B's (P - 1) / (m + P - 1) with the same total backward (B + W = 2 F); for m < P it is still
 // below 1F1B's. Every stage holds at most min(P, m) microbatches between F and W, 1F1B's peak
 // (stage 0's); the order has every unit once, B before W, units of a kind in microbatch order.
+// Units with costs of their own (the stages' FLOPs in `inspect --schedule`): costs equal to the
+// kinds' give the kind-cost timeline; a last stage twice as costly (F 2, B 4 against 1 and 2) at
+// P = 2 is the bottleneck from its first forward (t = 1) on, busy 6 m, then stage 0's last B
+// (2): makespan 6 m + 3, bubble 1 - 9 m / (2 (6 m + 3)).
+TEST(PipelineTimeline, UnitCostsOfTheirOwn) {
+  for (int64_t m : {1, 2, 5, 9}) {
+    std::vector<std::vector<mlir::trainc::TimelineUnit>> stages(2), own(2), heavy(2);
+    for (int64_t s = 0; s < 2; ++s)
+      for (auto [fwd, mb] : mlir::trainc::oneForwardOneBackward(2, s, m)) {
+        mlir::trainc::TimelineUnit u;
+        u.forward = fwd;
+        u.microbatch = mb;
+        stages[size_t(s)].push_back(u);
+        u.cost = fwd ? 1 : 2;
+        own[size_t(s)].push_back(u);
+        u.cost *= s == 1 ? 2 : 1;
+        heavy[size_t(s)].push_back(u);
+      }
+    mlir::trainc::Timeline kinds, ownT, heavyT;
+    ASSERT_EQ(mlir::trainc::playTimeline(stages, 1, 2, kinds), "");
+    ASSERT_EQ(mlir::trainc::playTimeline(own, 5, 7, ownT), ""); // the kinds' costs unused
+    EXPECT_DOUBLE_EQ(ownT.makespan, kinds.makespan) << m;
+    EXPECT_DOUBLE_EQ(ownT.bubble, kinds.bubble) << m;
+    ASSERT_EQ(mlir::trainc::playTimeline(heavy, 1, 2, heavyT), "");
+    EXPECT_DOUBLE_EQ(heavyT.makespan, double(6 * m + 3)) << m;
+    EXPECT_NEAR(heavyT.bubble, 1 - 9.0 * double(m) / (2.0 * double(6 * m + 3)), 1e-12) << m;
+  }
+}
+
 TEST(PipelineTimeline, ZeroBubbleH1BubbleIsThePapersClosedForm) {
   for (int64_t P : {2, 3, 4, 8})
     for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
