@@ -452,6 +452,10 @@ int cmdInspect(std::vector<std::string> args) {
       llvm::outs() << "  stash: " << r.memory().stash_bytes_per_microbatch()
                    << " per microbatch x " << r.memory().stash_slots()
                    << " in flight (activations saved from forward for backward)\n";
+    if (r.memory().stash_b_slots() > 0) // ZB-H1: the part only B reads, freed at B
+      llvm::outs() << "  stash freed at B (zb-h1): " << r.memory().stash_b_bytes_per_microbatch()
+                   << " per microbatch x " << r.memory().stash_b_slots()
+                   << " in flight (the rest, above, is held until W)\n";
     // Activation recompute: the plan's settings and the arena the same plan has without them.
     auto meta = [&](const std::string &k) {
       auto it = p->metadata().find(k);
