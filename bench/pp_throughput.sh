@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline-parallel iteration time: the same model and global batch as pp = 1, pp = 2 (two rank
-# processes over Gloo on loopback, Megatron's 1F1B) and pp = 2 interleaved (3 model chunks per
-# stage), and the measured bubble from the trace next to the cost model's (trainc inspect
+# processes over Gloo on loopback, Megatron's 1F1B), pp = 2 interleaved (3 model chunks per
+# stage) and pp = 2 ZB-H1 (--pipeline-schedule zb-h1), and the measured bubble from the trace next to the cost model's (trainc inspect
 # --schedule). On a shared 2-core machine this is a report, not a target: pp = 2 runs each stage
 # on half the cores.
 #
@@ -26,13 +26,15 @@ mkdir -p "$WORK"
 echo "machine: $CORES CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "model: $PRESET, seq $SEQ, micro batch $MBS, global batch $GBS"
 
-# NAME:PP:VPP (VPP 1: no interleaving).
-for CONFIG in 1:1:1 2:2:1 2v3:2:3; do
-  IFS=: read -r NAME PP VPP <<<"$CONFIG"
+# NAME:PP:VPP[:SCHEDULE] (VPP 1: no interleaving; SCHEDULE: --pipeline-schedule, else Megatron's).
+for CONFIG in 1:1:1 2:2:1 2v3:2:3 2zb:2:1:zb-h1; do
+  IFS=: read -r NAME PP VPP SCHEDULE <<<"$CONFIG"
+  SCHEDULE_FLAGS=()
+  [[ -n "${SCHEDULE:-}" ]] && SCHEDULE_FLAGS=(--pipeline-schedule "$SCHEDULE")
   THREADS=$(( CORES / PP > 0 ? CORES / PP : 1 ))
   "$TRAINC" compile --preset "$PRESET" --seq-length "$SEQ" --max-position-embeddings "$SEQ" \
     --micro-batch-size "$MBS" --global-batch-size "$GBS" --pipeline-model-parallel-size "$PP" \
-    --virtual-pipeline-model-parallel-size "$VPP" \
+    --virtual-pipeline-model-parallel-size "$VPP" "${SCHEDULE_FLAGS[@]}" \
     --lr 1e-4 --train-iters "$ITERS" -o "$WORK/plan$NAME" \
     >"$WORK/compile$NAME.log" 2>&1 || { cat "$WORK/compile$NAME.log"; exit 1; }
   OMP_NUM_THREADS=$THREADS "$TRAINRUN" --nproc "$PP" "$WORK/plan$NAME" -- --mock-data \
@@ -40,7 +42,7 @@ for CONFIG in 1:1:1 2:2:1 2v3:2:3; do
     >"$WORK/trainrun$NAME.log" 2>&1 || { cat "$WORK/trainrun$NAME.log"; exit 1; }
   echo "pp $PP vpp $VPP: $PP rank(s) x $THREADS thread(s), schedule $(grep -o '"schedule": "[^"]*"' "$WORK/plan$NAME/plan.json" | cut -d'"' -f4)"
 done
-for NAME in 2 2v3; do
+for NAME in 2 2v3 2zb; do
   echo "cost model, plan $NAME: $("$TRAINC" inspect "$WORK/plan$NAME" --schedule | grep 'bubble' | tr '\n' ' ')" || true
 done
 
@@ -64,14 +66,16 @@ def measured_bubble(name, ranks=None):
         if not ev:
             continue
         t0, t1 = min(e["ts"] for e in ev), max(e["ts"] + e["dur"] for e in ev)
-        units = sum(e["dur"] for e in ev if e["name"].endswith((".forward", ".backward")))
+        units = sum(e["dur"] for e in ev
+                    if e["name"].endswith((".forward", ".backward", ".input", ".weight")))
         shares.append(1 - units / (t1 - t0))
     return sum(shares) / len(shares) if shares else float("nan")
 
-t1, t2, t2v = iteration_ms(1), iteration_ms(2), iteration_ms("2v3")
+t1, t2, t2v, t2z = iteration_ms(1), iteration_ms(2), iteration_ms("2v3"), iteration_ms("2zb")
 print(f"iteration time (ms): pp1 {t1:.1f} | pp2 1f1b {t2:.1f} | pp2 interleaved (vpp 3) "
-      f"{t2v:.1f} | ratios to pp1 {t2 / t1:.3f}, {t2v / t1:.3f}")
-print(f"measured bubble (time outside F/B units in train_step, mean over ranks): "
+      f"{t2v:.1f} | pp2 zb-h1 {t2z:.1f} | ratios to pp1 {t2 / t1:.3f}, {t2v / t1:.3f}, "
+      f"{t2z / t1:.3f}")
+print(f"measured bubble (time outside F/B/W units in train_step, mean over ranks): "
       f"pp1 {measured_bubble(1):.4f} | pp2 1f1b {measured_bubble(2):.4f} | "
-      f"pp2 interleaved {measured_bubble('2v3', 2):.4f}")
+      f"pp2 interleaved {measured_bubble('2v3', 2):.4f} | pp2 zb-h1 {measured_bubble('2zb', 2):.4f}")
 PY

@@ -25,6 +25,9 @@ struct TimelineUnit {
   /// ZB-H1's weight-gradient unit W (with forward false); a backward unit is then the input
   /// gradient part B only.
   bool weight = false;
+  /// The unit's own cost (e.g. its FLOPs) when >= 0; else the cost of its kind given to
+  /// playTimeline.
+  double cost = -1;
   double start = 0, end = 0; // filled by playTimeline
 };
 
@@ -41,7 +44,7 @@ struct Timeline {
 /// `forwardCost`, a backward `backwardCost` (> 0). Returns "" and fills `out`, or an error naming
 /// the stage and unit whose input never arrives (an order that cannot run).
 /// A W unit (ZB-H1) costs `weightCost` and starts after its stage's B of the same microbatch
-/// and chunk.
+/// and chunk. A unit with a cost of its own (TimelineUnit::cost >= 0) takes that instead.
 std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, double forwardCost,
                          double backwardCost, Timeline &out, double weightCost = 1);
 

@@ -2,7 +2,7 @@
 //
 //   trainc compile [--preset NAME | --hf-config FILE | MODEL.mlir] [Megatron-LM flags...] -o DIR
 //                  [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir DIR]
-//   trainc inspect DIR [--memory] [--flops] [--schedule] [--schedule-svg FILE] [--ranks]
+//   trainc inspect DIR [--memory] [--flops] [--schedule] [--schedule-svg FILE [--unit-costs]] [--ranks]
 //                      [--buckets]
 //   trainc presets
 //
@@ -47,7 +47,7 @@ int usage(const std::string &msg = "") {
          "flags...] -o DIR\n"
          "                      [--dtype fp32|fp64] [--mlir-print-ir-after-all] [--dump-ir-dir "
          "DIR]\n"
-         "       trainc inspect DIR [--memory] [--flops] [--schedule] [--schedule-svg FILE]\n"
+         "       trainc inspect DIR [--memory] [--flops] [--schedule] [--schedule-svg FILE [--unit-costs]]\n"
          "                          [--ranks] [--buckets]\n"
          "       trainc presets\n"
          "       trainc compile --help   (every flag with its default)\n";
@@ -316,11 +316,16 @@ int cmdInspect(std::vector<std::string> args) {
     return all || llvm::is_contained(args, std::string(f));
   };
   std::string svgPath;
+  bool unitCosts = false;
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--schedule-svg") {
       if (i + 1 >= args.size())
         return usage("--schedule-svg takes an output file");
       svgPath = args[++i];
+      continue;
+    }
+    if (args[i] == "--unit-costs") { // --schedule-svg on the unit-cost model
+      unitCosts = true;
       continue;
     }
     if (args[i] != "--memory" && args[i] != "--flops" && args[i] != "--schedule" &&
@@ -447,6 +452,10 @@ int cmdInspect(std::vector<std::string> args) {
       llvm::outs() << "  stash: " << r.memory().stash_bytes_per_microbatch()
                    << " per microbatch x " << r.memory().stash_slots()
                    << " in flight (activations saved from forward for backward)\n";
+    if (r.memory().stash_b_slots() > 0) // ZB-H1: the part only B reads, freed at B
+      llvm::outs() << "  stash freed at B (zb-h1): " << r.memory().stash_b_bytes_per_microbatch()
+                   << " per microbatch x " << r.memory().stash_b_slots()
+                   << " in flight (the rest, above, is held until W)\n";
     // Activation recompute: the plan's settings and the arena the same plan has without them.
     auto meta = [&](const std::string &k) {
       auto it = p->metadata().find(k);
@@ -537,11 +546,32 @@ int cmdInspect(std::vector<std::string> args) {
       stages.resize(stage + 1);
       stageRank.resize(stage + 1, rank);
       stageRank[stage] = rank;
-      for (const std::string &step : rp->reports().schedule().steps()) {
+      const auto &sched = rp->reports().schedule();
+      for (int k = 0; k < sched.steps_size(); ++k) {
         mlir::trainc::TimelineUnit u;
-        if (mlir::trainc::parseScheduleStep(step, u))
-          stages[stage].push_back(u);
+        if (!mlir::trainc::parseScheduleStep(sched.steps(k), u))
+          continue;
+        // The call's FLOPs (the lowering's count), where the compiler recorded them.
+        if (sched.step_flops_size() == sched.steps_size() && sched.step_flops(k) > 0)
+          u.cost = sched.step_flops(k);
+        stages[stage].push_back(u);
       }
+    }
+    // The stages' FLOPs as costs, in units of stage 0's first forward; unit costs elsewhere.
+    std::vector<std::vector<mlir::trainc::TimelineUnit>> costed = stages;
+    bool haveFlops = !stages.empty() && !stages.front().empty();
+    for (const auto &stage : stages)
+      for (const mlir::trainc::TimelineUnit &u : stage)
+        haveFlops &= u.cost > 0;
+    for (auto &stage : stages)
+      for (mlir::trainc::TimelineUnit &u : stage)
+        u.cost = -1;
+    const double firstForwardFlops = haveFlops ? costed.front().front().cost : 1;
+    if (haveFlops) {
+      const double ref = firstForwardFlops;
+      for (auto &stage : costed)
+        for (mlir::trainc::TimelineUnit &u : stage)
+          u.cost /= ref;
     }
     bool interleaved = false; // label boxes "F<microbatch>.<chunk>"
     for (const auto &stage : stages)
@@ -585,19 +615,46 @@ int cmdInspect(std::vector<std::string> args) {
                                     m > 0 ? (P - 1) / (double(chunks) * m) : 0.0, stages.size(),
                                     chunks, int64_t(m));
     }
+    mlir::trainc::Timeline byFlops;
+    if (haveFlops)
+      if (std::string e = mlir::trainc::playTimeline(costed, 1, 1, byFlops); !e.empty())
+        return fail("the plan's schedule cannot run: " + e);
+    if (want("--schedule") && haveFlops) {
+      // Each unit costs its stage function's FLOPs (transfers free): uneven stages (the
+      // embedding, the output layer and loss) and B/W splits show in the bubble.
+      llvm::outs() << llvm::formatv("bubble fraction (the stages' FLOPs): {0:f4}; FLOPs of "
+                                    "microbatch 0's units:",
+                                    byFlops.bubble);
+      for (size_t s = 0; s < costed.size(); ++s) {
+        llvm::outs() << (s ? ";" : "") << " stage " << s;
+        for (const char *kind : {"F", "B", "W"})
+          for (const mlir::trainc::TimelineUnit &u : costed[s])
+            if (u.microbatch == 0 && u.chunk == 0 &&
+                (kind[0] == 'F' ? u.forward : kind[0] == 'W' ? u.weight : !u.forward && !u.weight)) {
+              llvm::outs() << " " << kind << " "
+                           << llvm::formatv("{0:e3}", u.cost * firstForwardFlops);
+              break;
+            }
+      }
+      llvm::outs() << "\n";
+    }
     if (!svgPath.empty()) {
-      // One row per stage, boxes sized by the cost model (B = 2 F), F blue, B green.
+      // One row per stage, boxes sized by the stages' FLOPs (stage 0's first F is one box unit)
+      // or, with --unit-costs or without recorded FLOPs, by the unit-cost model (B = 2 F; ZB-H1
+      // F = B = W); F blue, B green, W yellow.
+      const bool drawFlops = haveFlops && !unitCosts;
+      const mlir::trainc::Timeline &drawn = drawFlops ? byFlops : flops;
       const double scale = 24, row = 28;
       std::string svg;
       llvm::raw_string_ostream os(svg);
       os << llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
                           "height=\"{1}\" font-family=\"monospace\" font-size=\"11\">\n",
-                          int(flops.makespan * scale + 90), int(row * double(stages.size()) + 30));
-      for (size_t s = 0; s < flops.stages.size(); ++s) {
+                          int(drawn.makespan * scale + 90), int(row * double(stages.size()) + 30));
+      for (size_t s = 0; s < drawn.stages.size(); ++s) {
         double y = 10 + row * double(s);
         os << llvm::formatv("<text x=\"2\" y=\"{0}\">rank {1}</text>\n", int(y + 17),
                             stageRank[s]);
-        for (const mlir::trainc::TimelineUnit &u : flops.stages[s]) {
+        for (const mlir::trainc::TimelineUnit &u : drawn.stages[s]) {
           double x = 80 + u.start * scale, w = (u.end - u.start) * scale;
           os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
                               "fill=\"{4}\" stroke=\"black\"/><text x=\"{5}\" y=\"{6}\">"
@@ -609,8 +666,8 @@ int cmdInspect(std::vector<std::string> args) {
         }
       }
       os << llvm::formatv("<text x=\"2\" y=\"{0}\">bubble {1:f4} ({2})</text>\n",
-                          int(row * double(stages.size()) + 24), flops.bubble,
-                          zeroBubble ? "F = B = W" : "B = 2 F");
+                          int(row * double(stages.size()) + 24), drawn.bubble,
+                          drawFlops ? "stage FLOPs" : zeroBubble ? "F = B = W" : "B = 2 F");
       os << "</svg>\n";
       std::error_code ec;
       llvm::raw_fd_ostream f(svgPath, ec);

@@ -524,6 +524,11 @@ LogicalResult Exporter::run() {
       mem->set_stash_bytes_per_microbatch(uint64_t(a.getInt()));
   if (auto a = module->getAttrOfType<IntegerAttr>("rt.stash_slots"))
     mem->set_stash_slots(uint32_t(a.getInt()));
+  if (auto groups = module->getAttrOfType<DictionaryAttr>("rt.group_bytes"))
+    if (auto a = groups.getAs<IntegerAttr>("stash.b.0"))
+      mem->set_stash_b_bytes_per_microbatch(uint64_t(a.getInt()));
+  if (auto a = module->getAttrOfType<IntegerAttr>("rt.stash_b_slots"))
+    mem->set_stash_b_slots(uint32_t(a.getInt()));
   for (auto &[kind, bytes] : kindBytes) {
     schema::KindBytes *kb = mem->add_by_kind();
     kb->set_kind(schema::BufferKind(int(kind) + 1));
@@ -550,6 +555,8 @@ LogicalResult Exporter::run() {
     if (auto call = dyn_cast<func::CallOp>(op)) {
       auto unit = call->getAttrOfType<StringAttr>("rt.unit");
       s->add_steps(((unit ? unit.getValue() : "call") + " " + call.getCallee()).str());
+      auto flops = call->getAttrOfType<FloatAttr>("rt.unit_flops");
+      s->add_step_flops(flops ? flops.getValueAsDouble() : 0.0);
     }
   return success();
 }

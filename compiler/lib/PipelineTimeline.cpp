@@ -40,7 +40,7 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
             return "stage " + std::to_string(s) + " runs the W of microbatch " +
                    std::to_string(u.microbatch) + chunkName(u) + " before its B";
           u.start = std::max(free[s], it->second);
-          u.end = u.start + weightCost;
+          u.end = u.start + (u.cost >= 0 ? u.cost : weightCost);
           free[s] = u.end;
           ended[{s, 2, u.chunk, u.microbatch}] = u.end;
           ++next[s];
@@ -77,7 +77,7 @@ std::string playTimeline(const std::vector<std::vector<TimelineUnit>> &stages, d
           ready = std::max(ready, it->second);
         }
         u.start = std::max(free[s], ready);
-        u.end = u.start + (u.forward ? forwardCost : backwardCost);
+        u.end = u.start + (u.cost >= 0 ? u.cost : u.forward ? forwardCost : backwardCost);
         free[s] = u.end;
         ended[{s, kindOf(u), u.chunk, u.microbatch}] = u.end;
         ++next[s];

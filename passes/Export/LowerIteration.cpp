@@ -153,6 +153,8 @@ LogicalResult Lowering::lowerIteration(func::FuncOp fn) {
                                         : StringRef("no-pipelining")));
     if (stashSlots > 0)
       module->setAttr("rt.stash_slots", b.getI64IntegerAttr(stashSlots));
+    if (stashBSlots > 0) // ZB-H1: slots of the stash parts freed at B
+      module->setAttr("rt.stash_b_slots", b.getI64IntegerAttr(stashBSlots));
     module->setAttr("trainc.flops_per_iteration", b.getF64FloatAttr(units.flops));
     module->setAttr("trainc.bytes_per_iteration", b.getF64FloatAttr(units.bytes));
     module->setAttr("trainc.num_microbatches", b.getI64IntegerAttr(units.forwards));
@@ -170,6 +172,7 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
       overlappedReceives(ob, loc, (callee + ".rt").str(), args, slot, st);
     auto c = ob.create<func::CallOp>(loc, (callee + ".rt").str(), TypeRange{}, args);
     c->setAttr("rt.unit", ob.getStringAttr(label));
+    c->setAttr("rt.unit_flops", ob.getF64FloatAttr(stageFlops[callee]));
     // The unit's sends, async, in its program order (its send arguments are in reverse).
     for (auto &s : llvm::reverse(st.sendsAfter)) {
       auto &e = sendSlots[s.type][s.slot];
@@ -214,12 +217,25 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
     for (rt::BufferOp buf : stash)
       args.push_back(ref(ob, loc, buf));
     st.stashOf[fwd.getStash()] = {slot, stash};
+    // ZB-H1: the part only B reads takes the lowest free slot of its own, held until B.
+    int64_t bSlot = 0;
+    while (llvm::is_contained(st.busyBSlots, bSlot))
+      ++bSlot;
+    SmallVector<rt::BufferOp> bOnly = stashSlot(*stage, bSlot, /*bOnly=*/true);
+    if (!bOnly.empty()) {
+      st.busyBSlots.push_back(bSlot);
+      stashBSlots = std::max(stashBSlots, bSlot + 1);
+      for (rt::BufferOp buf : bOnly)
+        args.push_back(ref(ob, loc, buf));
+      st.bOnlyOf[fwd.getStash()] = {bSlot, bOnly};
+    }
     call(fwd.getCallee(), args, unitLabel("F", fwd.getMicrobatch(), fwd.getChunk()), slot);
     if (fwd.getChunk() == 0) // microbatches, not the units of an interleaved rank's chunks
       ++st.forwards;
     return success();
   }
-  // ZB-H1: B keeps the forward's slot (its values for W go into the same slot), W frees it.
+  // ZB-H1: B keeps the forward's slot (its values for W go into the same slot) and frees the
+  // part only it reads; W frees the slot.
   if (auto bi = dyn_cast<sched::BackwardInputOp>(op)) {
     if (failed(stageOf(bi.getCallee())))
       return failure();
@@ -229,6 +245,12 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
     SmallVector<Value> args = inputArgs(ob, loc, bi.getCallee(), int64_t(bi.getMicrobatch()));
     for (rt::BufferOp buf : it->second.second)
       args.push_back(ref(ob, loc, buf));
+    if (auto bo = st.bOnlyOf.find(bi.getStash()); bo != st.bOnlyOf.end()) {
+      for (rt::BufferOp buf : bo->second.second)
+        args.push_back(ref(ob, loc, buf));
+      llvm::erase(st.busyBSlots, bo->second.first);
+      st.bOnlyOf.erase(bo);
+    }
     call(bi.getCallee(), args, unitLabel("B", bi.getMicrobatch(), bi.getChunk()));
     auto held = it->second;
     st.stashOf.erase(it);
@@ -477,27 +499,56 @@ SmallVector<Value> Lowering::inputArgs(OpBuilder &ob, Location loc, StringRef ca
   return args;
 }
 
-SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot) {
+SmallVector<rt::BufferOp> Lowering::stashSlot(func::FuncOp fwd, int64_t slot, bool bOnly) {
   // Units with the same layout share a slot's buffers.
   SmallVector<Type> types(fwd.getResultTypes());
   if (auto zb = fwd->getAttrOfType<ArrayAttr>("sched.stash_layout")) {
     types.clear();
-    for (Attribute a : zb)
-      types.push_back(cast<TypeAttr>(a).getValue());
+    for (auto [a, freed] : llvm::zip(zb, freedAtB(zb)))
+      if (freed == bOnly)
+        types.push_back(cast<TypeAttr>(a).getValue());
+  } else if (bOnly) {
+    types.clear();
   }
   StashLayout layout = StashLayout::of(types);
-  SmallVector<rt::BufferOp> &bufs = stashBuffers[{slot, layout.key()}];
+  // ZB-H1's B-only parts are slots of their own ("stash_b<slot>", group stash.b.<slot>).
+  const std::string base = bOnly ? "stash_b" : "stash";
+  SmallVector<rt::BufferOp> &bufs = stashBuffers[{slot, base + ":" + layout.key()}];
   if (bufs.empty()) {
     for (unsigned d = 0; d < layout.dtypes.size(); ++d) {
-      std::string name = ("stash" + Twine(slot)).str();
+      std::string name = base + std::to_string(slot);
       if (layout.dtypes.size() > 1)
         name += "." + std::to_string(d);
       rt::BufferOp buf = addBuffer(name, layout.bufferType(d), "activation");
-      buf.setGroupAttr(b.getStringAttr("stash." + Twine(slot)));
+      buf.setGroupAttr(b.getStringAttr((bOnly ? "stash.b." : "stash.") + Twine(slot)));
       bufs.push_back(buf);
     }
   }
   return bufs;
+}
+
+ArrayRef<bool> Lowering::freedAtB(ArrayAttr layout) {
+  auto [it, fresh] = freedAtBCache.try_emplace(layout);
+  if (!fresh)
+    return it->second;
+  SmallVector<bool> &freed = it->second;
+  bool seen = false;
+  freed.assign(layout.size(), true);
+  for (auto &[name, fn] : stages) {
+    auto unit = fn->getAttrOfType<StringAttr>("sched.unit");
+    if (!unit || unit.getValue() != "backward_weight" ||
+        fn->getAttr("sched.stash_layout") != layout)
+      continue;
+    seen = true;
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (auto k = fn.getArgAttrOfType<IntegerAttr>(i, "sched.stash"))
+        if (k.getInt() >= 0 && k.getInt() < int64_t(freed.size()) &&
+            !fn.getArgument(i).use_empty())
+          freed[size_t(k.getInt())] = false;
+  }
+  if (!seen)
+    freed.assign(layout.size(), false);
+  return freed;
 }
 
 } // namespace mlir::trainc::lower_to_rt

@@ -254,6 +254,7 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
   for (unsigned i : stageInputs[fname])
     argTypes.push_back(memrefOf(fn.getArgument(i).getType()));
   SmallVector<Type> stashTypes;
+  SmallVector<bool> freed; // per stash tensor: in the part freed at B (ZB-H1)
   for (Type t : fn.getResultTypes())
     if (!isa<sched::TokenType>(t))
       stashTypes.push_back(t);
@@ -280,11 +281,27 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
                               << " has stash arguments and results that are not a prefix of its "
                                  "sched.stash_layout";
     stashTypes = all;
+    // The tensors only B reads are a second part of the slot, freed at B; W does not take it.
+    llvm::append_range(freed, freedAtB(zb));
   }
-  StashLayout layout = StashLayout::of(stashTypes);
+  freed.resize(stashTypes.size(), false);
+  // Slot part 0 (held until the stash's last unit) and part 1 (ZB-H1: freed at B), each one
+  // buffer per element type; tensor k is at (part, buffer, offset).
+  SmallVector<Type> partTypes[2];
+  SmallVector<std::pair<unsigned, unsigned>> partOf; // per tensor: (part, index in the part)
+  for (auto [k, t] : llvm::enumerate(stashTypes)) {
+    partOf.push_back({freed[k] ? 1u : 0u, unsigned(partTypes[freed[k] ? 1 : 0].size())});
+    partTypes[freed[k] ? 1 : 0].push_back(t);
+  }
+  StashLayout parts[2] = {StashLayout::of(partTypes[0]), StashLayout::of(partTypes[1])};
+  const bool isWeightUnit = fn->getAttrOfType<StringAttr>("sched.unit") &&
+                            fn->getAttrOfType<StringAttr>("sched.unit").getValue() ==
+                                "backward_weight";
   const unsigned firstStash = unsigned(argTypes.size());
-  for (unsigned d = 0; d < layout.dtypes.size(); ++d)
-    argTypes.push_back(layout.bufferType(d));
+  unsigned partBase[2] = {firstStash, firstStash + unsigned(parts[0].dtypes.size())};
+  for (unsigned q = 0; q < (isWeightUnit ? 1u : 2u); ++q)
+    for (unsigned d = 0; d < parts[q].dtypes.size(); ++d)
+      argTypes.push_back(parts[q].bufferType(d));
   OpBuilder mb(module.getContext());
   mb.setInsertionPoint(fn);
   auto nf = mb.create<func::FuncOp>(fn.getLoc(), (fname + ".rt").str(),
@@ -299,17 +316,25 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     map.map(fn.getArgument(i), entry->getArgument(k));
     nf.setArgAttr(k, "rt.input", fn.getArgAttr(i, "model.input"));
   }
-  for (unsigned d = 0; d < layout.dtypes.size(); ++d)
-    nf.setArgAttr(firstStash + d, "rt.stash", mb.getI64IntegerAttr(int64_t(d)));
+  for (unsigned a = firstStash; a < nf.getNumArguments(); ++a)
+    nf.setArgAttr(a, "rt.stash", mb.getI64IntegerAttr(int64_t(a - firstStash)));
   // Stash tensor k as a view of its slot buffer.
   auto stashView = [&](size_t k) -> Value {
-    auto [d, offset] = layout.place[k];
+    auto [q, j] = partOf[k];
+    auto [d, offset] = parts[q].place[j];
     return ob.create<rt::ViewOp>(fn.getLoc(), memrefOf(stashTypes[k]),
-                                 entry->getArgument(firstStash + d),
+                                 entry->getArgument(partBase[q] + d),
                                  ob.getI64IntegerAttr(offset));
   };
-  for (auto [k, i] : llvm::enumerate(stageStash[fname]))
+  for (auto [k, i] : llvm::enumerate(stageStash[fname])) {
+    if (isWeightUnit && partOf[argBase + k].first == 1) {
+      if (!fn.getArgument(i).use_empty()) // freedAtB says no W of this layout reads it
+        return fn.emitOpError() << "@" << fname << " reads stash tensor " << argBase + k
+                                << ", which its slot layout frees at B";
+      continue;
+    }
     map.map(fn.getArgument(i), stashView(argBase + k));
+  }
   // A forward unit's stash results are written straight into the caller's slot buffers.
   st.outTarget = [stashView, resultBase](size_t k) { return stashView(resultBase + k); };
   st.indexResults();

@@ -255,6 +255,9 @@ private:
     };
     SmallVector<PendingSend> sendsAfter;
     llvm::DenseMap<Value, std::pair<int64_t, SmallVector<rt::BufferOp>>> stashOf;
+    /// ZB-H1: the slots of the stash parts only B reads (held from F to B), by forward stash.
+    SmallVector<int64_t> busyBSlots;
+    llvm::DenseMap<Value, std::pair<int64_t, SmallVector<rt::BufferOp>>> bOnlyOf;
   };
   /// A sched.microbatch, sched.forward or sched.backward as a call of its lowered stage function
   /// (forward: takes the lowest free stash slot; backward: releases its forward's).
@@ -268,8 +271,14 @@ private:
                           SmallVector<Value> &args, int64_t stashSlot, UnitState &st);
   /// The input buffers of microbatch `mb` for the stage function `callee`, in argument order.
   SmallVector<Value> inputArgs(OpBuilder &ob, Location loc, StringRef callee, int64_t mb);
-  /// The buffers of stash slot `slot` for the results of the forward unit `fwd`.
-  SmallVector<rt::BufferOp> stashSlot(func::FuncOp fwd, int64_t slot);
+  /// The buffers of stash slot `slot` for the results of the forward unit `fwd`: with
+  /// `bOnly`, those of its part only B reads (ZB-H1; empty without), else the rest.
+  SmallVector<rt::BufferOp> stashSlot(func::FuncOp fwd, int64_t slot, bool bOnly = false);
+  /// ZB-H1: per tensor of the slot layout `layout` (sched.stash_layout), whether no weight-gradient
+  /// unit of that layout reads it (a forward stash tensor only B reads, freed at B). All false
+  /// when no unit has the layout. Computed once per layout.
+  ArrayRef<bool> freedAtB(ArrayAttr layout);
+  llvm::DenseMap<Attribute, SmallVector<bool>> freedAtBCache;
   LogicalResult lowerStage(func::FuncOp fn);
   /// --overlap-p2p-comm (module attribute trainc.overlap_p2p_comm): the top-level synchronous
   /// receives of the lowered unit function `nf` (rt.recv into a buffer of its own) become
@@ -357,7 +366,7 @@ private:
   /// Stash slots: buffers per (slot, layout), and how many slots the iteration uses (their size
   /// is the memory planner's: rt.group_bytes).
   std::map<std::pair<int64_t, std::string>, SmallVector<rt::BufferOp>> stashBuffers;
-  int64_t stashSlots = 0;
+  int64_t stashSlots = 0, stashBSlots = 0;
   DpLayout layout;
   llvm::StringMap<size_t> layoutIndex;
   /// Distributed optimizer: the sched.adamw that emits each bucket's update (its last one), with

@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -93,7 +94,9 @@ public:
   explicit CallSplitter(ModuleOp module) : module(module) {}
 
   /// @g.input(args) -> (results not in `weight`, intermediates) and
-  /// @g.weight(args, intermediates) -> (results in `weight`); errors name the callee.
+  /// @g.weight(the args it reads, intermediates) -> (results in `weight`); which of g's
+  /// arguments @g.weight takes is its attribute `trainc.weight_args` (argument numbers of g).
+  /// Errors name the callee.
   FailureOr<std::pair<func::FuncOp, func::FuncOp>> split(func::FuncOp g,
                                                          ArrayRef<bool> weight);
 
@@ -200,6 +203,16 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> CallSplitter::split(func::FuncO
       out.push_back(map.lookupOrDefault(v));
     bb.create<func::ReturnOp>(ret->getLoc(), out);
   }
+  // W takes only the arguments it reads, so that a stash tensor only B reads can be freed at B.
+  llvm::BitVector unused(fw.getNumArguments());
+  SmallVector<int64_t> taken;
+  for (unsigned i = 0; i < g.getNumArguments(); ++i)
+    if (fw.getArgument(i).use_empty())
+      unused.set(i);
+    else
+      taken.push_back(int64_t(i));
+  fw.eraseArguments(unused);
+  fw->setAttr("trainc.weight_args", b.getDenseI64ArrayAttr(taken));
   return done[key] = {fi, fw};
 }
 
@@ -269,7 +282,10 @@ mlir::trainc::splitWeightGradients(ModuleOp module, func::FuncOp backward) {
     OpBuilder b(c);
     auto ci = b.create<func::CallOp>(c.getLoc(), parts->first, c.getOperands());
     ci->setDiscardableAttrs(c->getDiscardableAttrDictionary());
-    SmallVector<Value> wArgs(c.getOperands());
+    SmallVector<Value> wArgs;
+    for (int64_t i : parts->second->getAttrOfType<DenseI64ArrayAttr>("trainc.weight_args")
+                         .asArrayRef())
+      wArgs.push_back(c.getOperand(unsigned(i)));
     const unsigned numIn = unsigned(llvm::count(weight, false));
     llvm::append_range(wArgs, ci.getResults().drop_front(numIn));
     auto cw = b.create<func::CallOp>(c.getLoc(), parts->second, wArgs);

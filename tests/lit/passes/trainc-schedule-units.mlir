@@ -88,13 +88,13 @@ func.func @forward_backward(%w: tensor<4x3xf32> {model.param = @w},
 // RT-NEXT: rt.view %[[B]][0] : memref<8xf32> to memref<2x4xf32>
 // RT-LABEL: func.func @train_step()
 // RT: rt.buffer_ref @stash0
-// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 0 chunk 0"}
+// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 0 chunk 0", rt.unit_flops = {{.*}}}
 // RT: rt.buffer_ref @stash1
-// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 1 chunk 0"}
+// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 1 chunk 0", rt.unit_flops = {{.*}}}
 // RT: rt.buffer_ref @stash2
-// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 2 chunk 0"}
+// RT-NEXT: call @forward_backward.forward({{.*}}) {rt.unit = "F microbatch 2 chunk 0", rt.unit_flops = {{.*}}}
 // RT: rt.buffer_ref @stash0
-// RT-NEXT: call @forward_backward.backward({{.*}}) {rt.unit = "B microbatch 0 chunk 0"}
+// RT-NEXT: call @forward_backward.backward({{.*}}) {rt.unit = "B microbatch 0 chunk 0", rt.unit_flops = {{.*}}}
 // Megatron's order needs one slot; the planner sizes its group (8 floats, 64-byte aligned).
 // RT1: module attributes {{{.*}}rt.group_bytes = {stash.0 = 64 : i64}, {{.*}}rt.schedule = "no-pipelining", rt.stash_slots = 1 : i64
 // RT1: rt.buffer @stash0 activation {group = "stash.0"
