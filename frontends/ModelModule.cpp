@@ -153,6 +153,68 @@ std::vector<IRShapeField> modelShapeOfIR(ModuleOp module) {
   return out;
 }
 
+llvm::Error adoptModelShapeOfIR(ModuleOp module, llvm::StringRef path,
+                                llvm::ArrayRef<std::string> flags, PlanConfig &config) {
+  ModelConfig &m = config.model;
+  std::vector<IRShapeField> shape = modelShapeOfIR(module);
+  // The vocabulary: the loss's valid columns (the padded rows are not tokens).
+  if (auto fwd = module.lookupSymbol<func::FuncOp>("forward")) {
+    auto it = llvm::find_if(shape, [](const IRShapeField &f) { return f.field == "padded_vocab_size"; });
+    if (it != shape.end()) {
+      IRShapeField vocab{"vocab_size", it->value, it->source};
+      fwd.walk([&](mlir::trainc::model::CrossEntropyOp op) {
+        if (int64_t(op.getValidVocab()) > 0)
+          vocab = {"vocab_size", int64_t(op.getValidVocab()),
+                   "the valid_vocab of @forward's model.cross_entropy"};
+        return WalkResult::interrupt();
+      });
+      shape.push_back(vocab);
+    }
+  }
+  struct Field {
+    const char *name, *flag;
+    int64_t *value;
+  };
+  const Field fields[] = {{"num_layers", "--num-layers", &m.num_layers},
+                          {"hidden_size", "--hidden-size", &m.hidden_size},
+                          {"num_attention_heads", "--num-attention-heads", &m.num_attention_heads},
+                          {"num_query_groups", "--num-query-groups", &m.num_query_groups},
+                          {"ffn_hidden_size", "--ffn-hidden-size", &m.ffn_hidden_size},
+                          {"seq_length", "--seq-length", &m.seq_length},
+                          {"vocab_size", "--vocab-size", &m.vocab_size},
+                          {"padded_vocab_size", nullptr, &m.padded_vocab_size}};
+  auto given = [&](llvm::StringRef flag) {
+    return llvm::any_of(flags, [&](const std::string &a) {
+      return a == flag || llvm::StringRef(a).starts_with((flag + "=").str());
+    });
+  };
+  for (const IRShapeField &f : shape)
+    for (const Field &d : fields) {
+      if (f.field != d.name)
+        continue;
+      if (d.flag && given(d.flag) && *d.value != f.value)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            llvm::Twine(d.flag) + " " + llvm::Twine(*d.value) + " differs from the model of '" +
+                path + "' (" + d.name + " " + llvm::Twine(f.value) + ": " + f.source + ")");
+      *d.value = f.value;
+    }
+  m.group_query_attention = m.num_query_groups != m.num_attention_heads;
+  if (m.num_attention_heads > 0)
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  mlir::trainc::model::AttentionOp attention;
+  module.walk([&](mlir::trainc::model::AttentionOp op) {
+    attention = op;
+    return WalkResult::interrupt();
+  });
+  if (attention)
+    if (auto q = llvm::dyn_cast<RankedTensorType>(attention.getQuery().getType());
+        q && q.getRank() == 4)
+      m.kv_channels = q.getDimSize(3);
+  m.max_position_embeddings = std::max(m.max_position_embeddings, m.seq_length);
+  return llvm::Error::success();
+}
+
 llvm::Expected<ModelModule> readModelModule(MLIRContext &ctx, llvm::StringRef path) {
   auto error = [&](const llvm::Twine &m) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());

@@ -52,6 +52,19 @@ struct IRShapeField {
 /// decoder layers has no heads) is left out; `module` without @forward or tokens gives nothing.
 std::vector<IRShapeField> modelShapeOfIR(mlir::ModuleOp module);
 
+/// Makes `config.model` (parsed and finalized from a .mlir input's placeholder base) the model of
+/// `module` where its IR fixes the shape: num_layers, hidden_size, num_attention_heads,
+/// num_query_groups (group_query_attention when fewer than the heads), kv_channels (the query's
+/// head dim), ffn_hidden_size, padded_vocab_size and vocab_size (the model.cross_entropy's
+/// valid_vocab, or the padded size without one). So the recorded configuration (metadata,
+/// PlanInfo.vocab_size, which bounds the training data's token ids, and the plan) is the module's
+/// model, not the placeholder. `flags` is the command line: a model flag given there
+/// (--num-layers, --hidden-size, --num-attention-heads, --num-query-groups, --ffn-hidden-size,
+/// --vocab-size, --seq-length) whose value differs from the IR's is an error naming the flag, both
+/// values and where the IR's is read.
+llvm::Error adoptModelShapeOfIR(mlir::ModuleOp module, llvm::StringRef path,
+                                llvm::ArrayRef<std::string> flags, PlanConfig &config);
+
 /// Parses `path` in `ctx` (the trainc dialects loaded; parse errors are printed to stderr with
 /// the offending line). Errors name the file: unreadable, not parseable, no func.func @forward, no argument
 /// tagged model.input = "tokens", tokens not a rank-2 tensor [micro batch, seq], or a
