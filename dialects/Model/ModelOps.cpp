@@ -1,6 +1,7 @@
 //===- ModelOps.cpp - Model dialect: verifiers, VJP, cost, sharding, kernels ===//
 
 #include "dialects/Model/ModelDialect.h"
+#include "dialects/Trainc/TraincDialect.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"

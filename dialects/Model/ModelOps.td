@@ -37,6 +37,8 @@ def Model_Dialect : Dialect {
   // model.global_seq (positive integers), model.rank_offsets ({attr = array<i64: axis,
   // stride>}); on the module model.sequence_parallel (unit). Any other model.* name is an error.
   let hasOperationAttrVerify = 1;
+  // Loads the trainc dialect, which verifies the trainc.* module attributes.
+  let dependentDialects = ["::mlir::trainc::top::TraincDialect"];
 }
 
 class Model_Op<string mnemonic, list<Trait> traits = []>

@@ -1,6 +1,7 @@
 //===- RtOps.cpp - rt dialect: verifiers backed by the runtime's kernel table ===//
 
 #include "dialects/Rt/RtDialect.h"
+#include "dialects/Trainc/TraincDialect.h"
 
 #include "runtime/core/Kernel.h"
 

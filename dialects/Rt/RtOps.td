@@ -29,6 +29,8 @@ def Rt_Dialect : Dialect {
   // rt.result (non-negative integers), rt.accumulate (unit). Any other rt.* name is an error.
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
+  // Loads the trainc dialect, which verifies the trainc.* module attributes.
+  let dependentDialects = ["::mlir::trainc::top::TraincDialect"];
 }
 
 class Rt_Op<string mnemonic, list<Trait> traits = []> : Op<Rt_Dialect, mnemonic, traits>;
