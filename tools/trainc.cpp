@@ -238,6 +238,11 @@ int cmdCompile(std::vector<std::string> args) {
     return fail("--micro-batch-size " + std::to_string(cfg->training.micro_batch_size) +
                 " differs from the micro batch of '" + mlirFile + "' (its tokens input has " +
                 std::to_string(*mbs) + " rows)");
+  // A .mlir model is its own model: the configuration records the IR's shape, not the base's
+  // placeholders.
+  if (module)
+    if (llvm::Error e = cfgns::adoptModelShapeOfIR(*module, mlirFile, flags, *cfg))
+      return fail(llvm::toString(std::move(e)));
   for (const std::string &w : cfg->warnings)
     llvm::errs() << "trainc: warning: " << w << "\n";
   if (!cfg->ignoredFlags.empty())

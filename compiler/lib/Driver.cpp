@@ -10,6 +10,7 @@
 #include "dialects/Model/ModelDialect.h"
 #include "dialects/Rt/RtDialect.h"
 #include "dialects/Sched/SchedDialect.h"
+#include "dialects/Trainc/TraincDialect.h"
 #include "frontends/RankTable.h"
 #include "models/ModelBuilder.h"
 #include "runtime/core/Program.h"
@@ -36,7 +37,7 @@ namespace schema = ::trainc::schema;
 
 void mlir::trainc::registerTraincDialects(DialectRegistry &registry) {
   registry.insert<func::FuncDialect, mesh::MeshDialect, model::ModelDialect, sched::SchedDialect,
-                  rt::RtDialect>();
+                  rt::RtDialect, top::TraincDialect>();
   model::registerCollectiveInterfaces(registry);
 }
 
@@ -45,7 +46,7 @@ void mlir::trainc::loadTraincDialects(MLIRContext &ctx) {
   registerTraincDialects(registry);
   ctx.appendDialectRegistry(registry);
   ctx.loadDialect<func::FuncDialect, mesh::MeshDialect, model::ModelDialect, sched::SchedDialect,
-                  rt::RtDialect>();
+                  rt::RtDialect, top::TraincDialect>();
 }
 
 std::string mlir::trainc::modelDtype(const cfgns::PlanConfig &cfg, const CompileOptions &options) {

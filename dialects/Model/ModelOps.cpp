@@ -1,6 +1,7 @@
 //===- ModelOps.cpp - Model dialect: verifiers, VJP, cost, sharding, kernels ===//
 
 #include "dialects/Model/ModelDialect.h"
+#include "dialects/Trainc/TraincDialect.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -1598,6 +1599,56 @@ LogicalResult mlir::trainc::model::declareParameters(ModuleOp module) {
     }
   }
   return success();
+}
+
+LogicalResult ModelDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  Attribute v = attr.getValue();
+  auto fail = [&](StringRef expected) {
+    return op->emitOpError() << "attribute '" << name << "' must be " << expected << ", not "
+                             << v;
+  };
+  auto integer = [&](int64_t min) {
+    auto i = dyn_cast<IntegerAttr>(v);
+    return i && i.getType().isInteger(64) && i.getInt() >= min;
+  };
+  const bool onFunction = isa<func::FuncOp>(op);
+  if (name == "model.layer")
+    return isa<StringAttr>(v) && onFunction ? success() : fail("a string on a func.func");
+  if (name == "model.derivative") {
+    auto s = dyn_cast<StringAttr>(v);
+    return s && onFunction && (s.getValue() == "forward" || s.getValue() == "backward")
+               ? success()
+               : fail("\"forward\" or \"backward\" on a func.func");
+  }
+  if (name == "model.layer_index" || name == "model.recompute_group")
+    return integer(0) ? success() : fail("a non-negative i64 integer");
+  if (name == "model.global_heads" || name == kGlobalSeqAttr)
+    return integer(1) ? success() : fail("a positive i64 integer");
+  if (name == "model.loss_seed")
+    return isa<UnitAttr>(v) ? success() : fail("a unit attribute");
+  if (name == kRecomputeAttrName) {
+    auto s = dyn_cast<StringAttr>(v);
+    return s && llvm::is_contained({"selective", "checkpoint", "replay"}, s.getValue())
+               ? success()
+               : fail("\"selective\", \"checkpoint\" or \"replay\"");
+  }
+  if (name == kRankOffsetsAttr) {
+    auto d = dyn_cast<DictionaryAttr>(v);
+    bool ok = d && llvm::all_of(d, [](NamedAttribute e) {
+      auto pair = dyn_cast<DenseI64ArrayAttr>(e.getValue());
+      return pair && pair.size() == 2 && pair[0] >= 0;
+    });
+    return ok ? success()
+              : fail("a dictionary of {attribute = array<i64: mesh axis, stride>} entries");
+  }
+  if (name == kSequenceParallelAttr)
+    return isa<UnitAttr>(v) && isa<ModuleOp>(op) ? success() : fail("a unit attribute on the module");
+  return op->emitOpError() << "has unknown attribute '" << name
+                           << "' of the model dialect (model.layer, model.derivative, "
+                              "model.layer_index, model.recompute_group, model.loss_seed, "
+                              "model.recompute, model.global_heads, model.global_seq, "
+                              "model.rank_offsets, model.sequence_parallel)";
 }
 
 LogicalResult ModelDialect::verifyRegionArgAttribute(Operation *op, unsigned region,

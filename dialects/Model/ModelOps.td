@@ -30,6 +30,15 @@ def Model_Dialect : Dialect {
   // `model.layer_param` (strings) and, in hand-written IR before autodiff declares them,
   // `model.init`, `model.init_std`, `model.no_weight_decay`.
   let hasRegionArgAttrVerify = 1;
+  // The discardable attributes of the dialect, each checked once here: on functions model.layer
+  // (string) and model.derivative ("forward" | "backward"); on layer calls model.layer_index and
+  // model.recompute_group (non-negative integers); on ops model.loss_seed (unit),
+  // model.recompute ("selective" | "checkpoint" | "replay"), model.global_heads and
+  // model.global_seq (positive integers), model.rank_offsets ({attr = array<i64: axis,
+  // stride>}); on the module model.sequence_parallel (unit). Any other model.* name is an error.
+  let hasOperationAttrVerify = 1;
+  // Loads the trainc dialect, which verifies the trainc.* module attributes.
+  let dependentDialects = ["::mlir::trainc::top::TraincDialect"];
 }
 
 class Model_Op<string mnemonic, list<Trait> traits = []>

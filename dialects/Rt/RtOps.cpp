@@ -1,9 +1,11 @@
 //===- RtOps.cpp - rt dialect: verifiers backed by the runtime's kernel table ===//
 
 #include "dialects/Rt/RtDialect.h"
+#include "dialects/Trainc/TraincDialect.h"
 
 #include "runtime/core/Kernel.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
@@ -28,6 +30,72 @@ void RtDialect::initialize() {
 #define GET_OP_LIST
 #include "dialects/Rt/RtOps.cpp.inc"
       >();
+}
+
+/// Whether `v` is an i64 IntegerAttr >= 0.
+static bool isNonNegativeI64(Attribute v) {
+  auto i = dyn_cast<IntegerAttr>(v);
+  return i && i.getType().isInteger(64) && i.getInt() >= 0;
+}
+
+LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  Attribute v = attr.getValue();
+  auto check = [&](bool ok, StringRef expected) -> LogicalResult {
+    if (ok)
+      return success();
+    return op->emitOpError() << "attribute '" << name << "' must be " << expected << ", not "
+                             << v;
+  };
+  if (llvm::is_contained({"rt.arena_bytes", "rt.persistent_bytes", "rt.flowing_peak_bytes",
+                          "rt.stash_slots", "rt.layer_index"},
+                         name))
+    return check(isNonNegativeI64(v), "a non-negative i64 integer");
+  if (name == "rt.group_bytes") {
+    auto d = dyn_cast<DictionaryAttr>(v);
+    return check(d && llvm::all_of(d, [](NamedAttribute e) { return isNonNegativeI64(e.getValue()); }),
+                 "a dictionary of {group = bytes} (non-negative i64 integers)");
+  }
+  if (name == "rt.carried_tokens")
+    return check(isa<DenseI64ArrayAttr>(v), "an array<i64> of token numbers");
+  if (name == "rt.shard_segments") {
+    auto a = dyn_cast<DenseI64ArrayAttr>(v);
+    return check(a && a.size() % 3 == 0, "an array<i64> of (begin, end, decay) triples");
+  }
+  if (llvm::is_contained({"rt.schedule", "rt.unit"}, name))
+    return check(isa<StringAttr>(v), "a string");
+  const bool onFunction = isa<func::FuncOp>(op);
+  if (llvm::is_contained({"rt.stage", "rt.function", "rt.entry"}, name))
+    return check(isa<UnitAttr>(v) && onFunction, "a unit attribute on a func.func");
+  if (llvm::is_contained({"rt.entry_point", "rt.layer"}, name))
+    return check(isa<StringAttr>(v) && onFunction, "a string on a func.func");
+  return op->emitOpError() << "has unknown attribute '" << name
+                           << "' of the rt dialect (rt.arena_bytes, rt.persistent_bytes, "
+                              "rt.flowing_peak_bytes, rt.stash_slots, rt.group_bytes, "
+                              "rt.carried_tokens, rt.schedule, rt.stage, rt.function, rt.entry, "
+                              "rt.entry_point, rt.layer, rt.unit, rt.layer_index, "
+                              "rt.shard_segments)";
+}
+
+LogicalResult RtDialect::verifyRegionArgAttribute(Operation *op, unsigned region, unsigned arg,
+                                                  NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  Attribute v = attr.getValue();
+  auto check = [&](bool ok, StringRef expected) -> LogicalResult {
+    if (ok)
+      return success();
+    return op->emitOpError() << "argument " << arg << ": '" << name << "' must be " << expected
+                             << ", not " << v;
+  };
+  if (name == "rt.input")
+    return check(isa<StringAttr>(v), "a string (the model.input)");
+  if (name == "rt.stash" || name == "rt.result")
+    return check(isNonNegativeI64(v), "a non-negative i64 integer");
+  if (name == "rt.accumulate")
+    return check(isa<UnitAttr>(v), "a unit attribute");
+  return op->emitOpError() << "argument " << arg << " has unknown attribute '" << name
+                           << "' of the rt dialect (rt.input, rt.stash, rt.result, "
+                              "rt.accumulate)";
 }
 
 namespace mlir::trainc::rt {

@@ -20,6 +20,17 @@ def Rt_Dialect : Dialect {
   let summary = "Buffer-level instructions that map one to one onto runtime/schema/program.proto";
   let cppNamespace = "::mlir::trainc::rt";
   let useDefaultAttributePrinterParser = 1;
+  // The discardable attributes of the dialect, each checked once here. Module: rt.arena_bytes,
+  // rt.persistent_bytes, rt.flowing_peak_bytes, rt.stash_slots (non-negative integers),
+  // rt.group_bytes ({group = bytes}), rt.carried_tokens (array<i64>), rt.schedule (string).
+  // Functions: rt.stage, rt.function, rt.entry (unit), rt.entry_point, rt.layer (strings).
+  // Ops: rt.unit (string), rt.layer_index (non-negative integer), rt.shard_segments
+  // (array<i64> of (begin, end, decay) triples). Arguments: rt.input (string), rt.stash,
+  // rt.result (non-negative integers), rt.accumulate (unit). Any other rt.* name is an error.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  // Loads the trainc dialect, which verifies the trainc.* module attributes.
+  let dependentDialects = ["::mlir::trainc::top::TraincDialect"];
 }
 
 class Rt_Op<string mnemonic, list<Trait> traits = []> : Op<Rt_Dialect, mnemonic, traits>;

@@ -1,6 +1,7 @@
 //===- SchedOps.cpp - sched dialect ---------------------------------------===//
 
 #include "dialects/Sched/SchedDialect.h"
+#include "dialects/Trainc/TraincDialect.h"
 #include "dialects/Model/ModelDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -28,6 +28,8 @@ def Sched_Dialect : Dialect {
   // (non-negative integer). Any other sched.* name is an error.
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
+  // Loads the trainc dialect, which verifies the trainc.* module attributes.
+  let dependentDialects = ["::mlir::trainc::top::TraincDialect"];
 }
 
 class Sched_Op<string mnemonic, list<Trait> traits = []> : Op<Sched_Dialect, mnemonic, traits>;
