@@ -541,8 +541,12 @@ FailureOr<bool> Lowering::lowerCommonOp(Operation &op, Location loc, BodyState &
     for (Value v : call.getOperands())
       args.push_back(st.map.lookup(v));
     std::string base = (fname + ".call." + Twine(st.counter)).str();
-    ArrayRef<bool> accumulates = accumulatingResults(
-        module.lookupSymbol<func::FuncOp>(call.getCallee()));
+    // The cache first: a symbol lookup per layer call scans the module (quadratic in layers).
+    auto cached = calleeAccumulates.find(call.getCallee());
+    ArrayRef<bool> accumulates =
+        cached != calleeAccumulates.end()
+            ? ArrayRef<bool>(cached->second)
+            : accumulatingResults(module.lookupSymbol<func::FuncOp>(call.getCallee()));
     for (Value r : call.getResults()) {
       if (accumulates[cast<OpResult>(r).getResultNumber()]) {
         // Gradient-accumulation fusion: the callee's GEMM adds into main_grad.
