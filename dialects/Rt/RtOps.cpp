@@ -48,7 +48,7 @@ LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
                              << v;
   };
   if (llvm::is_contained({"rt.arena_bytes", "rt.persistent_bytes", "rt.flowing_peak_bytes",
-                          "rt.stash_slots", "rt.layer_index"},
+                          "rt.stash_slots", "rt.stash_b_slots", "rt.layer_index"},
                          name))
     return check(isNonNegativeI64(v), "a non-negative i64 integer");
   if (name == "rt.group_bytes") {
@@ -62,6 +62,10 @@ LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
     auto a = dyn_cast<DenseI64ArrayAttr>(v);
     return check(a && a.size() % 3 == 0, "an array<i64> of (begin, end, decay) triples");
   }
+  if (name == "rt.unit_flops") {
+    auto f = dyn_cast<FloatAttr>(v);
+    return check(f && f.getValueAsDouble() >= 0, "a non-negative float (FLOPs of the unit call)");
+  }
   if (llvm::is_contained({"rt.schedule", "rt.unit"}, name))
     return check(isa<StringAttr>(v), "a string");
   const bool onFunction = isa<func::FuncOp>(op);
@@ -71,9 +75,9 @@ LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
     return check(isa<StringAttr>(v) && onFunction, "a string on a func.func");
   return op->emitOpError() << "has unknown attribute '" << name
                            << "' of the rt dialect (rt.arena_bytes, rt.persistent_bytes, "
-                              "rt.flowing_peak_bytes, rt.stash_slots, rt.group_bytes, "
+                              "rt.flowing_peak_bytes, rt.stash_slots, rt.stash_b_slots, rt.group_bytes, "
                               "rt.carried_tokens, rt.schedule, rt.stage, rt.function, rt.entry, "
-                              "rt.entry_point, rt.layer, rt.unit, rt.layer_index, "
+                              "rt.entry_point, rt.layer, rt.unit, rt.unit_flops, rt.layer_index, "
                               "rt.shard_segments)";
 }
 
