@@ -71,6 +71,14 @@ LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
   const bool onFunction = isa<func::FuncOp>(op);
   if (llvm::is_contained({"rt.stage", "rt.function", "rt.entry"}, name))
     return check(isa<UnitAttr>(v) && onFunction, "a unit attribute on a func.func");
+  if (name == "rt.p2p_stash_recvs") // --overlap-p2p-comm: receives into the stash argument
+    return check(onFunction && isa<ArrayAttr>(v) &&
+                     llvm::all_of(cast<ArrayAttr>(v), [](Attribute e) {
+                       auto d = dyn_cast<DictionaryAttr>(e);
+                       return d && d.get("group") && d.get("peer") && d.get("arg") &&
+                              d.get("offset") && d.get("type");
+                     }),
+                 "an array of {group, peer, arg, offset, type} dictionaries on a func.func");
   if (llvm::is_contained({"rt.entry_point", "rt.layer"}, name))
     return check(isa<StringAttr>(v) && onFunction, "a string on a func.func");
   return op->emitOpError() << "has unknown attribute '" << name
@@ -78,7 +86,7 @@ LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
                               "rt.flowing_peak_bytes, rt.stash_slots, rt.stash_b_slots, rt.group_bytes, "
                               "rt.carried_tokens, rt.schedule, rt.stage, rt.function, rt.entry, "
                               "rt.entry_point, rt.layer, rt.unit, rt.unit_flops, rt.layer_index, "
-                              "rt.shard_segments)";
+                              "rt.shard_segments, rt.p2p_stash_recvs)";
 }
 
 LogicalResult RtDialect::verifyRegionArgAttribute(Operation *op, unsigned region, unsigned arg,
@@ -97,9 +105,19 @@ LogicalResult RtDialect::verifyRegionArgAttribute(Operation *op, unsigned region
     return check(isNonNegativeI64(v), "a non-negative i64 integer");
   if (name == "rt.accumulate")
     return check(isa<UnitAttr>(v), "a unit attribute");
+  // --overlap-p2p-comm: a send or receive buffer the iteration passes (and transfers).
+  if (name == "rt.p2p") {
+    auto str = dyn_cast<StringAttr>(v);
+    return check(str && llvm::is_contained({"send", "recv"}, str.getValue()),
+                 "\"send\" or \"recv\"");
+  }
+  if (name == "rt.p2p_group")
+    return check(isa<StringAttr>(v), "a string (the group)");
+  if (name == "rt.p2p_peer")
+    return check(isa<IntegerAttr>(v), "an integer (the peer's rank in the group)");
   return op->emitOpError() << "argument " << arg << " has unknown attribute '" << name
                            << "' of the rt dialect (rt.input, rt.stash, rt.result, "
-                              "rt.accumulate)";
+                              "rt.accumulate, rt.p2p, rt.p2p_group, rt.p2p_peer)";
 }
 
 namespace mlir::trainc::rt {

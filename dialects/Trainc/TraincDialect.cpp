@@ -61,15 +61,12 @@ LogicalResult TraincDialect::verifyOperationAttribute(Operation *op, NamedAttrib
   }
   if (name == "trainc.loss_scaler")
     return check(onModule && isa<DictionaryAttr>(v), "a dictionary on the module");
-  if (name == "trainc.cuda_graph_impl") {
-    auto str = dyn_cast<StringAttr>(v);
-    return check(onModule && str && llvm::is_contained({"none", "full_iteration"}, str.getValue()),
-                 "\"none\" or \"full_iteration\" on the module");
-  }
+  if (name == "trainc.cuda_graph_impl") // its values are trainc-cuda-graph's to check
+    return check(onModule && isa<StringAttr>(v), "a string on the module");
   if (name == "trainc.weight_args")
     return check(op->getName().getStringRef() == "func.func" && isa<DenseI64ArrayAttr>(v),
                  "an array<i64> of argument numbers on a func.func");
-  if (name == "trainc.grad_reduce_in_bf16")
+  if (name == "trainc.grad_reduce_in_bf16" || name == "trainc.overlap_p2p_comm")
     return check(onModule && isa<UnitAttr>(v), "a unit attribute on the module");
   return op->emitOpError()
          << "has unknown attribute '" << name
@@ -79,6 +76,6 @@ LogicalResult TraincDialect::verifyOperationAttribute(Operation *op, NamedAttrib
             "trainc.pipeline_shared, trainc.data_parallel_size, trainc.num_microbatches, "
             "trainc.grad_bucket_bounds, trainc.flops_per_iteration, trainc.bytes_per_iteration, "
             "trainc.megatron_flops_per_token, trainc.recompute_flops_per_microbatch, "
-            "trainc.loss_scaler, trainc.grad_reduce_in_bf16, trainc.cuda_graph_impl, "
-            "trainc.weight_args)";
+            "trainc.loss_scaler, trainc.grad_reduce_in_bf16, trainc.overlap_p2p_comm, "
+            "trainc.cuda_graph_impl, trainc.weight_args)";
 }

@@ -60,7 +60,7 @@ func.func private @bad_layer() attributes {rt.layer = 1 : i64}
 
 // -----
 
-// expected-error@+1 {{'func.func' op has unknown attribute 'rt.entrypoint' of the rt dialect (rt.arena_bytes, rt.persistent_bytes, rt.flowing_peak_bytes, rt.stash_slots, rt.group_bytes, rt.carried_tokens, rt.schedule, rt.stage, rt.function, rt.entry, rt.entry_point, rt.layer, rt.unit, rt.layer_index, rt.shard_segments)}}
+// expected-error@+1 {{'func.func' op has unknown attribute 'rt.entrypoint' of the rt dialect (rt.arena_bytes, rt.persistent_bytes, rt.flowing_peak_bytes, rt.stash_slots, rt.stash_b_slots, rt.group_bytes, rt.carried_tokens, rt.schedule, rt.stage, rt.function, rt.entry, rt.entry_point, rt.layer, rt.unit, rt.unit_flops, rt.layer_index, rt.shard_segments, rt.p2p_stash_recvs)}}
 func.func private @unknown() attributes {rt.entrypoint = "eval_step"}
 
 // -----
@@ -75,5 +75,5 @@ func.func private @bad_input(%s: memref<4xf32> {rt.input = 0 : i64})
 
 // -----
 
-// expected-error@+1 {{'func.func' op argument 0 has unknown attribute 'rt.output' of the rt dialect (rt.input, rt.stash, rt.result, rt.accumulate)}}
+// expected-error@+1 {{'func.func' op argument 0 has unknown attribute 'rt.output' of the rt dialect (rt.input, rt.stash, rt.result, rt.accumulate, rt.p2p, rt.p2p_group, rt.p2p_peer)}}
 func.func private @bad_arg(%s: memref<4xf32> {rt.output = 0 : i64})
