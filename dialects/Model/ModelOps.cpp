@@ -226,8 +226,10 @@ LogicalResult LinearOp::verify() {
   // fp32 before the one rounding); without a bias, whose add would be in the narrow type.
   Type acc = statsElementType(et);
   Type rt = ty(getResult()).getElementType();
-  if (!(rt == acc && acc != et && !getBias()) &&
-      failed(expectElementType(*this, getResult(), et, "operand")))
+  if (rt == acc && acc != et && getBias())
+    return emitOpError() << "result has element type " << rt << " with a bias; an " << acc
+                         << " result of " << et << " operands is a partial sum without bias";
+  if (!(rt == acc && acc != et) && failed(expectElementType(*this, getResult(), et, "operand")))
     return failure();
   return expectShape(*this, getResult(), withLast(shapeOf(getInput()), n), "result");
 }
@@ -275,6 +277,14 @@ LogicalResult LinearGradInputOp::verify() {
   if (shapeOf(getGrad()).back() != n)
     return emitOpError() << "grad feature size " << shapeOf(getGrad()).back()
                          << " does not match weight out_features " << n;
+  // The grad's element type, or f32 for 16-bit operands (the GEMM's fp32 accumulator, summed
+  // in fp32 before one rounding).
+  Type et = ty(getGrad()).getElementType(), rt = ty(getResult()).getElementType();
+  if (failed(expectElementType(*this, getWeight(), et, "weight")))
+    return failure();
+  if (rt != et && rt != statsElementType(et))
+    return emitOpError() << "result has element type " << rt << ", expected " << et
+                         << " (as grad) or " << statsElementType(et);
   return expectShape(*this, getResult(), withLast(shapeOf(getGrad()), k), "result");
 }
 double LinearGradInputOp::getFlops() {
