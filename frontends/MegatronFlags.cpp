@@ -302,6 +302,7 @@ const std::vector<FlagSpec> &flagTable() {
       setBool("--overlap-grad-reduce", parallel(&ParallelConfig::overlap_grad_reduce)),
       setBool("--overlap-param-gather", parallel(&ParallelConfig::overlap_param_gather)),
       setBool("--grad-reduce-in-bf16", parallel(&ParallelConfig::grad_reduce_in_bf16)),
+      setBool("--tp-reduce-in-bf16", parallel(&ParallelConfig::tp_reduce_in_bf16)),
       positive("--ddp-bucket-size", parallel(&ParallelConfig::ddp_bucket_size)),
 
       section("training", FlagKind::CompileTime),

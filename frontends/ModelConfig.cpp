@@ -327,6 +327,7 @@ KeyValues ParallelConfig::toKeyValues() const {
       {"overlap_grad_reduce", str(overlap_grad_reduce)},
       {"overlap_param_gather", str(overlap_param_gather)},
       {"grad_reduce_in_bf16", str(grad_reduce_in_bf16)},
+      {"tp_reduce_in_bf16", str(tp_reduce_in_bf16)},
       {"ddp_bucket_size", str(ddp_bucket_size)},
   };
 }
@@ -576,6 +577,10 @@ Error finalizeParallel(PlanConfig &c) {
     return makeError("--grad-reduce-in-bf16 requires --bf16 (the parameters are " +
                      Twine(c.training.params_dtype == "fp16" ? "fp16 (--fp16)" : "fp32") +
                      "; trainc reduces their fp32 main grads in fp32)");
+  if (p.tp_reduce_in_bf16 && c.training.params_dtype != "bf16")
+    return makeError("--tp-reduce-in-bf16 requires --bf16 (the parameters are " +
+                     Twine(c.training.params_dtype == "fp16" ? "fp16 (--fp16)" : "fp32") +
+                     "; their tensor-parallel partial sums are reduced in fp32)");
   return Error::success();
 }
 

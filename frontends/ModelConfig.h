@@ -148,6 +148,10 @@ struct ParallelConfig {
   /// Megatron's --grad-reduce-in-bf16 (DistributedDataParallelConfig.grad_reduce_in_fp32 =
   /// false): the data-parallel gradient reduction in bf16; needs --bf16.
   bool grad_reduce_in_bf16 = false;
+  /// --tp-reduce-in-bf16 (trainc; Megatron's only behaviour): the tensor-parallel partial sums
+  /// (row-parallel outputs, column-parallel input gradients) reduced in bf16; by default trainc
+  /// reduces them in fp32 and rounds the full sum once (docs/design.md). Needs --bf16.
+  bool tp_reduce_in_bf16 = false;
   /// Gradient bucket size in elements; 0 = Megatron's default max(40M, 1M * dp).
   int64_t ddp_bucket_size = 0;
 

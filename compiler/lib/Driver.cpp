@@ -318,6 +318,10 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
   // --grad-reduce-in-bf16: trainc-lower-to-rt reduces the gradient buckets in bf16.
   if (cfg.parallel.grad_reduce_in_bf16)
     module->setAttr("trainc.grad_reduce_in_bf16", UnitAttr::get(&ctx));
+  // --tp-reduce-in-bf16: trainc-shard and trainc-autodiff keep Megatron's bf16 tensor-parallel
+  // reductions (by default the partial sums are reduced in fp32).
+  if (cfg.parallel.tp_reduce_in_bf16)
+    module->setAttr("trainc.tp_reduce_in_bf16", UnitAttr::get(&ctx));
   // The rank table (Megatron's tp-cp-ep-dp-pp order) and the device mesh: a mesh.mesh symbol
   // with its axes, the one the tensor collectives name and the export derives its groups from.
   cfgns::RankTable table(cfg.parallel);

@@ -220,9 +220,18 @@ LogicalResult LinearOp::verify() {
                          << shapeOf(getWeight())[1];
   if (getBias() && failed(expectShape(*this, getBias(), {n}, "bias")))
     return failure();
-  for (Value v : {getWeight(), getResult()})
-    if (failed(expectElementType(*this, v, ty(getInput()).getElementType(), "operand")))
-      return failure();
+  Type et = ty(getInput()).getElementType();
+  if (failed(expectElementType(*this, getWeight(), et, "operand")))
+    return failure();
+  // A bf16/fp16 GEMM may keep its fp32 accumulator (a tensor-parallel partial sum reduced in
+  // fp32 before the one rounding); without a bias, whose add would be in the narrow type.
+  Type acc = statsElementType(et);
+  Type rt = ty(getResult()).getElementType();
+  if (rt == acc && acc != et && getBias())
+    return emitOpError() << "result has element type " << rt << " with a bias; an " << acc
+                         << " result of " << et << " operands is a partial sum without bias";
+  if (!(rt == acc && acc != et) && failed(expectElementType(*this, getResult(), et, "operand")))
+    return failure();
   return expectShape(*this, getResult(), withLast(shapeOf(getInput()), n), "result");
 }
 double LinearOp::getFlops() {
@@ -242,14 +251,21 @@ SmallVector<Value> LinearOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])
     return SmallVector<Value>(getNumOperands(), Value());
   SmallVector<Value> r;
-  r.push_back(b.create<LinearGradInputOp>(getLoc(), getInput().getType(), g[0], getWeight()));
+  // An fp32 result of bf16 operands (a partial sum kept in fp32): the gradient is the widened
+  // bf16 gradient of the rounded sum, so narrowing it back is exact; the GEMMs take it in the
+  // operands' type.
+  Value dy = g[0];
+  Type et = ty(getInput()).getElementType();
+  if (ty(dy).getElementType() != et)
+    dy = b.create<CastOp>(getLoc(), RankedTensorType::get(shapeOf(dy), et), dy);
+  r.push_back(b.create<LinearGradInputOp>(getLoc(), getInput().getType(), dy, getWeight()));
   // bf16 weights: the weight-gradient GEMM writes fp32 (bf16 products accumulated in fp32, no
   // bf16 temporary), the dtype of the main grad it is accumulated into.
   auto wt = cast<RankedTensorType>(getWeight().getType());
   auto gradType = RankedTensorType::get(wt.getShape(), statsElementType(wt.getElementType()));
-  r.push_back(b.create<LinearGradWeightOp>(getLoc(), gradType, g[0], getInput()));
+  r.push_back(b.create<LinearGradWeightOp>(getLoc(), gradType, dy, getInput()));
   if (getBias())
-    r.push_back(b.create<BiasGradOp>(getLoc(), getBias().getType(), g[0]));
+    r.push_back(b.create<BiasGradOp>(getLoc(), getBias().getType(), dy));
   return r;
 }
 
@@ -262,6 +278,14 @@ LogicalResult LinearGradInputOp::verify() {
   if (shapeOf(getGrad()).back() != n)
     return emitOpError() << "grad feature size " << shapeOf(getGrad()).back()
                          << " does not match weight out_features " << n;
+  // The grad's element type, or f32 for 16-bit operands (the GEMM's fp32 accumulator, summed
+  // in fp32 before one rounding).
+  Type et = ty(getGrad()).getElementType(), rt = ty(getResult()).getElementType();
+  if (failed(expectElementType(*this, getWeight(), et, "weight")))
+    return failure();
+  if (rt != et && rt != statsElementType(et))
+    return emitOpError() << "result has element type " << rt << ", expected " << et
+                         << " (as grad) or " << statsElementType(et);
   return expectShape(*this, getResult(), withLast(shapeOf(getGrad()), k), "result");
 }
 double LinearGradInputOp::getFlops() {

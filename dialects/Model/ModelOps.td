@@ -130,6 +130,8 @@ def Model_EmbeddingOp : Model_FwdOp<"embedding"> {
 def Model_LinearOp : Model_FwdOp<"linear"> {
   let summary = "y = x w^T (+ bias); w is [out_features, in_features]";
   let description = [{
+    The result has the input's element type, or f32 for bf16/f16 operands without a bias (the
+    GEMM's fp32 accumulator: a tensor-parallel partial sum reduced in fp32 before one rounding).
     ```mlir
     %y = model.linear %x, %w, %b : (tensor<2x9x16xf32>, tensor<48x16xf32>, tensor<48xf32>) -> tensor<2x9x48xf32>
     ```

@@ -65,6 +65,122 @@ void sinkSelectiveRecompute(Block &block) {
   }
 }
 
+/// Whether `v` is a 16-bit (bf16/fp16) tensor built only from linear_grad_input results summed by
+/// model.add, each node used once inside the tree; counts the GEMM leaves in `leaves`.
+bool isInputGradSum(Value v, unsigned &leaves) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || model::statsElementType(t.getElementType()) == t.getElementType())
+    return false;
+  Operation *def = v.getDefiningOp();
+  if (isa_and_nonnull<model::LinearGradInputOp>(def)) {
+    ++leaves;
+    return true;
+  }
+  auto add = dyn_cast_or_null<model::AddOp>(def);
+  if (!add || add.getLhs() == add.getRhs())
+    return false;
+  for (Value x : {add.getLhs(), add.getRhs()})
+    if (!x.hasOneUse() || !isInputGradSum(x, leaves))
+      return false;
+  return true;
+}
+
+void widenTree(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  v.setType(RankedTensorType::get(t.getShape(), model::statsElementType(t.getElementType())));
+  if (auto add = dyn_cast<model::AddOp>(v.getDefiningOp()))
+    for (Value x : {add.getLhs(), add.getRhs()})
+      widenTree(x);
+}
+
+/// Mixed precision: the input gradient of linears is summed in fp32 and rounded once.
+///   - Several linears reading one bf16 value (q, k and v of a layer, Megatron's fused
+///     linear_qkv): their input-gradient GEMMs write fp32, the adds run in fp32 and one
+///     model.cast rounds the sum (Megatron's one GEMM rounds once).
+///   - The input gradient of column-parallel linears summed over tp (the VJP of
+///     model.copy_to_region, a mesh.all_reduce; of the sequence all-gather, a
+///     mesh.reduce_scatter): the partial sums stay fp32 through the reduction and are rounded
+///     after it, as a single rank rounds its full sum (unless `bf16Reduce`,
+///     --tp-reduce-in-bf16: rounded before the reduction, as Megatron).
+///   - The row-parallel backward's cast(copy_to_region / all_gather(cast(x))) with x bf16 (the
+///     widened gradient of an fp32 partial sum narrowed for the GEMMs) becomes the collective on
+///     x: the same values, no casts, half the gathered bytes.
+void sumInputGradsInFp32(ModuleOp module, bool bf16Reduce) {
+  SmallVector<Value> roots;
+  module.walk([&](Operation *op) {
+    if (!isa<model::LinearGradInputOp, model::AddOp>(op))
+      return;
+    Value v = op->getResult(0);
+    unsigned leaves = 0;
+    if (!isInputGradSum(v, leaves))
+      return;
+    if (v.hasOneUse()) {
+      Operation *u = *v.getUsers().begin();
+      unsigned up = 0;
+      if (isa<model::AddOp>(u) && isInputGradSum(u->getResult(0), up))
+        return; // inside a larger tree
+    }
+    bool reduced = v.hasOneUse() && isa<mesh::AllReduceOp, mesh::ReduceScatterOp>(
+                                        *v.getUsers().begin());
+    if (leaves >= 2 || (reduced && !bf16Reduce))
+      roots.push_back(v);
+  });
+  OpBuilder b(module.getContext());
+  for (Value v : roots) {
+    Type narrow = v.getType();
+    Operation *user = v.hasOneUse() ? *v.getUsers().begin() : nullptr;
+    widenTree(v);
+    if (user && !bf16Reduce && isa<mesh::AllReduceOp, mesh::ReduceScatterOp>(user)) {
+      b.setInsertionPoint(user);
+      Value r;
+      if (auto ar = dyn_cast<mesh::AllReduceOp>(user)) {
+        r = b.create<mesh::AllReduceOp>(ar.getLoc(), v.getType(), ar.getMeshAttr(),
+                                        ar.getMeshAxesAttr(), v, ar.getReductionAttr());
+      } else {
+        auto rs = cast<mesh::ReduceScatterOp>(user);
+        auto rt = cast<RankedTensorType>(rs.getType());
+        r = b.create<mesh::ReduceScatterOp>(
+            rs.getLoc(),
+            RankedTensorType::get(rt.getShape(), cast<RankedTensorType>(v.getType()).getElementType()),
+            rs.getMeshAttr(), rs.getMeshAxesAttr(), v, rs.getReductionAttr(),
+            rs.getScatterAxisAttr());
+      }
+      r.getDefiningOp()->setDiscardableAttrs(user->getDiscardableAttrDictionary());
+      Value c = b.create<model::CastOp>(user->getLoc(), user->getResult(0).getType(), r);
+      user->getResult(0).replaceAllUsesWith(c);
+      user->erase();
+      continue;
+    }
+    b.setInsertionPointAfter(v.getDefiningOp());
+    auto c = b.create<model::CastOp>(v.getLoc(), narrow, v);
+    v.replaceAllUsesExcept(c, c);
+  }
+  // cast(collective(cast(x))) -> collective(x) for a data-moving collective.
+  SmallVector<model::CastOp> casts;
+  module.walk([&](model::CastOp c) { casts.push_back(c); });
+  for (model::CastOp c : casts) {
+    Operation *coll = c.getInput().getDefiningOp();
+    if (!isa_and_nonnull<model::CopyToRegionOp, mesh::AllGatherOp>(coll) ||
+        !c.getInput().hasOneUse())
+      continue;
+    auto inner = coll->getOperand(0).getDefiningOp<model::CastOp>();
+    // x -> f32 -> x's type: exact only when the inner cast widens.
+    if (!inner ||
+        cast<RankedTensorType>(inner.getInput().getType()).getElementType() !=
+            cast<RankedTensorType>(c.getType()).getElementType() ||
+        cast<RankedTensorType>(inner.getType()).getElementType() !=
+            model::statsElementType(cast<RankedTensorType>(c.getType()).getElementType()))
+      continue;
+    Value x = inner.getInput();
+    coll->setOperand(0, x);
+    coll->getResult(0).setType(c.getType());
+    c.getResult().replaceAllUsesWith(coll->getResult(0));
+    c.erase();
+    if (inner->use_empty())
+      inner.erase();
+  }
+}
+
 /// The split derivative of one called function.
 struct Derivative {
   func::FuncOp fwd, bwd;
@@ -449,6 +565,7 @@ struct AutodiffPass : mlir::trainc::impl::AutodiffPassBase<AutodiffPass> {
     ret.erase();
     fb.setFunctionType(b.getFunctionType(fb.getArgumentTypes(), types));
     fb.setAllResultAttrs(resultAttrs);
+    sumInputGradsInFp32(module, module->hasAttr("trainc.tp_reduce_in_bf16"));
   }
 };
 

@@ -6,7 +6,9 @@
 //   - column-parallel linear (q, k, v, fc1, output layer): model.copy_to_region on its input
 //     (Megatron's f; one per input value, so q/k/v share it), weight and bias split by rows;
 //   - row-parallel linear (linear_proj, fc2): the partial products are summed by mesh.all_reduce
-//     (Megatron's g) and the replicated bias is added after it (model.bias_add);
+//     (Megatron's g) and the replicated bias is added after it (model.bias_add); with bf16/fp16
+//     activations the partial product is fp32 and a model.cast after the reduction rounds the
+//     full sum (unless --tp-reduce-in-bf16);
 //   - vocab-parallel embedding: a rank's rows, zero outside its range, then mesh.all_reduce;
 //   - vocab-parallel cross entropy: ce_local_max -> all_reduce max -> ce_local_sumexp and
 //     ce_target_logit -> all_reduce sum -> ce_combine.
@@ -99,7 +101,8 @@ std::string paramName(func::FuncOp fn, unsigned i) {
 class Sharder {
 public:
   Sharder(ModuleOp module, int64_t tp, bool sp)
-      : module(module), tp(tp), sp(sp), b(module.getContext()) {}
+      : module(module), tp(tp), sp(sp),
+        bf16Reduce(module->hasAttr("trainc.tp_reduce_in_bf16")), b(module.getContext()) {}
   LogicalResult run();
 
 private:
@@ -172,6 +175,8 @@ private:
   ModuleOp module;
   int64_t tp;
   bool sp;
+  /// --tp-reduce-in-bf16 (module attribute trainc.tp_reduce_in_bf16): bf16 partial sums.
+  bool bf16Reduce = false;
   OpBuilder b;
   /// Per sharded function: the layouts of its results (calls give them to their results).
   llvm::DenseMap<Operation *, SmallVector<Layout>> resultLayouts;
@@ -438,8 +443,15 @@ LogicalResult Sharder::shardLinear(model::LinearOp op) {
                                "split along its last dim";
   b.setInsertionPoint(op);
   Value bias = op.getBias();
-  auto partial = b.create<model::LinearOp>(op.getLoc(), op.getType(), op.getInput(),
-                                           op.getWeight(), Value());
+  // Mixed precision: the partial product keeps the GEMM's fp32 accumulator, the reduction runs
+  // in fp32 and the sum is rounded to bf16/fp16 once, as on a single rank (--tp-reduce-in-bf16:
+  // Megatron's bf16 partial sums and reduction).
+  auto outType = cast<RankedTensorType>(op.getType());
+  Type acc = model::statsElementType(outType.getElementType());
+  bool widen = acc != outType.getElementType() && !bf16Reduce;
+  auto partial = b.create<model::LinearOp>(
+      op.getLoc(), widen ? RankedTensorType::get(outType.getShape(), acc) : outType,
+      op.getInput(), op.getWeight(), Value());
   Value y;
   if (sp) {
     // The partial sums reduce-scattered along the sequence; the bias added on the shard.
@@ -450,6 +462,13 @@ LogicalResult Sharder::shardLinear(model::LinearOp op) {
       bias = parameterOnShard(bias);
   } else {
     y = allReduce(op.getLoc(), partial, mesh::ReductionKind::Sum);
+  }
+  if (widen) {
+    auto t = cast<RankedTensorType>(y.getType());
+    y = b.create<model::CastOp>(
+        op.getLoc(), RankedTensorType::get(t.getShape(), outType.getElementType()), y);
+    if (sp)
+      layouts[y] = kSeqShard;
   }
   if (bias) {
     y = b.create<model::BiasAddOp>(op.getLoc(), y.getType(), y, bias);

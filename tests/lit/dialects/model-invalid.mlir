@@ -111,6 +111,24 @@ func.func @linear_element_type(%x: tensor<2x5x8xf32>, %w: tensor<12x8xbf16>) {
 
 // -----
 
+// Tests that an f32 result of bf16 operands (a partial sum kept in fp32) has no bias.
+func.func @linear_f32_result_bias(%x: tensor<2x5x8xbf16>, %w: tensor<12x8xbf16>, %b: tensor<12xbf16>) {
+  // expected-error@+1 {{'model.linear' op result has element type 'f32' with a bias; an 'f32' result of 'bf16' operands is a partial sum without bias}}
+  %0 = model.linear %x, %w, %b : (tensor<2x5x8xbf16>, tensor<12x8xbf16>, tensor<12xbf16>) -> tensor<2x5x12xf32>
+  return
+}
+
+// -----
+
+// Tests that linear_grad_input's result has the grad's element type or f32.
+func.func @linear_grad_input_element_type(%g: tensor<2x5x12xbf16>, %w: tensor<12x8xbf16>) {
+  // expected-error@+1 {{'model.linear_grad_input' op result has element type 'f16', expected 'bf16' (as grad) or 'f32'}}
+  %0 = model.linear_grad_input %g, %w : (tensor<2x5x12xbf16>, tensor<12x8xbf16>) -> tensor<2x5x8xf16>
+  return
+}
+
+// -----
+
 // Tests that the linear result is [..., out_features].
 func.func @linear_result(%x: tensor<2x5x8xf32>, %w: tensor<12x8xf32>) {
   // expected-error@+1 {{'model.linear' op result has shape [2, 5, 8], expected [2, 5, 12]}}
