@@ -66,7 +66,9 @@ LogicalResult TraincDialect::verifyOperationAttribute(Operation *op, NamedAttrib
   if (name == "trainc.weight_args")
     return check(op->getName().getStringRef() == "func.func" && isa<DenseI64ArrayAttr>(v),
                  "an array<i64> of argument numbers on a func.func");
-  if (name == "trainc.grad_reduce_in_bf16" || name == "trainc.overlap_p2p_comm")
+  if (llvm::is_contained({"trainc.grad_reduce_in_bf16", "trainc.tp_reduce_in_bf16",
+                          "trainc.overlap_p2p_comm"},
+                         name))
     return check(onModule && isa<UnitAttr>(v), "a unit attribute on the module");
   return op->emitOpError()
          << "has unknown attribute '" << name
@@ -76,6 +78,7 @@ LogicalResult TraincDialect::verifyOperationAttribute(Operation *op, NamedAttrib
             "trainc.pipeline_shared, trainc.data_parallel_size, trainc.num_microbatches, "
             "trainc.grad_bucket_bounds, trainc.flops_per_iteration, trainc.bytes_per_iteration, "
             "trainc.megatron_flops_per_token, trainc.recompute_flops_per_microbatch, "
-            "trainc.loss_scaler, trainc.grad_reduce_in_bf16, trainc.overlap_p2p_comm, "
+            "trainc.loss_scaler, trainc.grad_reduce_in_bf16, trainc.tp_reduce_in_bf16, "
+            "trainc.overlap_p2p_comm, "
             "trainc.cuda_graph_impl, trainc.weight_args)";
 }

@@ -47,7 +47,7 @@ model.parameter @w {init = "ones"} : tensor<8xf32>
 
 // -----
 
-// expected-error@+1 {{'builtin.module' op has unknown attribute 'trainc.pipeline_stages' of the trainc dialect (trainc.axis_names, trainc.pipeline_stage, trainc.pipeline_size, trainc.pipeline_virtual_stages, trainc.microbatch_group_size_per_vp_stage, trainc.pipeline_layers, trainc.pipeline_shared, trainc.data_parallel_size, trainc.num_microbatches, trainc.grad_bucket_bounds, trainc.flops_per_iteration, trainc.bytes_per_iteration, trainc.megatron_flops_per_token, trainc.recompute_flops_per_microbatch, trainc.loss_scaler, trainc.grad_reduce_in_bf16, trainc.overlap_p2p_comm, trainc.cuda_graph_impl, trainc.weight_args)}}
+// expected-error@+1 {{'builtin.module' op has unknown attribute 'trainc.pipeline_stages' of the trainc dialect (trainc.axis_names, trainc.pipeline_stage, trainc.pipeline_size, trainc.pipeline_virtual_stages, trainc.microbatch_group_size_per_vp_stage, trainc.pipeline_layers, trainc.pipeline_shared, trainc.data_parallel_size, trainc.num_microbatches, trainc.grad_bucket_bounds, trainc.flops_per_iteration, trainc.bytes_per_iteration, trainc.megatron_flops_per_token, trainc.recompute_flops_per_microbatch, trainc.loss_scaler, trainc.grad_reduce_in_bf16, trainc.tp_reduce_in_bf16, trainc.overlap_p2p_comm, trainc.cuda_graph_impl, trainc.weight_args)}}
 module attributes {trainc.pipeline_stages = 2 : i64} {
   model.parameter @w {init = "ones"} : tensor<8xf32>
 }
