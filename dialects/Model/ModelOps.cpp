@@ -30,6 +30,28 @@ void ModelDialect::initialize() {
 
 namespace mlir::trainc::model {
 
+namespace {
+/// Mixed precision: the type of the gradient of a 16-bit norm weight, norm bias
+/// or linear bias (model.rms_norm_grad / layer_norm_grad / bias_grad), f32. The
+/// kernels sum over the rows in fp32 and write that sum unrounded, as the
+/// weight GEMMs do; under --sequence-parallel it is each rank's partial sum
+/// over its sequence shard, all-reduced over tp in fp32 (the VJP of
+/// model.copy_to_region), so every layout gives main_grad the same fp32 sum
+/// (docs/design.md "fp32 tensor-parallel reductions"). --tp-reduce-in-bf16
+/// keeps Megatron's bf16 gradients (and so its bf16 partial sums and
+/// reduction); fp16 is always fp32.
+Type paramGradType(Operation *op, Value param) {
+  auto t = cast<RankedTensorType>(param.getType());
+  Type wide = statsElementType(t.getElementType());
+  auto module = op->getParentOfType<ModuleOp>();
+  if (wide == t.getElementType() ||
+      (t.getElementType().isBF16() && module &&
+       module->hasAttr("trainc.tp_reduce_in_bf16")))
+    return t;
+  return RankedTensorType::get(t.getShape(), wide);
+}
+} // namespace
+
 NamedAttribute KernelEmitter::intAttr(StringRef name, int64_t v) {
   Builder b(getContext());
   return b.getNamedAttr(name, b.getI64IntegerAttr(v));
@@ -265,7 +287,8 @@ SmallVector<Value> LinearOp::buildVJP(OpBuilder &b, ValueRange g) {
   auto gradType = RankedTensorType::get(wt.getShape(), statsElementType(wt.getElementType()));
   r.push_back(b.create<LinearGradWeightOp>(getLoc(), gradType, dy, getInput()));
   if (getBias())
-    r.push_back(b.create<BiasGradOp>(getLoc(), getBias().getType(), dy));
+    r.push_back(
+        b.create<BiasGradOp>(getLoc(), paramGradType(*this, getBias()), dy));
   return r;
 }
 
@@ -366,8 +389,10 @@ SmallVector<Value> LayerNormOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])
     return {Value(), Value(), Value()};
   auto grad = b.create<LayerNormGradOp>(
-      getLoc(), TypeRange{getInput().getType(), getWeight().getType(), getBias().getType()}, g[0],
-      getInput(), getWeight(), getMean(), getRstd());
+      getLoc(),
+      TypeRange{getInput().getType(), paramGradType(*this, getWeight()),
+                paramGradType(*this, getBias())},
+      g[0], getInput(), getWeight(), getMean(), getRstd());
   return {grad.getInputGrad(), grad.getWeightGrad(), grad.getBiasGrad()};
 }
 
@@ -397,8 +422,9 @@ SmallVector<Value> RMSNormOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])
     return {Value(), Value()};
   auto grad = b.create<RMSNormGradOp>(
-      getLoc(), TypeRange{getInput().getType(), getWeight().getType()}, g[0], getInput(),
-      getWeight(), getRstd());
+      getLoc(),
+      TypeRange{getInput().getType(), paramGradType(*this, getWeight())}, g[0],
+      getInput(), getWeight(), getRstd());
   return {grad.getInputGrad(), grad.getWeightGrad()};
 }
 
@@ -863,7 +889,8 @@ void BiasAddOp::emitKernels(KernelEmitter &e) {
 SmallVector<Value> BiasAddOp::buildVJP(OpBuilder &b, ValueRange g) {
   if (!g[0])
     return {Value(), Value()};
-  return {g[0], b.create<BiasGradOp>(getLoc(), getBias().getType(), g[0])};
+  return {g[0], b.create<BiasGradOp>(getLoc(), paramGradType(*this, getBias()),
+                                     g[0])};
 }
 
 namespace {

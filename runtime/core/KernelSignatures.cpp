@@ -231,7 +231,11 @@ std::string verifyAddBias(const KernelCtx &c) {
 std::string verifySumRows(const KernelCtx &c) {
   Check k(c);
   k.floatT(I, 0);
-  k.sameDType(I, 0, O, 0);
+  // y: x's dtype, or f32 for bf16/fp16 x (mixed precision: a bias gradient's
+  // fp32 sum).
+  if (!((c.in[0].dtype == DType::BF16 || c.in[0].dtype == DType::F16) &&
+        c.out[0].dtype == DType::F32))
+    k.sameDType(I, 0, O, 0);
   k.minRank(I, 0, 1);
   k.rank(O, 0, 1);
   if (k.ok())
@@ -295,6 +299,16 @@ std::string verifyLayerNorm(const KernelCtx &c) {
   return k.result();
 }
 
+/// A norm backward's weight (bias) gradient output `i`: x's dtype, or f32 for
+/// bf16/fp16 x (mixed precision: an fp32 partial sum reduced over tp before
+/// rounding).
+void paramGradDType(Check &k, const KernelCtx &c, int i) {
+  DType x = c.in[1].dtype;
+  if ((x == DType::BF16 || x == DType::F16) && c.out[i].dtype == DType::F32)
+    return;
+  k.sameDType(I, 1, O, i);
+}
+
 std::string verifyLayerNormBackward(const KernelCtx &c) {
   // dy, x, gamma, mean, rstd -> dx, dgamma, dbeta
   Check k(c);
@@ -315,7 +329,7 @@ std::string verifyLayerNormBackward(const KernelCtx &c) {
   k.sameDType(I, 1, O, 0);
   k.sameShape(I, 1, O, 0);
   for (int i = 1; i <= 2; ++i) {
-    k.sameDType(I, 1, O, i);
+    paramGradDType(k, c, i);
     k.rank(O, i, 1);
     k.dimEq(O, i, 0, H, "hidden size");
   }
@@ -357,7 +371,7 @@ std::string verifyRmsNormBackward(const KernelCtx &c) {
   k.numelEq(I, 3, R, "one per row");
   k.sameDType(I, 1, O, 0);
   k.sameShape(I, 1, O, 0);
-  k.sameDType(I, 1, O, 1);
+  paramGradDType(k, c, 1);
   k.rank(O, 1, 1);
   k.dimEq(O, 1, 0, H, "hidden size");
   return k.result();

@@ -156,15 +156,22 @@ void sumRowsKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *x = c.in[0].as<T>();
-    T *y = c.out[0].as<T>();
     int64_t n = c.in[0].dim(-1), rows = c.in[0].rows();
     std::vector<Acc<T>> acc(size_t(n), Acc<T>(0));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < n; ++j)
         acc[j] += ld(x, r * n + j);
     bool accumulate = c.attrs->f(0) != 0;
-    for (int64_t j = 0; j < n; ++j)
-      st(y, j, accumulate ? ld(y, j) + acc[j] : acc[j]);
+    // y in T, or f32 for bf16/fp16 x (mixed precision: a bias gradient's fp32
+    // sum, unrounded).
+    auto store = [&](auto *y) {
+      for (int64_t j = 0; j < n; ++j)
+        st(y, j, accumulate ? ld(y, j) + acc[j] : acc[j]);
+    };
+    if (c.out[0].dtype == DType::F32)
+      store(c.out[0].as<float>());
+    else
+      store(c.out[0].as<T>());
   });
 }
 

@@ -105,6 +105,18 @@ void layerNormKernel(const KernelCtx &c) {
   });
 }
 
+/// Stores a weight / bias gradient: in T, or in f32 when the output is f32 and
+/// T is bf16 (mixed precision: the fp32 partial sum of a replicated weight over
+/// a sequence shard, reduced over tp in fp32 before any rounding;
+/// docs/design.md "fp32 tensor-parallel reductions").
+template <typename T>
+inline void stParamGrad(const TensorView &o, int64_t j, Acc<T> v) {
+  if (o.dtype == DType::F32)
+    o.as<float>()[j] = float(v);
+  else
+    st(o.as<T>(), j, v);
+}
+
 // With xhat = (x - mean) * rstd and g = dy * gamma (per row of H):
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dgamma = sum_rows dy * xhat,
 //   dbeta = sum_rows dy.
@@ -114,7 +126,8 @@ void layerNormBackwardKernel(const KernelCtx &c) {
     using A = Acc<T>;
     const T *dy = c.in[0].as<T>(), *x = c.in[1].as<T>(), *gamma = c.in[2].as<T>();
     const Stat<T> *meanIn = c.in[3].as<Stat<T>>(), *rstdIn = c.in[4].as<Stat<T>>();
-    T *dx = c.out[0].as<T>(), *dgamma = c.out[1].as<T>(), *dbeta = c.out[2].as<T>();
+    T *dx = c.out[0].as<T>();
+    const TensorView &dgamma = c.out[1], &dbeta = c.out[2];
     const int64_t H = c.in[1].dim(-1), R = c.in[1].rows();
     const A invH = H ? A(1) / A(H) : A(0);
     // dgamma and dbeta first (they read x and dy, which dx may alias): column ranges over the
@@ -134,8 +147,8 @@ void layerNormBackwardKernel(const KernelCtx &c) {
         }
       }
       for (int64_t j = 0; j < w; ++j) {
-        st(dgamma, j0 + j, dg[j]);
-        st(dbeta, j0 + j, db[j]);
+        stParamGrad<T>(dgamma, j0 + j, dg[j]);
+        stParamGrad<T>(dbeta, j0 + j, db[j]);
       }
     });
     // dx: rows are independent.
@@ -197,7 +210,8 @@ void rmsNormBackwardKernel(const KernelCtx &c) {
     using A = Acc<T>;
     const T *dy = c.in[0].as<T>(), *x = c.in[1].as<T>(), *gamma = c.in[2].as<T>();
     const Stat<T> *rstdIn = c.in[3].as<Stat<T>>();
-    T *dx = c.out[0].as<T>(), *dgamma = c.out[1].as<T>();
+    T *dx = c.out[0].as<T>();
+    const TensorView &dgamma = c.out[1];
     const int64_t H = c.in[1].dim(-1), R = c.in[1].rows();
     const A invH = H ? A(1) / A(H) : A(0);
     // dgamma first (dx may alias x or dy), as in layer_norm_backward.
@@ -212,7 +226,7 @@ void rmsNormBackwardKernel(const KernelCtx &c) {
           dg[j] += ld(dyr, j) * (ld(xr, j) * rstd);
       }
       for (int64_t j = 0; j < w; ++j)
-        st(dgamma, j0 + j, dg[j]);
+        stParamGrad<T>(dgamma, j0 + j, dg[j]);
     });
 #pragma omp parallel for schedule(static) if (R * H > kParallelMin)
     for (int64_t r = 0; r < R; ++r) {

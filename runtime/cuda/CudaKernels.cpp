@@ -136,9 +136,12 @@ void sumRowsKernel(const KernelCtx &c) {
   const KernelData &kd = KD(c);
   int64_t n = c.in[0].dim(-1), rows = c.in[0].rows();
   int acc = c.attrs->f(0) != 0;
+  // An f32 y of bf16 x (mixed precision): the _f32w kernel.
+  std::string name = kname("sum_rows", c.in[0].dtype) +
+                     (c.out[0].dtype != c.in[0].dtype ? "_f32w" : "");
   if (n)
-    launch(kd, kname("sum_rows", c.in[0].dtype).c_str(), gridFor(kd, n), dim3(256), 0,
-           c.in[0].data, c.out[0].data, rows, n, acc);
+    launch(kd, name.c_str(), gridFor(kd, n), dim3(256), 0, c.in[0].data,
+           c.out[0].data, rows, n, acc);
 }
 
 void geluKernel(const KernelCtx &c) {
@@ -227,9 +230,12 @@ void layerNormBackwardKernel(const KernelCtx &c) {
   if (H == 0)
     return;
   // dgamma/dbeta first: dx may alias dy.
-  launch(kd, kname("layer_norm_bwd_params", t).c_str(), gridFor(kd, H), dim3(256), 0,
-         c.in[0].data, c.in[1].data, c.in[3].data, c.in[4].data, c.out[1].data, c.out[2].data, R,
-         H);
+  // An f32 dgamma of bf16 x (mixed precision): the _f32w kernel.
+  std::string params =
+      kname("layer_norm_bwd_params", t) + (c.out[1].dtype != t ? "_f32w" : "");
+  launch(kd, params.c_str(), gridFor(kd, H), dim3(256), 0, c.in[0].data,
+         c.in[1].data, c.in[3].data, c.in[4].data, c.out[1].data, c.out[2].data,
+         R, H);
   if (R)
     launch(kd, kname("layer_norm_bwd_dx", t).c_str(), dim3(unsigned(R)), kRowBlock, 0,
            c.in[0].data, c.in[1].data, c.in[2].data, c.in[3].data, c.in[4].data, c.out[0].data,
@@ -251,7 +257,9 @@ void rmsNormBackwardKernel(const KernelCtx &c) {
   int64_t H = c.in[1].dim(-1), R = c.in[1].rows();
   if (H == 0)
     return;
-  launch(kd, kname("rms_norm_bwd_params", t).c_str(), gridFor(kd, H), dim3(256), 0, c.in[0].data,
+  std::string params =
+      kname("rms_norm_bwd_params", t) + (c.out[1].dtype != t ? "_f32w" : "");
+  launch(kd, params.c_str(), gridFor(kd, H), dim3(256), 0, c.in[0].data,
          c.in[1].data, c.in[3].data, c.out[1].data, R, H);
   if (R)
     launch(kd, kname("rms_norm_bwd_dx", t).c_str(), dim3(unsigned(R)), kRowBlock, 0,

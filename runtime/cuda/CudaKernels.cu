@@ -187,8 +187,9 @@ __device__ void add_bias_impl(const T *x, const T *b, T *y, int64_t rows, int64_
 INST3(add_bias, (const T *x, const T *b, T *y, int64_t rows, int64_t n), (x, b, y, rows, n))
 
 // One thread per column, rows summed in order (the CPU backend's order).
-template <typename T>
-__device__ void sum_rows_impl(const T *x, T *y, int64_t rows, int64_t n, int accumulate) {
+template <typename T, typename W = T>
+__device__ void sum_rows_impl(const T *x, W *y, int64_t rows, int64_t n,
+                              int accumulate) {
   typedef ACC(T) A;
   for (int64_t j = gtid(); j < n; j += gstride()) {
     A acc = A(0);
@@ -198,6 +199,11 @@ __device__ void sum_rows_impl(const T *x, T *y, int64_t rows, int64_t n, int acc
   }
 }
 INST3(sum_rows, (const T *x, T *y, int64_t rows, int64_t n, int acc), (x, y, rows, n, acc))
+// f32 y of bf16 x (mixed precision: a bias gradient's fp32 sum).
+extern "C" __global__ void
+sum_rows_bf16_f32w(const bf16 *x, float *y, int64_t rows, int64_t n, int acc) {
+  sum_rows_impl<bf16, float>(x, y, rows, n, acc);
+}
 
 //===----------------------------------------------------------------------===//
 // gelu, swiglu
@@ -333,10 +339,13 @@ INST3(layer_norm,
        double eps),
       (x, gamma, beta, y, mean, rstd, H, eps))
 
-template <typename T>
-__device__ void layer_norm_bwd_params_impl(const T *dy, const T *x, const ACC(T) * mean,
-                                           const ACC(T) * rstd, T *dgamma, T *dbeta, int64_t R,
-                                           int64_t H) {
+// W: the dgamma/dbeta storage type (T, or float for bf16 x: the _bf16_f32w
+// kernels, mixed precision's fp32 weight-gradient partial sums).
+template <typename T, typename W = T>
+__device__ void layer_norm_bwd_params_impl(const T *dy, const T *x,
+                                           const ACC(T) * mean,
+                                           const ACC(T) * rstd, W *dgamma,
+                                           W *dbeta, int64_t R, int64_t H) {
   typedef ACC(T) A;
   for (int64_t j = gtid(); j < H; j += gstride()) {
     A dg = A(0), db = A(0);
@@ -354,6 +363,12 @@ INST3(layer_norm_bwd_params,
       (const T *dy, const T *x, const ACC(T) * mean, const ACC(T) * rstd, T *dgamma, T *dbeta,
        int64_t R, int64_t H),
       (dy, x, mean, rstd, dgamma, dbeta, R, H))
+extern "C" __global__ void layer_norm_bwd_params_bf16_f32w(
+    const bf16 *dy, const bf16 *x, const float *mean, const float *rstd,
+    float *dgamma, float *dbeta, int64_t R, int64_t H) {
+  layer_norm_bwd_params_impl<bf16, float>(dy, x, mean, rstd, dgamma, dbeta, R,
+                                          H);
+}
 
 template <typename T>
 __device__ void layer_norm_bwd_dx_impl(const T *dy, const T *x, const T *gamma,
@@ -404,8 +419,9 @@ __device__ void rms_norm_impl(const T *x, const T *gamma, T *y, ACC(T) * rstdOut
 INST3(rms_norm, (const T *x, const T *gamma, T *y, ACC(T) * rstd, int64_t H, double eps),
       (x, gamma, y, rstd, H, eps))
 
-template <typename T>
-__device__ void rms_norm_bwd_params_impl(const T *dy, const T *x, const ACC(T) * rstd, T *dgamma,
+template <typename T, typename W = T>
+__device__ void rms_norm_bwd_params_impl(const T *dy, const T *x,
+                                         const ACC(T) * rstd, W *dgamma,
                                          int64_t R, int64_t H) {
   typedef ACC(T) A;
   for (int64_t j = gtid(); j < H; j += gstride()) {
@@ -418,6 +434,11 @@ __device__ void rms_norm_bwd_params_impl(const T *dy, const T *x, const ACC(T) *
 INST3(rms_norm_bwd_params,
       (const T *dy, const T *x, const ACC(T) * rstd, T *dgamma, int64_t R, int64_t H),
       (dy, x, rstd, dgamma, R, H))
+extern "C" __global__ void
+rms_norm_bwd_params_bf16_f32w(const bf16 *dy, const bf16 *x, const float *rstd,
+                              float *dgamma, int64_t R, int64_t H) {
+  rms_norm_bwd_params_impl<bf16, float>(dy, x, rstd, dgamma, R, H);
+}
 
 template <typename T>
 __device__ void rms_norm_bwd_dx_impl(const T *dy, const T *x, const T *gamma,

@@ -290,6 +290,63 @@ TEST(RmsNorm, BackwardInPlaceOfDy) {
   EXPECT_EQ(relError(dg, ref.dgamma), 0.0);
 }
 
+TEST(NormKernels, Bf16InputsWithAnF32ParamGradientWriteTheUnroundedSum) {
+  // Mixed precision: with bf16 x, dy, gamma the norm weight / bias gradient
+  // (and sum_rows, a linear bias's) may be f32: the fp32 sum over the rows, of
+  // which the bf16 output is the rounding; dx is unchanged.
+  std::vector<int64_t> shape = {3, 5, 37};
+  HostTensor x = randomTensor(DType::F64, shape, 51, -3, 3).as(DType::BF16);
+  HostTensor gamma =
+      randomTensor(DType::F64, {37}, 52, 0.5, 1.5).as(DType::BF16);
+  HostTensor beta = randomTensor(DType::F64, {37}, 53).as(DType::BF16);
+  HostTensor dy = randomTensor(DType::F64, shape, 54).as(DType::BF16);
+  auto roundsTo = [](const HostTensor &wide, const HostTensor &narrow) {
+    EXPECT_EQ(wide.dtype, DType::F32);
+    EXPECT_EQ(relError(wide.as(DType::BF16), narrow), 0.0);
+    EXPECT_GT(relError(wide, narrow.as(DType::F32)),
+              0.0); // not rounded to bf16
+  };
+  {
+    RmsOut o = runRmsNorm(x, gamma, 1e-6);
+    RmsGrads ref = runRmsNormBackward(dy, x, gamma, o.rstd);
+    HostTensor dx = garbage(DType::BF16, shape), dg = garbage(DType::F32, {37});
+    runKernel("rms_norm_backward", {&dy, &x, &gamma, &o.rstd}, {&dx, &dg});
+    EXPECT_EQ(relError(dx, ref.dx), 0.0);
+    roundsTo(dg, ref.dgamma);
+  }
+  {
+    LnOut o = runLayerNorm(x, gamma, beta, 1e-5);
+    LnGrads ref = runLayerNormBackward(dy, x, gamma, o.mean, o.rstd);
+    HostTensor dx = garbage(DType::BF16, shape), dg = garbage(DType::F32, {37}),
+               db = garbage(DType::F32, {37});
+    runKernel("layer_norm_backward", {&dy, &x, &gamma, &o.mean, &o.rstd},
+              {&dx, &dg, &db});
+    EXPECT_EQ(relError(dx, ref.dx), 0.0);
+    roundsTo(dg, ref.dgamma);
+    roundsTo(db, ref.dbeta);
+  }
+  {
+    // sum_rows (a linear bias's gradient), with beta = 1 accumulating into the
+    // f32 y.
+    HostTensor y16 = garbage(DType::BF16, {37}),
+               y32 = garbage(DType::F32, {37});
+    runKernel("sum_rows", {&dy}, {&y16});
+    runKernel("sum_rows", {&dy}, {&y32});
+    roundsTo(y32, y16);
+    HostTensor twice = y32.as(DType::F64);
+    runKernel("sum_rows", {&dy}, {&y32}, {AttrArg("beta", 1.0)});
+    for (int64_t j = 0; j < 37; ++j)
+      EXPECT_EQ(y32.get(j), float(float(twice.get(j)) + float(twice.get(j))));
+  }
+  // Only a 16-bit input may widen: f64 x with an f32 dgamma is refused.
+  HostTensor x64(DType::F64, {7, 13}), g64(DType::F64, {13}),
+      r64(DType::F64, {7});
+  HostTensor dx64(DType::F64, {7, 13}), dg32(DType::F32, {13});
+  EXPECT_EQ(verifyKernel("rms_norm_backward", {&x64, &x64, &g64, &r64},
+                         {&dx64, &dg32}),
+            "output 1: dtype f32, expected f64 (as input 1)");
+}
+
 //===----------------------------------------------------------------------===//
 // rope
 //===----------------------------------------------------------------------===//
