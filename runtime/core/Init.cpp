@@ -203,7 +203,6 @@ TRAINC_INIT_AVX2_CLONE void philoxBatch(uint32_t k0, uint32_t k1, uint64_t first
                                         uint64_t ctrHi, int n, uint32_t *__restrict c0,
                                         uint32_t *__restrict c1, uint32_t *__restrict c2,
                                         uint32_t *__restrict c3) {
-  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   for (int j = 0; j < n; ++j) {
     uint64_t ctr = firstPair + uint64_t(j);
     c0[j] = uint32_t(ctr);
@@ -211,18 +210,7 @@ TRAINC_INIT_AVX2_CLONE void philoxBatch(uint32_t k0, uint32_t k1, uint64_t first
     c2[j] = uint32_t(ctrHi);
     c3[j] = uint32_t(ctrHi >> 32);
   }
-  for (int r = 0; r < 10; ++r) {
-    for (int j = 0; j < n; ++j) {
-      uint64_t p0 = uint64_t(M0) * c0[j], p1 = uint64_t(M1) * c2[j];
-      uint32_t n0 = uint32_t(p1 >> 32) ^ c1[j] ^ k0, n2 = uint32_t(p0 >> 32) ^ c3[j] ^ k1;
-      c0[j] = n0;
-      c1[j] = uint32_t(p1);
-      c2[j] = n2;
-      c3[j] = uint32_t(p0);
-    }
-    k0 += W0;
-    k1 += W1;
-  }
+  philox4x32Batch(k0, k1, n, c0, c1, c2, c3);
 }
 
 #ifdef TRAINC_INIT_HAVE_AVX512_PHILOX

@@ -475,7 +475,6 @@ constexpr int kDropoutBatch = 256;
 /// clone gives philoxUniform4's bits.
 TRAINC_AVX512_CLONE void dropoutBits(uint64_t seed, uint32_t opId, uint32_t iteration,
                                      uint64_t firstBlock, int n, uint32_t *__restrict bits) {
-  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   alignas(64) uint32_t c0[kDropoutBatch], c1[kDropoutBatch], c2[kDropoutBatch], c3[kDropoutBatch];
   for (int j = 0; j < n; ++j) {
     uint64_t b = firstBlock + uint64_t(j);
@@ -485,18 +484,7 @@ TRAINC_AVX512_CLONE void dropoutBits(uint64_t seed, uint32_t opId, uint32_t iter
     c3[j] = iteration;
   }
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  for (int r = 0; r < 10; ++r) {
-    for (int j = 0; j < n; ++j) {
-      uint64_t p0 = uint64_t(M0) * c0[j], p1 = uint64_t(M1) * c2[j];
-      uint32_t n0 = uint32_t(p1 >> 32) ^ c1[j] ^ k0, n2 = uint32_t(p0 >> 32) ^ c3[j] ^ k1;
-      c0[j] = n0;
-      c1[j] = uint32_t(p1);
-      c2[j] = n2;
-      c3[j] = uint32_t(p0);
-    }
-    k0 += W0;
-    k1 += W1;
-  }
+  philox4x32Batch(k0, k1, n, c0, c1, c2, c3);
   for (int j = 0; j < n; ++j) {
     bits[4 * j + 0] = c0[j] >> 8;
     bits[4 * j + 1] = c1[j] >> 8;
