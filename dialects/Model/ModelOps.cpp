@@ -1,6 +1,7 @@
 //===- ModelOps.cpp - Model dialect: verifiers, VJP, cost, sharding, kernels ===//
 
 #include "dialects/Model/ModelDialect.h"
+#include "dialects/AttrVerify.h"
 #include "dialects/Trainc/TraincDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -1656,13 +1657,9 @@ LogicalResult ModelDialect::verifyOperationAttribute(Operation *op, NamedAttribu
   StringRef name = attr.getName().getValue();
   Attribute v = attr.getValue();
   auto fail = [&](StringRef expected) {
-    return op->emitOpError() << "attribute '" << name << "' must be " << expected << ", not "
-                             << v;
+    return mlir::trainc::checkAttribute(op, attr, false, expected);
   };
-  auto integer = [&](int64_t min) {
-    auto i = dyn_cast<IntegerAttr>(v);
-    return i && i.getType().isInteger(64) && i.getInt() >= min;
-  };
+  auto integer = [&](int64_t min) { return mlir::trainc::isI64AtLeast(v, min); };
   const bool onFunction = isa<func::FuncOp>(op);
   if (name == "model.layer")
     return isa<StringAttr>(v) && onFunction ? success() : fail("a string on a func.func");

@@ -1,6 +1,7 @@
 //===- RtOps.cpp - rt dialect: verifiers backed by the runtime's kernel table ===//
 
 #include "dialects/Rt/RtDialect.h"
+#include "dialects/AttrVerify.h"
 #include "dialects/Trainc/TraincDialect.h"
 
 #include "runtime/core/Kernel.h"
@@ -32,28 +33,19 @@ void RtDialect::initialize() {
       >();
 }
 
-/// Whether `v` is an i64 IntegerAttr >= 0.
-static bool isNonNegativeI64(Attribute v) {
-  auto i = dyn_cast<IntegerAttr>(v);
-  return i && i.getType().isInteger(64) && i.getInt() >= 0;
-}
-
 LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
   Attribute v = attr.getValue();
-  auto check = [&](bool ok, StringRef expected) -> LogicalResult {
-    if (ok)
-      return success();
-    return op->emitOpError() << "attribute '" << name << "' must be " << expected << ", not "
-                             << v;
+  auto check = [&](bool ok, StringRef expected) {
+    return mlir::trainc::checkAttribute(op, attr, ok, expected);
   };
   if (llvm::is_contained({"rt.arena_bytes", "rt.persistent_bytes", "rt.flowing_peak_bytes",
                           "rt.stash_slots", "rt.stash_b_slots", "rt.layer_index"},
                          name))
-    return check(isNonNegativeI64(v), "a non-negative i64 integer");
+    return check(mlir::trainc::isI64AtLeast(v, 0), "a non-negative i64 integer");
   if (name == "rt.group_bytes") {
     auto d = dyn_cast<DictionaryAttr>(v);
-    return check(d && llvm::all_of(d, [](NamedAttribute e) { return isNonNegativeI64(e.getValue()); }),
+    return check(d && llvm::all_of(d, [](NamedAttribute e) { return mlir::trainc::isI64AtLeast(e.getValue(), 0); }),
                  "a dictionary of {group = bytes} (non-negative i64 integers)");
   }
   if (name == "rt.carried_tokens")
@@ -102,7 +94,7 @@ LogicalResult RtDialect::verifyRegionArgAttribute(Operation *op, unsigned region
   if (name == "rt.input")
     return check(isa<StringAttr>(v), "a string (the model.input)");
   if (name == "rt.stash" || name == "rt.result")
-    return check(isNonNegativeI64(v), "a non-negative i64 integer");
+    return check(mlir::trainc::isI64AtLeast(v, 0), "a non-negative i64 integer");
   if (name == "rt.accumulate")
     return check(isa<UnitAttr>(v), "a unit attribute");
   // --overlap-p2p-comm: a send or receive buffer the iteration passes (and transfers).

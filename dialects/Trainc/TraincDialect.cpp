@@ -1,6 +1,7 @@
 //===- TraincDialect.cpp - The trainc dialect's attribute verifier --------===//
 
 #include "dialects/Trainc/TraincDialect.h"
+#include "dialects/AttrVerify.h"
 
 #include "mlir/Dialect/Mesh/IR/MeshOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -17,16 +18,10 @@ void TraincDialect::initialize() {}
 LogicalResult TraincDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
   Attribute v = attr.getValue();
-  auto check = [&](bool ok, StringRef expected) -> LogicalResult {
-    if (ok)
-      return success();
-    return op->emitOpError() << "attribute '" << name << "' must be " << expected << ", not "
-                             << v;
+  auto check = [&](bool ok, StringRef expected) {
+    return mlir::trainc::checkAttribute(op, attr, ok, expected);
   };
-  auto integerAtLeast = [&](int64_t min) {
-    auto i = dyn_cast<IntegerAttr>(v);
-    return i && i.getType().isInteger(64) && i.getInt() >= min;
-  };
+  auto integerAtLeast = [&](int64_t min) { return mlir::trainc::isI64AtLeast(v, min); };
   const bool onModule = isa<ModuleOp>(op);
   if (name == "trainc.axis_names") {
     auto a = dyn_cast<ArrayAttr>(v);
