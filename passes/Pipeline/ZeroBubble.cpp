@@ -87,6 +87,25 @@ llvm::DenseSet<Operation *> sliceOf(Block &body, ArrayRef<Value> roots) {
   return slice;
 }
 
+/// Fills the new function `f` (no body yet) with clones of `ops`: its leading arguments stand for
+/// `args`, the ones after them for `extra` (in order), and it returns the clones of `results` (a
+/// result that `ops` do not compute is returned as the argument it maps to).
+void cloneInto(func::FuncOp f, ValueRange args, ArrayRef<Value> extra, ArrayRef<Operation *> ops,
+               ArrayRef<Value> results, Location retLoc) {
+  Block *entry = f.addEntryBlock();
+  IRMapping map;
+  map.map(args, entry->getArguments().take_front(args.size()));
+  for (auto [k, v] : llvm::enumerate(extra))
+    map.map(v, entry->getArgument(args.size() + unsigned(k)));
+  OpBuilder bb = OpBuilder::atBlockEnd(entry);
+  for (Operation *op : ops)
+    bb.clone(*op, map);
+  SmallVector<Value> out;
+  for (Value v : results)
+    out.push_back(map.lookupOrDefault(v));
+  bb.create<func::ReturnOp>(retLoc, out);
+}
+
 /// Splits layer backward functions (@f.bwd) into the part their input-gradient results need and
 /// the rest, once per (callee, weight results).
 class CallSplitter {
@@ -163,20 +182,8 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> CallSplitter::split(func::FuncO
                                    b.getFunctionType(g.getArgumentTypes(), inTypes));
   copyAttrs(fi);
   fi.setAllArgAttrs(g.getAllArgAttrs());
-  {
-    Block *entry = fi.addEntryBlock();
-    IRMapping map;
-    map.map(g.getArguments(), entry->getArguments());
-    OpBuilder bb = OpBuilder::atBlockEnd(entry);
-    for (Operation *op : bOps)
-      bb.clone(*op, map);
-    SmallVector<Value> out;
-    for (Value v : inRoots)
-      out.push_back(map.lookupOrDefault(v));
-    for (Value v : inter)
-      out.push_back(map.lookup(v));
-    bb.create<func::ReturnOp>(ret->getLoc(), out);
-  }
+  cloneInto(fi, g.getArguments(), {}, bOps, llvm::to_vector(llvm::concat<Value>(inRoots, inter)),
+            ret->getLoc());
   // @g.weight
   SmallVector<Type> wArgs(g.getArgumentTypes()), wTypes;
   for (Value v : inter)
@@ -189,20 +196,7 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>> CallSplitter::split(func::FuncO
   for (unsigned i = 0; i < g.getNumArguments(); ++i)
     if (DictionaryAttr d = g.getArgAttrDict(i))
       fw.setArgAttrs(i, d);
-  {
-    Block *entry = fw.addEntryBlock();
-    IRMapping map;
-    map.map(g.getArguments(), entry->getArguments().take_front(g.getNumArguments()));
-    for (auto [k, v] : llvm::enumerate(inter))
-      map.map(v, entry->getArgument(g.getNumArguments() + unsigned(k)));
-    OpBuilder bb = OpBuilder::atBlockEnd(entry);
-    for (Operation *op : wOps)
-      bb.clone(*op, map);
-    SmallVector<Value> out;
-    for (Value v : wRoots)
-      out.push_back(map.lookupOrDefault(v));
-    bb.create<func::ReturnOp>(ret->getLoc(), out);
-  }
+  cloneInto(fw, g.getArguments(), inter, wOps, wRoots, ret->getLoc());
   // W takes only the arguments it reads, so that a stash tensor only B reads can be freed at B.
   llvm::BitVector unused(fw.getNumArguments());
   SmallVector<int64_t> taken;
@@ -322,18 +316,7 @@ mlir::trainc::splitWeightGradients(ModuleOp module, func::FuncOp backward) {
   fb->setAttr("sched.unit", b.getStringAttr("backward_input"));
   fb->removeAttr("sched.last_microbatch");
   fb.setAllArgAttrs(backward.getAllArgAttrs());
-  {
-    Block *entry = fb.addEntryBlock();
-    IRMapping map;
-    map.map(backward.getArguments(), entry->getArguments());
-    OpBuilder bb = OpBuilder::atBlockEnd(entry);
-    for (Operation *op : bOps)
-      bb.clone(*op, map);
-    SmallVector<Value> out;
-    for (Value v : stash)
-      out.push_back(map.lookup(v));
-    bb.create<func::ReturnOp>(ret->getLoc(), out);
-  }
+  cloneInto(fb, backward.getArguments(), {}, bOps, stash, ret->getLoc());
   // W: the backward's arguments and B's values (tagged as stash after the forward's) -> tokens.
   SmallVector<Type> wArgs(backward.getArgumentTypes());
   llvm::append_range(wArgs, stashTypes);
@@ -350,19 +333,7 @@ mlir::trainc::splitWeightGradients(ModuleOp module, func::FuncOp backward) {
     wAttrs.push_back(b.getDictionaryAttr(
         {b.getNamedAttr("sched.stash", b.getI64IntegerAttr(numStash + int64_t(k)))}));
   fw.setAllArgAttrs(wAttrs);
-  {
-    Block *entry = fw.addEntryBlock();
-    IRMapping map;
-    map.map(backward.getArguments(), entry->getArguments().take_front(backward.getNumArguments()));
-    for (auto [k, v] : llvm::enumerate(stash))
-      map.map(v, entry->getArgument(backward.getNumArguments() + unsigned(k)));
-    OpBuilder bb = OpBuilder::atBlockEnd(entry);
-    for (Operation *op : wOps)
-      bb.clone(*op, map);
-    SmallVector<Value> out;
-    for (Value v : ret->getOperands())
-      out.push_back(map.lookupOrDefault(v));
-    bb.create<func::ReturnOp>(ret->getLoc(), out);
-  }
+  cloneInto(fw, backward.getArguments(), stash, wOps, llvm::to_vector(ret->getOperands()),
+            ret->getLoc());
   return std::make_pair(fb, fw);
 }
