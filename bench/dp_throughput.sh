@@ -9,23 +9,9 @@
 #              BUCKET (Megatron's default when unset; e.g. 500000 for several buckets)
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-TRAINC=${1:-$ROOT/build/tools/trainc}
-TRAINRUN=${2:-$ROOT/build/tools/trainrun}
-WORK=${3:-/tmp/trainc-dp-bench}
-PRESET=${PRESET:-llama-10m}
-SEQ=${SEQ:-128}
-MBS=${MBS:-2}
-GBS=${GBS:-8}
-ITERS=${ITERS:-12}
-LOG_INTERVAL=${LOG_INTERVAL:-4}
 BUCKET=${BUCKET:-500000}
-CORES=$(nproc)
-
-rm -rf "$WORK"
-mkdir -p "$WORK"
-echo "machine: $CORES CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "model: $PRESET, seq $SEQ, micro batch $MBS, global batch $GBS, bucket size $BUCKET elements"
+MODEL_NOTE=", bucket size $BUCKET elements"
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" /tmp/trainc-dp-bench "$@"
 
 for DP in 1 2; do
   THREADS=$(( CORES / DP > 0 ? CORES / DP : 1 ))

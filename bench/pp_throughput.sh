@@ -9,22 +9,7 @@
 # environment: PRESET (llama-10m), SEQ (128), MBS (2), GBS (8), ITERS (12), LOG_INTERVAL (4)
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-TRAINC=${1:-$ROOT/build/tools/trainc}
-TRAINRUN=${2:-$ROOT/build/tools/trainrun}
-WORK=${3:-/tmp/trainc-pp-bench}
-PRESET=${PRESET:-llama-10m}
-SEQ=${SEQ:-128}
-MBS=${MBS:-2}
-GBS=${GBS:-8}
-ITERS=${ITERS:-12}
-LOG_INTERVAL=${LOG_INTERVAL:-4}
-CORES=$(nproc)
-
-rm -rf "$WORK"
-mkdir -p "$WORK"
-echo "machine: $CORES CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "model: $PRESET, seq $SEQ, micro batch $MBS, global batch $GBS"
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" /tmp/trainc-pp-bench "$@"
 
 # NAME:PP:VPP[:SCHEDULE] (VPP 1: no interleaving; SCHEDULE: --pipeline-schedule, else Megatron's).
 for CONFIG in 1:1:1 2:2:1 2v3:2:3 2zb:2:1:zb-h1; do
