@@ -107,34 +107,39 @@ def rounding(ck, label):
     return n
 
 
-a_dir, b_dir = sys.argv[1], sys.argv[2]
-tols = {}
-for arg in sys.argv[3:]:
-    k, v = arg.split("=")
-    if k not in ("param", "master", "exp_avg", "exp_avg_sq"):
-        sys.exit(f"unknown kind {k!r}: expected param, master, exp_avg or exp_avg_sq")
-    tols[k] = float(v)
-a, b = load(a_dir), load(b_dir)
-if sorted(a) != sorted(b):
-    sys.exit(f"different tensors: only in A {sorted(set(a) - set(b))}, only in B {sorted(set(b) - set(a))}")
-for n in a:
-    if a[n][1].shape != b[n][1].shape:
-        sys.exit(f"{n}: shape {a[n][1].shape} vs {b[n][1].shape}")
-print(f"params == bf16(master) bitwise: {rounding(a, 'A')} elements in A, {rounding(b, 'B')} in B")
-fail = False
-for k, tol in tols.items():
-    worst, wname, count = 0.0, "", 0
-    for n in sorted(a):
-        if kind(n) != k:
-            continue
-        x, y = as_f64(*a[n]), as_f64(*b[n])
-        den = max(np.linalg.norm(x), np.linalg.norm(y))
-        d = 0.0 if den == 0 else float(np.linalg.norm(x - y) / den)
-        count += 1
-        if d >= worst:
-            worst, wname = d, n
-    ok = worst <= tol
-    fail |= not ok
-    print(f"{k}: {count} tensors, max relative L2 {worst:.3g} ({wname}) "
-          f"{'within' if ok else 'exceeds'} {tol:g}")
-sys.exit(1 if fail else 0)
+def main():
+    a_dir, b_dir = sys.argv[1], sys.argv[2]
+    tols = {}
+    for arg in sys.argv[3:]:
+        k, v = arg.split("=")
+        if k not in ("param", "master", "exp_avg", "exp_avg_sq"):
+            sys.exit(f"unknown kind {k!r}: expected param, master, exp_avg or exp_avg_sq")
+        tols[k] = float(v)
+    a, b = load(a_dir), load(b_dir)
+    if sorted(a) != sorted(b):
+        sys.exit(f"different tensors: only in A {sorted(set(a) - set(b))}, only in B {sorted(set(b) - set(a))}")
+    for n in a:
+        if a[n][1].shape != b[n][1].shape:
+            sys.exit(f"{n}: shape {a[n][1].shape} vs {b[n][1].shape}")
+    print(f"params == bf16(master) bitwise: {rounding(a, 'A')} elements in A, {rounding(b, 'B')} in B")
+    fail = False
+    for k, tol in tols.items():
+        worst, wname, count = 0.0, "", 0
+        for n in sorted(a):
+            if kind(n) != k:
+                continue
+            x, y = as_f64(*a[n]), as_f64(*b[n])
+            den = max(np.linalg.norm(x), np.linalg.norm(y))
+            d = 0.0 if den == 0 else float(np.linalg.norm(x - y) / den)
+            count += 1
+            if d >= worst:
+                worst, wname = d, n
+        ok = worst <= tol
+        fail |= not ok
+        print(f"{k}: {count} tensors, max relative L2 {worst:.3g} ({wname}) "
+              f"{'within' if ok else 'exceeds'} {tol:g}")
+    sys.exit(1 if fail else 0)
+
+
+if __name__ == "__main__":
+    main()
