@@ -32,17 +32,6 @@ using namespace trainc::test;
 
 namespace {
 
-std::vector<std::string> flags(int64_t dp, int64_t mbs, int64_t gbs,
-                               std::vector<std::string> extra = {}) {
-  std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
-                                "--global-batch-size",  std::to_string(gbs),
-                                "--data-parallel-size", std::to_string(dp),
-                                "--hidden-dropout",     "0",
-                                "--attention-dropout",  "0"};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return f;
-}
-
 struct History {
   std::vector<double> losses, norms;
   std::map<std::string, std::vector<double>> paramsAt3, paramsAtEnd;
@@ -112,15 +101,6 @@ History train(const std::vector<std::string> &f, int64_t dp, int64_t mbs,
   return hist[0];
 }
 
-std::vector<Samples> makeBatches(int64_t n, int64_t gbs, uint32_t seed) {
-  std::vector<Samples> b;
-  for (int64_t i = 0; i < n; ++i)
-    b.push_back(randomSamples(gbs, 9, 37, seed + uint32_t(i)));
-  return b;
-}
-
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
-
 void expectClose(const History &h, const History &ref, const std::string &what) {
   ASSERT_EQ(h.losses.size(), ref.losses.size()) << what;
   for (size_t i = 0; i < ref.losses.size(); ++i) {
@@ -154,7 +134,7 @@ TEST_P(DataParallelEquivalence, MatchesTheSingleRankPlan) {
   const int64_t gbs = 8, mbs = 1, iters = 10;
   std::vector<Samples> batches = makeBatches(iters, gbs, 101);
   // The reference: one rank, the whole global batch as gbs / mbs microbatches.
-  static History ref = train(flags(1, mbs, gbs), 1, mbs, batches, iters);
+  static History ref = train(multiRankFlags(1, mbs, gbs), 1, mbs, batches, iters);
   ASSERT_EQ(ref.losses.size(), size_t(iters));
   std::vector<std::string> extra;
   if (v.distributed)
@@ -167,7 +147,7 @@ TEST_P(DataParallelEquivalence, MatchesTheSingleRankPlan) {
     extra.push_back("--ddp-bucket-size");
     extra.push_back(std::to_string(v.bucket));
   }
-  History h = train(flags(v.dp, mbs, gbs, extra), v.dp, mbs, batches, iters);
+  History h = train(multiRankFlags(v.dp, mbs, gbs, extra), v.dp, mbs, batches, iters);
   expectClose(h, ref,
               "dp " + std::to_string(v.dp) + (v.distributed ? " zero-1" : "") + " bucket " +
                   std::to_string(v.bucket));
@@ -197,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(DataParallelUnitSchedule, AllForwardFirstIsBitwiseEqualWithZeroAndOverlap) {
   const int64_t gbs = 8, mbs = 1, iters = 3;
   std::vector<Samples> batches = makeBatches(iters, gbs, 103);
-  std::vector<std::string> f = flags(2, mbs, gbs,
+  std::vector<std::string> f = multiRankFlags(2, mbs, gbs,
                                      {"--use-distributed-optimizer", "--ddp-bucket-size", "301",
                                       "--overlap-grad-reduce", "--overlap-param-gather"});
   History a = train(f, 2, mbs, batches, iters, "no-pipelining");
@@ -215,14 +195,14 @@ TEST(DataParallelUnitSchedule, AllForwardFirstIsBitwiseEqualWithZeroAndOverlap) 
 TEST(DataParallelRecompute, FullRecomputeMatchesTheSingleRankPlan) {
   const int64_t gbs = 8, mbs = 1, iters = 4;
   std::vector<Samples> batches = makeBatches(iters, gbs, 107);
-  History ref = train(flags(1, mbs, gbs), 1, mbs, batches, iters);
+  History ref = train(multiRankFlags(1, mbs, gbs), 1, mbs, batches, iters);
   const std::vector<std::string> zero = {"--use-distributed-optimizer", "--ddp-bucket-size", "301"};
   std::vector<std::string> recompute = zero;
   for (const char *f : {"--recompute-granularity", "full", "--recompute-method", "uniform",
                         "--recompute-num-layers", "1"})
     recompute.push_back(f);
-  History plain = train(flags(2, mbs, gbs, zero), 2, mbs, batches, iters);
-  History h = train(flags(2, mbs, gbs, recompute), 2, mbs, batches, iters);
+  History plain = train(multiRankFlags(2, mbs, gbs, zero), 2, mbs, batches, iters);
+  History h = train(multiRankFlags(2, mbs, gbs, recompute), 2, mbs, batches, iters);
   expectClose(h, ref, "dp 2 zero-1 full recompute");
   EXPECT_EQ(h.losses, plain.losses);
   EXPECT_EQ(h.norms, plain.norms);
@@ -236,7 +216,7 @@ TEST(DataParallelRecompute, FullRecomputeMatchesTheSingleRankPlan) {
 TEST(DataParallelRankFiles, DifferOnlyInRankSpecificData) {
   config::PlanConfig plan;
   std::vector<schema::Program> programs =
-      CompiledPlan::compileAllRanks("tiny-llama", flags(64, 1, 64), &plan);
+      CompiledPlan::compileAllRanks("tiny-llama", multiRankFlags(64, 1, 64), &plan);
   ASSERT_EQ(programs.size(), 64u);
   auto withoutRankData = [](schema::Program p) {
     p.mutable_mesh()->clear_rank();
@@ -265,7 +245,7 @@ TEST(DataParallelRankFiles, DistributedOptimizerRanksDifferOnlyInShardOffsetsAnd
   const int64_t dp = 12;
   config::PlanConfig plan;
   std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
-      "tiny-llama", flags(dp, 1, dp, {"--use-distributed-optimizer", "--ddp-bucket-size", "1"}),
+      "tiny-llama", multiRankFlags(dp, 1, dp, {"--use-distributed-optimizer", "--ddp-bucket-size", "1"}),
       &plan);
   ASSERT_EQ(programs.size(), size_t(dp));
   // The layout from rank 0's parameter table and bucket bounds.
@@ -370,12 +350,12 @@ TEST(DataParallelRaggedMasks, DefaultModeGivesTheExactGlobalPerTokenGradient) {
     clear(5);
   }
   // The exact global per-token mean: one microbatch holding the whole batch on one rank.
-  History exact = train(flags(1, gbs, gbs), 1, gbs, batches, 3);
+  History exact = train(multiRankFlags(1, gbs, gbs), 1, gbs, batches, 3);
   for (bool zero : {false, true}) {
     std::vector<std::string> extra = {"--ddp-bucket-size", "301"};
     if (zero)
       extra.push_back("--use-distributed-optimizer");
-    History h = train(flags(dp, mbs, gbs, extra), dp, mbs, batches, 3);
+    History h = train(multiRankFlags(dp, mbs, gbs, extra), dp, mbs, batches, 3);
     expectClose(h, exact, zero ? "ragged zero-1" : "ragged plain");
   }
 }
@@ -404,7 +384,7 @@ TEST(DataParallelCollectives, ExactlyOnePerBucketPlusGathersAndReductions) {
         extra.push_back("--use-distributed-optimizer");
       config::PlanConfig plan;
       std::vector<schema::Program> programs =
-          CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 2 * m, extra), &plan);
+          CompiledPlan::compileAllRanks("tiny-llama", multiRankFlags(2, 1, 2 * m, extra), &plan);
       ASSERT_EQ(programs.size(), 2u);
       for (const schema::Program &p : programs) {
         // Every grad bucket is one async reduction.
@@ -486,7 +466,7 @@ TEST(DataParallelTrace, ABucketReductionOverlapsBackwardCompute) {
     llvm::Expected<config::PlanConfig> cfg =
         // A longer sequence than the preset's gives each backward kernel enough work that the
         // overlap window is wide even on a loaded machine.
-        config::parseMegatronFlags(flags(2, 2, 8,
+        config::parseMegatronFlags(multiRankFlags(2, 2, 8,
                                          {"--ddp-bucket-size", "301", "--lr", "1e-3",
                                           "--seq-length", "128", "--max-position-embeddings",
                                           "128"}),
@@ -562,7 +542,7 @@ TEST(DataParallelFailure, APeerThatLeavesMakesRunReturnAnError) {
   // hang.
   config::PlanConfig plan;
   std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
-      "tiny-llama", flags(2, 1, 2, {"--ddp-bucket-size", "301"}), &plan);
+      "tiny-llama", multiRankFlags(2, 1, 2, {"--ddp-bucket-size", "301"}), &plan);
   ASSERT_EQ(programs.size(), 2u);
   auto store = rt::TcpStoreServer::start("127.0.0.1", 0, kToken);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -601,7 +581,7 @@ TEST(PlanVerification, MismatchedCollectivesAcrossRanksAreNamed) {
   config::PlanConfig plan;
   std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
       "tiny-llama",
-      flags(2, 1, 4, {"--ddp-bucket-size", "301", "--use-distributed-optimizer"}), &plan);
+      multiRankFlags(2, 1, 4, {"--ddp-bucket-size", "301", "--use-distributed-optimizer"}), &plan);
   ASSERT_EQ(programs.size(), 2u);
   EXPECT_EQ(mlir::trainc::verifyPlan(programs), ""); // what the compiler wrote agrees
 

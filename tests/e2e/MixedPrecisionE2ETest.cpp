@@ -23,17 +23,6 @@ using namespace trainc::test;
 
 namespace {
 
-std::vector<std::string> flags(int64_t dp, int64_t mbs, int64_t gbs,
-                               std::vector<std::string> extra = {}) {
-  std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
-                                "--global-batch-size",  std::to_string(gbs),
-                                "--data-parallel-size", std::to_string(dp),
-                                "--hidden-dropout",     "0",
-                                "--attention-dropout",  "0"};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return f;
-}
-
 /// One adamw_master instruction's master range (f32) and parameter range (bf16).
 struct MasterCopy {
   int masterBuf, paramBuf;
@@ -124,7 +113,7 @@ void initLossScaler(CompiledPlan &p) {
 }
 
 TEST(Bf16Plan, BuffersHaveMegatronsDtypes) {
-  CompiledPlan p("tiny-llama", flags(1, 1, 2, {"--bf16"}));
+  CompiledPlan p("tiny-llama", multiRankFlags(1, 1, 2, {"--bf16"}));
   ASSERT_TRUE(p.ok());
   int params = 0, masters = 0, grads = 0, states = 0;
   for (const schema::Buffer &b : p.program.buffers()) {
@@ -148,7 +137,7 @@ class Bf16SingleRank : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Bf16SingleRank, ParamsAreTheBf16RoundingOfTheMasterWeightsAndTrackFp32) {
   const int64_t mbs = 1, gbs = 4, iters = 8;
-  std::vector<std::string> f = flags(1, mbs, gbs);
+  std::vector<std::string> f = multiRankFlags(1, mbs, gbs);
   CompiledPlan ref(GetParam(), f);
   f.push_back("--bf16");
   CompiledPlan p(GetParam(), f);
@@ -248,8 +237,6 @@ std::vector<History> train(const std::vector<std::string> &f, int64_t dp, int64_
   return hist;
 }
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
-
 /// Norm-wise relative difference over the elements `a` holds (not NaN).
 double relDiffHeld(const std::vector<double> &a, const std::vector<double> &b, int64_t &held) {
   std::vector<double> x, y;
@@ -270,10 +257,8 @@ class Bf16DataParallel : public ::testing::TestWithParam<DpVariant> {};
 TEST_P(Bf16DataParallel, MatchesTheBf16SingleRankPlan) {
   const DpVariant v = GetParam();
   const int64_t gbs = 8, mbs = 1, iters = 20, dp = 2;
-  std::vector<Samples> batches;
-  for (int64_t i = 0; i < iters; ++i)
-    batches.push_back(randomSamples(gbs, 9, 37, 300 + uint32_t(i)));
-  static std::vector<History> ref = train(flags(1, mbs, gbs, {"--bf16"}), 1, mbs, batches);
+  std::vector<Samples> batches = makeBatches(iters, gbs, 300);
+  static std::vector<History> ref = train(multiRankFlags(1, mbs, gbs, {"--bf16"}), 1, mbs, batches);
   ASSERT_EQ(ref.size(), 1u);
   std::vector<std::string> extra = {"--bf16"};
   if (v.distributed)
@@ -282,7 +267,7 @@ TEST_P(Bf16DataParallel, MatchesTheBf16SingleRankPlan) {
     extra.push_back("--ddp-bucket-size");
     extra.push_back(std::to_string(v.bucket));
   }
-  std::vector<History> h = train(flags(dp, mbs, gbs, extra), dp, mbs, batches);
+  std::vector<History> h = train(multiRankFlags(dp, mbs, gbs, extra), dp, mbs, batches);
   ASSERT_EQ(int64_t(h.size()), dp);
   ASSERT_EQ(h[0].losses.size(), size_t(iters));
   double maxLoss = 0, maxMaster = 0, maxGrad = 0;
@@ -335,7 +320,7 @@ int countKernels(const schema::Program &p, const std::string &name) {
 }
 
 TEST(Fp16Plan, BuffersAndTheLossScaler) {
-  CompiledPlan p("tiny-llama", flags(1, 1, 2, {"--fp16"}));
+  CompiledPlan p("tiny-llama", multiRankFlags(1, 1, 2, {"--fp16"}));
   ASSERT_TRUE(p.ok());
   int params = 0;
   for (const schema::Buffer &b : p.program.buffers()) {
@@ -359,13 +344,13 @@ TEST(Fp16Plan, BuffersAndTheLossScaler) {
   EXPECT_EQ(p.program.metadata().at("training.hysteresis"), "2");
   EXPECT_EQ(std::stod(p.program.metadata().at("training.initial_loss_scale")), 4294967296.0);
   // A static scale (--loss-scale): the scale buffer, no update and no trackers.
-  CompiledPlan q("tiny-llama", flags(1, 1, 2, {"--fp16", "--loss-scale", "128"}));
+  CompiledPlan q("tiny-llama", multiRankFlags(1, 1, 2, {"--fp16", "--loss-scale", "128"}));
   ASSERT_TRUE(q.ok());
   EXPECT_GE(roleBuffer(q.program, schema::LOSS_SCALE), 0);
   EXPECT_LT(roleBuffer(q.program, schema::LOSS_SCALE_GROWTH_TRACKER), 0);
   EXPECT_EQ(countKernels(q.program, "loss_scale_update"), 0);
   // bf16 and fp32 plans have no loss scaler.
-  CompiledPlan r("tiny-llama", flags(1, 1, 2, {"--bf16"}));
+  CompiledPlan r("tiny-llama", multiRankFlags(1, 1, 2, {"--bf16"}));
   ASSERT_TRUE(r.ok());
   EXPECT_LT(roleBuffer(r.program, schema::LOSS_SCALE), 0);
   EXPECT_EQ(countKernels(r.program, "loss_scale_update"), 0);
@@ -404,7 +389,7 @@ struct RefScaler {
 // fp32 plan's up to f16 rounding, not 2^12 times them).
 TEST(Fp16SingleRank, TracksFp32AndGradsAreUnscaled) {
   const int64_t mbs = 1, gbs = 4, iters = 20;
-  std::vector<std::string> f = flags(1, mbs, gbs);
+  std::vector<std::string> f = multiRankFlags(1, mbs, gbs);
   CompiledPlan ref("tiny-llama", f);
   for (const char *x : {"--fp16", "--initial-loss-scale", "4096"})
     f.push_back(x);
@@ -444,7 +429,7 @@ TEST(Fp16SingleRank, TracksFp32AndGradsAreUnscaled) {
 TEST(Fp16SingleRank, OverflowSkipsStepsAndTheScaleBacksOffWithHysteresis) {
   const int64_t mbs = 1, gbs = 4, iters = 40, window = 5, hysteresis = 2;
   std::vector<std::string> f =
-      flags(1, mbs, gbs, {"--fp16", "--initial-loss-scale", "1099511627776", "--loss-scale-window",
+      multiRankFlags(1, mbs, gbs, {"--fp16", "--initial-loss-scale", "1099511627776", "--loss-scale-window",
                           std::to_string(window), "--hysteresis", std::to_string(hysteresis),
                           "--min-loss-scale", "1"});
   CompiledPlan p("tiny-llama", f);
@@ -497,7 +482,7 @@ TEST(Fp16SingleRank, OverflowSkipsStepsAndTheScaleBacksOffWithHysteresis) {
 // A static --loss-scale never changes; an overflowing one skips every step.
 TEST(Fp16SingleRank, StaticScaleStaysAndOverflowAlwaysSkips) {
   for (auto [scale, expectSkip] : {std::pair{"1024", false}, std::pair{"1099511627776", true}}) {
-    CompiledPlan p("tiny-llama", flags(1, 1, 4, {"--fp16", "--loss-scale", scale}));
+    CompiledPlan p("tiny-llama", multiRankFlags(1, 1, 4, {"--fp16", "--loss-scale", scale}));
     ASSERT_TRUE(p.ok());
     ASSERT_TRUE(rt::initializeParameters(p.ex(), 5).ok());
     initLossScaler(p);
@@ -515,16 +500,14 @@ class Fp16DataParallel : public ::testing::TestWithParam<DpVariant> {};
 TEST_P(Fp16DataParallel, MatchesTheFp16SingleRankPlan) {
   const DpVariant v = GetParam();
   const int64_t gbs = 8, mbs = 1, iters = 20, dp = 2;
-  std::vector<Samples> batches;
-  for (int64_t i = 0; i < iters; ++i)
-    batches.push_back(randomSamples(gbs, 9, 37, 300 + uint32_t(i)));
+  std::vector<Samples> batches = makeBatches(iters, gbs, 300);
   const std::vector<std::string> fp16 = {"--fp16", "--initial-loss-scale", "4096"};
-  static std::vector<History> ref = train(flags(1, mbs, gbs, fp16), 1, mbs, batches);
+  static std::vector<History> ref = train(multiRankFlags(1, mbs, gbs, fp16), 1, mbs, batches);
   ASSERT_EQ(ref.size(), 1u);
   std::vector<std::string> extra = fp16;
   if (v.distributed)
     extra.push_back("--use-distributed-optimizer");
-  std::vector<History> h = train(flags(dp, mbs, gbs, extra), dp, mbs, batches);
+  std::vector<History> h = train(multiRankFlags(dp, mbs, gbs, extra), dp, mbs, batches);
   ASSERT_EQ(int64_t(h.size()), dp);
   ASSERT_EQ(h[0].losses.size(), size_t(iters));
   double maxLoss = 0, maxMaster = 0, maxGrad = 0, firstLoss = 0;

@@ -11,7 +11,11 @@
 #include "CompiledPlan.h"
 #include "runtime/comm/GlooCommunicator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
 
 namespace trainc::test {
 
@@ -52,6 +56,30 @@ inline Samples rankSamples(const Samples &global, int64_t dp, int64_t r, int64_t
     }
   return s;
 }
+
+/// The Megatron flags of a multi-rank test plan: micro and global batch, the DP size, no dropout
+/// (hidden and attention), then `extra`.
+inline std::vector<std::string> multiRankFlags(int64_t dp, int64_t mbs, int64_t gbs,
+                                               std::vector<std::string> extra = {}) {
+  std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
+                                "--global-batch-size",  std::to_string(gbs),
+                                "--data-parallel-size", std::to_string(dp),
+                                "--hidden-dropout",     "0",
+                                "--attention-dropout",  "0"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+/// `n` global batches of `gbs` random samples (sequence 9, vocabulary 37), seeds seed, seed + 1...
+inline std::vector<Samples> makeBatches(int64_t n, int64_t gbs, uint32_t seed) {
+  std::vector<Samples> b;
+  for (int64_t i = 0; i < n; ++i)
+    b.push_back(randomSamples(gbs, 9, 37, seed + uint32_t(i)));
+  return b;
+}
+
+/// |a - b| / |b| (|b| at least 1e-30).
+inline double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
 
 } // namespace trainc::test
 

@@ -30,15 +30,10 @@ namespace {
 
 std::vector<std::string> flags(int64_t pp, int64_t dp, int64_t mbs, int64_t gbs,
                                std::vector<std::string> extra = {}, int64_t layers = 4) {
-  std::vector<std::string> f = {"--micro-batch-size",   std::to_string(mbs),
-                                "--global-batch-size",  std::to_string(gbs),
-                                "--data-parallel-size", std::to_string(dp),
-                                "--pipeline-model-parallel-size", std::to_string(pp),
-                                "--num-layers",         std::to_string(layers),
-                                "--hidden-dropout",     "0",
-                                "--attention-dropout",  "0"};
+  std::vector<std::string> f = {"--pipeline-model-parallel-size", std::to_string(pp),
+                                "--num-layers", std::to_string(layers)};
   f.insert(f.end(), extra.begin(), extra.end());
-  return f;
+  return multiRankFlags(dp, mbs, gbs, f);
 }
 
 struct History {
@@ -111,15 +106,6 @@ History train(const std::string &preset, const std::vector<std::string> &f, int6
   }
   return all;
 }
-
-std::vector<Samples> makeBatches(int64_t n, int64_t gbs, uint32_t seed) {
-  std::vector<Samples> b;
-  for (int64_t i = 0; i < n; ++i)
-    b.push_back(randomSamples(gbs, 9, 37, seed + uint32_t(i)));
-  return b;
-}
-
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
 
 void expectClose(const History &h, const History &ref, const std::string &what) {
   ASSERT_EQ(h.losses.size(), ref.losses.size()) << what;
