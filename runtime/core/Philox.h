@@ -19,10 +19,17 @@
 
 #include <cstdint>
 
+// philox4x32 is also device code for the CUDA backend's dropout (runtime/cuda/DropoutRng.h).
+#ifdef __CUDACC__
+#define TRAINC_PHILOX_HD __host__ __device__ __forceinline__
+#else
+#define TRAINC_PHILOX_HD inline
+#endif
+
 namespace trainc::rt {
 
 /// Philox4x32 with 10 rounds. `ctr` is updated in place to the four outputs.
-inline void philox4x32(uint32_t key0, uint32_t key1, uint32_t ctr[4]) {
+TRAINC_PHILOX_HD void philox4x32(uint32_t key0, uint32_t key1, uint32_t ctr[4]) {
   const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   for (int r = 0; r < 10; ++r) {
     uint64_t p0 = uint64_t(M0) * ctr[0], p1 = uint64_t(M1) * ctr[2];
