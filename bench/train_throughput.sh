@@ -203,11 +203,12 @@ done
 # has printed step LLMC_STEPS and is then stopped; steps 1..LLMC_STEPS are timed (step 0 is its
 # warm-up, which allocates the gradients and AdamW state; its validation and sampling run outside
 # the timed region, and sampling starts only at step 20).
-llmc_trainc_rate() {  # PLAN_DIR LOG: trainc's tokens/s, harmonic mean after the warm-up iteration
+llmc_trainc_rate() {  # PLAN_DIR LOG TOKENS: trainc's tokens/s over the iterations after the first
   "$TRAINRUN" "$1" -- --mock-data --log-interval 1 --eval-iters 0 --log-throughput >"$2" 2>&1 ||
     { cat "$2" >&2; return 1; }
-  grep -o 'tokens per second: [0-9.]*' "$2" | awk '{print $4}' |
-    awk 'NR > 1 && $1 > 0 { n++; s += 1 / $1 } END { if (n) printf "%.1f", n / s }'
+  # From the iteration times: the logged tokens/s is rounded to an integer.
+  grep -o 'elapsed time per iteration (ms): [0-9.]*' "$2" | awk '{print $NF}' |
+    awk -v bt="$3" 'NR > 1 { n++; ms += $1 } END { if (n) printf "%.1f", n * bt / (ms / 1e3) }'
 }
 
 llmc_run() {  # RUN_DIR STEPS: train_gpt2 in RUN_DIR until it prints "step STEPS:", then stopped
@@ -264,9 +265,9 @@ llmc_case() {  # CASE: trainc and llm.c on CASE's model at train_gpt2's B and T
     -v fl="$(llmc_get "$P" flops_per_token)" 'BEGIN {
       printf "  parameters: trainc %d, llm.c checkpoint %d; training FLOPs per token: trainc %.0f (plan), llm.c %.0f (its loops): %+.2f%%\n",
         pt, pl, ft / bt, fl, 100 * (ft / bt - fl) / fl }'
-  TPS_A=$(llmc_trainc_rate "$R/plan" "$R/trainrun-before.log") || return 1
+  TPS_A=$(llmc_trainc_rate "$R/plan" "$R/trainrun-before.log" $((B * T))) || return 1
   llmc_run "$R/run" "$LLMC_STEPS" || return 1
-  TPS_B=$(llmc_trainc_rate "$R/plan" "$R/trainrun-after.log") || return 1
+  TPS_B=$(llmc_trainc_rate "$R/plan" "$R/trainrun-after.log" $((B * T))) || return 1
   [[ -n "$TPS_A" && -n "$TPS_B" ]] || { echo "no trainc tokens/s in $R/trainrun-*.log" >&2; return 1; }
   if [[ "$(grep -m1 '^num_parameters: ' "$R/run/train_gpt2.log" | awk '{print $2}')" != \
         "$(llmc_get "$P" num_parameters)" ]]; then
