@@ -217,6 +217,7 @@ llmc_run() {  # RUN_DIR STEPS: train_gpt2 in RUN_DIR until it prints "step STEPS
   # Line-buffered: train_gpt2 does not flush its step lines.
   (cd "$1" && exec stdbuf -oL "$WORK/llmc/src/train_gpt2") >"$log" 2>&1 &
   pid=$!
+  trap 'kill "$pid" 2>/dev/null' EXIT  # not left running when the script is interrupted
   until grep -q "^step $2: " "$log"; do
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "train_gpt2 ended before step $2 (see $log):" >&2
@@ -233,6 +234,7 @@ llmc_run() {  # RUN_DIR STEPS: train_gpt2 in RUN_DIR until it prints "step STEPS
   done
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
+  trap - EXIT
 }
 
 llmc_get() { grep "^llmc $2: " "$1" | cut -d' ' -f3; }  # PREPARE_LOG KEY
