@@ -5,7 +5,7 @@
 # tokens/s of both and their ratio, the iteration's FLOP/s over the measured GEMM FLOP/s (an
 # MFU-like figure), and the share of the iteration's kernel time per kernel class (from
 # trainrun --trace); once, the GEMM rate (bench_gemm) and the initialisation time per 100M
-# parameters (bench_kernels). With LLMC_DIR, also llm.c's CPU trainer on its own GPT-2 124M shape.
+# parameters (bench_kernels). With LLMC_SRC, also llm.c's CPU trainer on each GPT case's model.
 #
 # usage: bench/train_throughput.sh [TRAINC [TRAINRUN [WORK_DIR]]]
 #   defaults: build/tools/trainc, build/tools/trainrun, /tmp/trainc-throughput
@@ -31,10 +31,15 @@
 #                 BLAS the script prints PyTorch's figures but no ratio.
 #   TORCH_BLAS_DIR  a directory with another libblas.so.3 for the PyTorch run (LD_LIBRARY_PATH)
 #   BENCH_DIR     bench_gemm and bench_kernels (default: build/bench; built by `ninja bench`)
-#   LLMC_DIR      an llm.c checkout prepared as its README says (gpt2_124M.bin, the tokenizer and
-#                 the tinyshakespeare data from its python scripts): the script builds
-#                 train_gpt2 there (make train_gpt2) and runs it with THREADS threads; nothing of
-#                 it is committed here
+#   LLMC_SRC      llm.c's source tree (e.g. a `git archive` of github.com/karpathy/llm.c): the
+#                 script copies it to WORK_DIR/llmc/src, builds train_gpt2 there (make train_gpt2,
+#                 OpenMP), writes its files with bench/llmc_prepare.py (random GPT-2-style weights
+#                 of each GPT case's model, random tokens: no downloads) and runs it with THREADS
+#                 threads at its own B and T (4 x 64), next to trainc's plan of the same model at
+#                 that B and T, run before and after it; nothing of llm.c is committed here
+#   LLMC_STEPS    llm.c's timed steps after its warm-up step 0 (default 4, at most 19: it samples
+#                 text at step 20); trainc runs as many after its warm-up iteration
+#   LLMC_TIMEOUT  seconds llm.c may take to reach step LLMC_STEPS (default 1800)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,6 +65,17 @@ echo "OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 if (( ITERS < 2 || ITERS_LARGE < 2 )); then
   echo "ITERS and ITERS_LARGE must be >= 2: the first iteration is warm-up" >&2
   exit 2
+fi
+
+if [[ -n "${LLMC_DIR:-}" ]]; then
+  echo "LLMC_DIR is replaced by LLMC_SRC (llm.c's source tree; the bench prepares its files)" >&2
+  exit 2
+fi
+if [[ -n "${LLMC_SRC:-}" ]]; then
+  LLMC_STEPS=${LLMC_STEPS:-4}
+  LLMC_TIMEOUT=${LLMC_TIMEOUT:-1800}
+  [[ -f "$LLMC_SRC/train_gpt2.c" ]] ||
+    { echo "LLMC_SRC=$LLMC_SRC has no train_gpt2.c (expected llm.c's source tree)" >&2; exit 2; }
 fi
 
 rm -rf "$WORK"
@@ -179,19 +195,113 @@ PY
   fi
 done
 
-if [[ -n "${LLMC_DIR:-}" ]]; then
-  echo "== llm.c train_gpt2 (CPU, B = 4, T = 64: the gpt2-124m case's shape) in $LLMC_DIR"
-  make -C "$LLMC_DIR" train_gpt2 >"$WORK/llmc-build.log" 2>&1 || { tail -20 "$WORK/llmc-build.log"; exit 1; }
-  (cd "$LLMC_DIR" && timeout 1800 ./train_gpt2) >"$WORK/llmc.log" 2>&1 || true
-  # "step N: train loss X (took Y ms)": steps after the first, 256 tokens each.
-  LLMC_TPS=$(grep -o 'took [0-9.]* ms' "$WORK/llmc.log" | awk '{print $2}' |
-    awk 'NR > 1 { n++; s += $1 } END { if (n) printf "%.1f", 256 / (s / n / 1e3) }')
-  if [[ -n "$LLMC_TPS" ]]; then
-    echo "  llm.c           $LLMC_TPS tokens/s"
-    SUMMARY+=("llm.c train_gpt2 (B 4, T 64): $LLMC_TPS tokens/s")
-  else
-    echo "  llm.c did not report step times (see $WORK/llmc.log)"
+# llm.c's CPU trainer next to trainc on each GPT case (issue 17 item 5): the source tree LLMC_SRC
+# is copied to $WORK/llmc/src and built there (make train_gpt2); per case, bench/llmc_prepare.py
+# writes what train_gpt2 reads (random GPT-2-style weights of the case's model, random tokens, a
+# tokenizer) into $WORK/llmc/CASE, and trainc runs at train_gpt2's own B and T (read from its
+# main by llmc_prepare.py), before and after llm.c. train_gpt2 is not changed: it runs until it
+# has printed step LLMC_STEPS and is then stopped; steps 1..LLMC_STEPS are timed (step 0 is its
+# warm-up, which allocates the gradients and AdamW state; its validation and sampling run outside
+# the timed region, and sampling starts only at step 20).
+llmc_trainc_rate() {  # PLAN_DIR LOG TOKENS: trainc's tokens/s over the iterations after the first
+  "$TRAINRUN" "$1" -- --mock-data --log-interval 1 --eval-iters 0 --log-throughput >"$2" 2>&1 ||
+    { cat "$2" >&2; return 1; }
+  # From the iteration times: the logged tokens/s is rounded to an integer.
+  grep -o 'elapsed time per iteration (ms): [0-9.]*' "$2" | awk '{print $NF}' |
+    awk -v bt="$3" 'NR > 1 { n++; ms += $1 } END { if (n) printf "%.1f", n * bt / (ms / 1e3) }'
+}
+
+llmc_run() {  # RUN_DIR STEPS: train_gpt2 in RUN_DIR until it prints "step STEPS:", then stopped
+  local log=$1/train_gpt2.log waited=0 pid
+  : >"$log"
+  # Line-buffered: train_gpt2 does not flush its step lines.
+  (cd "$1" && exec stdbuf -oL "$WORK/llmc/src/train_gpt2") >"$log" 2>&1 &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null' EXIT  # not left running when the script is interrupted
+  until grep -q "^step $2: " "$log"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "train_gpt2 ended before step $2 (see $log):" >&2
+      tail -5 "$log" >&2
+      return 1
+    fi
+    if (( waited >= LLMC_TIMEOUT )); then
+      kill "$pid"
+      echo "train_gpt2 did not reach step $2 in LLMC_TIMEOUT=$LLMC_TIMEOUT s (see $log)" >&2
+      return 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  trap - EXIT
+}
+
+llmc_get() { grep "^llmc $2: " "$1" | cut -d' ' -f3; }  # PREPARE_LOG KEY
+
+llmc_case() {  # CASE: trainc and llm.c on CASE's model at train_gpt2's B and T
+  local case=$1 R="$WORK/llmc/$1" P FLAGS B T FLOPS PARAMS TPS_A TPS_B TPS LLMC_TPS STEP0 RATIO
+  P="$R/prepare.log"
+  mkdir -p "$R"
+  "$TORCH_PYTHON" "$ROOT/bench/llmc_prepare.py" --llmc-src "$WORK/llmc/src" --print-facts \
+    >"$P" 2>&1 || { cat "$P"; return 1; }
+  B=$(llmc_get "$P" B) && T=$(llmc_get "$P" T) || return 1
+  if (( LLMC_STEPS < 1 || LLMC_STEPS >= $(llmc_get "$P" sample_every) ||
+        LLMC_STEPS > $(llmc_get "$P" last_step) )); then
+    echo "LLMC_STEPS=$LLMC_STEPS must be in [1, $(( $(llmc_get "$P" sample_every) - 1 ))]: train_gpt2 samples text from step $(llmc_get "$P" sample_every) on" >&2
+    return 1
   fi
+  # trainc at B, T: micro batch B, one microbatch, LLMC_STEPS timed iterations after the warm-up.
+  FLAGS=$(case_flags "$case") || return 1
+  # shellcheck disable=SC2086
+  "$TRAINC" compile $FLAGS --seq-length "$T" --micro-batch-size "$B" --global-batch-size "$B" \
+    --lr 1e-4 --train-iters $((LLMC_STEPS + 1)) -o "$R/plan" >"$R/compile.log" 2>&1 ||
+    { cat "$R/compile.log"; return 1; }
+  # The checkpoint of the plan's model (llmc_prepare.py checks it is llm.c's architecture).
+  "$TORCH_PYTHON" "$ROOT/bench/llmc_prepare.py" --llmc-src "$WORK/llmc/src" --out "$R/run" \
+    --trainc-plan "$R/plan" >"$P" 2>&1 || { cat "$P"; return 1; }
+  PARAMS=$(grep -o '"num_parameters": [0-9]*' "$R/plan/plan.json" | grep -o '[0-9]*$') || return 1
+  FLOPS=$(grep -o '"flops_per_iteration": [0-9.e+]*' "$R/plan/plan.json" | head -1 | awk '{print $2}')
+  echo "== llm.c vs trainc: $case's model at train_gpt2's B $B, T $T ($((B * T)) tokens per step); load $(cut -d' ' -f1 /proc/loadavg)"
+  awk -v pt="$PARAMS" -v pl="$(llmc_get "$P" num_parameters)" -v ft="$FLOPS" -v bt=$((B * T)) \
+    -v fl="$(llmc_get "$P" flops_per_token)" 'BEGIN {
+      printf "  parameters: trainc %d, llm.c checkpoint %d; training FLOPs per token: trainc %.0f (plan), llm.c %.0f (its loops): %+.2f%%\n",
+        pt, pl, ft / bt, fl, 100 * (ft / bt - fl) / fl }'
+  TPS_A=$(llmc_trainc_rate "$R/plan" "$R/trainrun-before.log" $((B * T))) || return 1
+  llmc_run "$R/run" "$LLMC_STEPS" || return 1
+  TPS_B=$(llmc_trainc_rate "$R/plan" "$R/trainrun-after.log" $((B * T))) || return 1
+  [[ -n "$TPS_A" && -n "$TPS_B" ]] || { echo "no trainc tokens/s in $R/trainrun-*.log" >&2; return 1; }
+  if [[ "$(grep -m1 '^num_parameters: ' "$R/run/train_gpt2.log" | awk '{print $2}')" != \
+        "$(llmc_get "$P" num_parameters)" ]]; then
+    echo "train_gpt2's num_parameters differs from llmc_prepare.py's $(llmc_get "$P" num_parameters) ($R/run/train_gpt2.log)" >&2
+    return 1
+  fi
+  # "step N: train loss X (took Y ms)", N = 1..LLMC_STEPS.
+  LLMC_TPS=$(awk -v n="$LLMC_STEPS" -v bt=$((B * T)) '/^step [0-9]+: train loss/ {
+      s = $2 + 0; if (s >= 1 && s <= n) { k++; ms += $7 } }
+      END { if (k == n) printf "%.1f", k * bt / (ms / 1e3) }' "$R/run/train_gpt2.log")
+  [[ -n "$LLMC_TPS" ]] || { echo "no step times 1..$LLMC_STEPS in $R/run/train_gpt2.log" >&2; return 1; }
+  STEP0=$(awk '/^step 0: train loss/ { print $5 }' "$R/run/train_gpt2.log")
+  TPS=$(awk -v a="$TPS_A" -v b="$TPS_B" 'BEGIN { printf "%.1f", (a + b) / 2 }')
+  printf '  trainc          %10.1f tokens/s (before / after llm.c: %s, %s)\n' "$TPS" "$TPS_A" "$TPS_B"
+  printf '  llm.c           %10.1f tokens/s (steps 1..%s; step-0 loss %s, ln(vocab) %s: random weights)\n' \
+    "$LLMC_TPS" "$LLMC_STEPS" "$STEP0" "$(llmc_get "$P" expected_initial_loss)"
+  RATIO=$(awk -v a="$TPS" -v b="$LLMC_TPS" 'BEGIN { printf "%.2f", a / b }')
+  echo "  ratio trainc/llm.c: $RATIO (load $(cut -d' ' -f1 /proc/loadavg))"
+  SUMMARY+=("$case's model at llm.c's B $B, T $T ($PARAMS parameters): trainc $TPS tokens/s, llm.c $LLMC_TPS, ratio $RATIO")
+}
+
+if [[ -n "${LLMC_SRC:-}" ]]; then
+  rm -rf "$WORK/llmc"
+  mkdir -p "$WORK/llmc"
+  cp -r "$LLMC_SRC" "$WORK/llmc/src"
+  make -C "$WORK/llmc/src" train_gpt2 >"$WORK/llmc/build.log" 2>&1 ||
+    { tail -20 "$WORK/llmc/build.log"; exit 1; }
+  echo "== llm.c from $LLMC_SRC, built in $WORK/llmc/src: $(grep -m1 -- '-o train_gpt2' "$WORK/llmc/build.log")"
+  for CASE in $CASES; do
+    [[ "$CASE" == gpt* ]] || continue
+    llmc_case "$CASE" || exit 1
+  done
 fi
 
 echo "== summary (threads $THREADS, load average at end: $(cut -d' ' -f1-3 /proc/loadavg))"
