@@ -27,6 +27,11 @@ void registerOptimizerKernels(KernelTable &t);   // adamw sum_squares grad_norm_
 /// The complete table (all families).
 const KernelTable &cpuKernelTable();
 
+/// Tests: the instruction set of attention's fused f32 tiles (AttentionKernels.cpp): 2 AVX-512F,
+/// 1 AVX2 with FMA, 0 portable, clamped to what the CPU has; returns the previous setting. Every
+/// setting gives the same bits.
+int setAttentionIsaForTesting(int isa);
+
 } // namespace trainc::rt::cpu
 
 #endif

@@ -36,6 +36,7 @@
 #include "KernelTestUtil.h"
 
 #include "runtime/core/Philox.h"
+#include "runtime/cpu/CpuKernels.h"
 
 #include <cmath>
 #include <limits>
@@ -286,6 +287,43 @@ TEST(Attention, Deterministic) {
     for (int i = 0; i < 3; ++i)
       EXPECT_EQ(ga[i].bytes, gb[i].bytes) << dtypeName(t);
   }
+}
+
+// The fused f32 tiles are compiled for AVX-512F, AVX2 with FMA and portable C++ (std::fma):
+// every instruction set the CPU has gives the same bits, forward and backward, causal and full,
+// GQA, a head dim that is not a multiple of 16 and sequences past one 64-key tile and one query
+// block, with partial last blocks; and 1 and 2 threads give the same bits.
+TEST(Attention, FusedTilesGiveTheSameBitsOnEveryInstructionSet) {
+  const int best = trainc::rt::cpu::setAttentionIsaForTesting(2);
+  AttnDims p{2, 150, 4, 2, 20};
+  AttnInputs in = randomInputs(p, DType::F32, 101, 1.5);
+  HostTensor w = randomTensor(DType::F32, in.q.shape, 104);
+  for (bool causal : {true, false}) {
+    std::vector<std::vector<HostTensor>> fwd, bwd;
+    for (int isa = best; isa >= 0; --isa) {
+      trainc::rt::cpu::setAttentionIsaForTesting(isa);
+      fwd.push_back(runForward(p, causal, 0, in.q, in.k, in.v));
+      bwd.push_back(runBackward(p, causal, 0, in.q, in.k, in.v, w));
+    }
+    trainc::rt::cpu::setAttentionIsaForTesting(best);
+    withOmpThreads(1, [&] {
+      fwd.push_back(runForward(p, causal, 0, in.q, in.k, in.v));
+      bwd.push_back(runBackward(p, causal, 0, in.q, in.k, in.v, w));
+    });
+    withOmpThreads(2, [&] {
+      fwd.push_back(runForward(p, causal, 0, in.q, in.k, in.v));
+      bwd.push_back(runBackward(p, causal, 0, in.q, in.k, in.v, w));
+    });
+    for (size_t run = 1; run < fwd.size(); ++run) {
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(fwd[run][size_t(i)].bytes, fwd[0][size_t(i)].bytes)
+            << "run " << run << " output " << i << " causal " << causal;
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(bwd[run][size_t(i)].bytes, bwd[0][size_t(i)].bytes)
+            << "run " << run << " gradient " << i << " causal " << causal;
+    }
+  }
+  trainc::rt::cpu::setAttentionIsaForTesting(best);
 }
 
 TEST(Attention, EmptyHeadDimAndNoQueryHeads) {
