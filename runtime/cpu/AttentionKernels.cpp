@@ -458,13 +458,14 @@ constexpr int kBwdBlockRows = 48;
 /// integers; lo = hi = 0 for the padding rows past the sequence); minLo .. maxHi are over the
 /// block's real rows, j0 the first key tile (a multiple of kTile), kEnd = maxHi.
 struct FwdBlock {
-  int D;
-  const float *k, *v; // the (batch, kv head)'s keys and values, [Sp, D] (zero rows past S)
+  int D, mr, ldo;     // head dim, the block's real rows, ldo = D rounded up to kL
+  const float *k;     // the (batch, kv head)'s keys [Sp, D] (zero rows past S)
+  const float *v;     // its values [Sp, ldo] (zero past S and past D)
   const float *qt;    // [D, kFwdRows]: the block's queries * scale * log2(e), transposed
   const float *lo, *hi;
   int64_t j0, kEnd, minLo, maxLo, minHi, maxHi;
   float *pt; // [kTile, kFwdRows] scratch: scores, then probabilities
-  float *ot; // [D, kFwdRows] output: O^T, not divided by l
+  float *o;  // [mr, ldo] output: O, not divided by l
   float *m, *l; // [kFwdRows] outputs: the final max (log2 units) and normaliser
 };
 
@@ -526,7 +527,7 @@ inline V vselectRange(V i, V lo, V hi, V x, V fill) {
 inline V vgtSelect(V a, V b, V x, V y) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x);
 }
-constexpr int kFwdKeys = 8, kFwdDims = 8;                  // 16 accumulators
+constexpr int kFwdKeys = 8, kFwdPvRows = 4, kFwdPvVecs = 4; // 16 accumulators each
 constexpr int kBwdRows = 6, kBwdVecs = 4, kBwdDims = 6;    // 24
 constexpr int kBwdQRows = 6, kBwdQVecs = 4;                // 24
 #include "runtime/cpu/AttentionTiles.inc"
@@ -586,7 +587,7 @@ inline V vgtSelect(V a, V b, V x, V y) {
   return {_mm256_blendv_ps(y.a, x.a, _mm256_cmp_ps(a.a, b.a, _CMP_GT_OQ)),
           _mm256_blendv_ps(y.b, x.b, _mm256_cmp_ps(a.b, b.b, _CMP_GT_OQ))};
 }
-constexpr int kFwdKeys = 4, kFwdDims = 4;                  // 8 V = 16 ymm accumulators
+constexpr int kFwdKeys = 4, kFwdPvRows = 2, kFwdPvVecs = 2; // 8 V = 16 ymm accumulators
 constexpr int kBwdRows = 3, kBwdVecs = 2, kBwdDims = 3;    // 6 V
 constexpr int kBwdQRows = 3, kBwdQVecs = 2;
 #include "runtime/cpu/AttentionTiles.inc"
@@ -637,7 +638,7 @@ inline V vselectRange(V i, V lo, V hi, V x, V fill) {
 inline V vgtSelect(V a, V b, V x, V y) {
   return map([&](int i) { return a.x[i] > b.x[i] ? x.x[i] : y.x[i]; });
 }
-constexpr int kFwdKeys = 4, kFwdDims = 4;
+constexpr int kFwdKeys = 4, kFwdPvRows = 2, kFwdPvVecs = 2;
 constexpr int kBwdRows = 3, kBwdVecs = 2, kBwdDims = 3;
 constexpr int kBwdQRows = 3, kBwdQVecs = 2;
 #include "runtime/cpu/AttentionTiles.inc"
@@ -768,13 +769,14 @@ template <typename T> void prefetchRows(const T *base, int64_t stride, int64_t r
       __builtin_prefetch(reinterpret_cast<const char *>(base + r * stride) + off);
 }
 
-/// Packs rows [0, S) of a (batch, kv head) operand as [S, D] floats.
-template <typename T> void packKv(const T *src, int64_t stride, int64_t S, int D, float *dst) {
+/// Packs rows [0, S) of a (batch, kv head) operand as [S, ld] floats (columns past D untouched).
+template <typename T>
+void packKv(const T *src, int64_t stride, int64_t S, int D, float *dst, int64_t ld) {
   for (int64_t j = 0; j < S; ++j) {
     if (j + 8 < S)
       prefetchRows(src + (j + 8) * stride, 0, 1, int(D * sizeof(T)));
     for (int d = 0; d < D; ++d)
-      dst[j * D + d] = float(src[j * stride + d]);
+      dst[j * ld + d] = float(src[j * stride + d]);
   }
 }
 
@@ -785,23 +787,25 @@ void flashForward(const AttnShape &s, const T *q, const T *k, const T *v, T *o, 
   const int64_t qStride = NH * D, kvStride = NG * D, headsPerGroup = NH / NG;
   const int64_t Sp = roundUp(S, kTile);
   const float qmul = float(s.scale * kLog2e); // scores in log2 units
+  const int ldo = int(roundUp(D, kL));
 #pragma omp parallel if (s.B * NG > 1 && S * S * D * headsPerGroup > (1 << 16))
   {
-    const size_t nkv = size_t(Sp * D), nq = size_t(D) * kFwdRows, nr = kFwdRows;
-    ThreadScratch scratch({nkv, nkv, nq, size_t(kTile) * kFwdRows, nq, nr, nr, nr, nr});
-    float *kn = scratch.take(nkv), *vn = scratch.take(nkv), *qt = scratch.take(nq);
-    float *pt = scratch.take(size_t(kTile) * kFwdRows), *ot = scratch.take(nq);
+    const size_t nkv = size_t(Sp * D), nvp = size_t(Sp * ldo), nq = size_t(D) * kFwdRows;
+    const size_t no = size_t(ldo) * kFwdRows, nr = kFwdRows;
+    ThreadScratch scratch({nkv, nvp, nq, size_t(kTile) * kFwdRows, no, nr, nr, nr, nr});
+    float *kn = scratch.take(nkv), *vn = scratch.take(nvp), *qt = scratch.take(nq);
+    float *pt = scratch.take(size_t(kTile) * kFwdRows), *ob = scratch.take(no);
     float *lo = scratch.take(nr), *hi = scratch.take(nr), *m = scratch.take(nr),
           *l = scratch.take(nr);
     // Keys past S (read by the last tile's microkernels, then masked) are zero.
     std::fill(kn + S * D, kn + nkv, 0.0f);
-    std::fill(vn + S * D, vn + nkv, 0.0f);
+    std::fill(vn, vn + nvp, 0.0f);
 #pragma omp for schedule(dynamic)
     for (int64_t bg = 0; bg < s.B * NG; ++bg) {
       const int64_t b = bg / NG, g = bg % NG;
       const int32_t *docs = s.docStart ? s.docStart + b * S : nullptr;
-      packKv(k + b * S * kvStride + g * D, kvStride, S, D, kn);
-      packKv(v + b * S * kvStride + g * D, kvStride, S, D, vn);
+      packKv(k + b * S * kvStride + g * D, kvStride, S, D, kn, D);
+      packKv(v + b * S * kvStride + g * D, kvStride, S, D, vn, ldo);
       for (int64_t h = g * headsPerGroup; h < (g + 1) * headsPerGroup; ++h) {
         const T *qh = q + b * S * qStride + h * D;
         T *oh = o + b * S * qStride + h * D;
@@ -824,15 +828,15 @@ void flashForward(const AttnShape &s, const T *q, const T *k, const T *v, T *o, 
             prefetchRows(oh + (i0 + kFwdRows) * qStride, qStride, next, int(D * sizeof(T)));
           }
           const BlockKeys bk = blockKeys(s, docs, i0, mr, kFwdRows, lo, hi);
-          FwdBlock blk{D,        kn, vn, qt, lo, hi,
+          FwdBlock blk{D,  mr,  ldo, kn, vn, qt, lo, hi,
                        bk.minLo / kTile * kTile, bk.maxHi, bk.minLo, bk.maxLo, bk.minHi,
-                       bk.maxHi, pt, ot, m, l};
+                       bk.maxHi, pt, ob, m, l};
           flashFwd(blk);
           for (int r = 0; r < mr; ++r) {
             const float inv = 1.0f / l[r];
             T *out = oh + (i0 + r) * qStride;
             for (int d = 0; d < D; ++d)
-              out[d] = T(ot[size_t(d) * kFwdRows + r] * inv);
+              out[d] = T(ob[size_t(r) * ldo + d] * inv);
             lseh[i0 + r] = float(kLn2 * (double(m[r]) + std::log2(double(l[r]))));
           }
         }
