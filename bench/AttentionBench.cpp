@@ -12,12 +12,15 @@
 // (attention_dropout kernels: one Philox call per 4 probabilities, forward and backward).
 // Argument 2 `products`: also the kernels' block products alone (their sgemm calls at the same
 // shapes, no softmax), the ceiling oneDNN's sgemm puts on the kernels; `nodropout`: without the
-// dropout timings.
+// dropout timings; `compare`: without dropout, the fused tiles (the f32 path) and the row panels
+// through oneDNN's sgemm (the path before them, setAttentionPathForTesting(-1)) timed in the same
+// rounds, so that their ratio does not depend on the machine's load.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/core/Backend.h"
 #include "runtime/core/Kernel.h"
+#include "runtime/cpu/CpuKernels.h"
 
 #include "dnnl.h"
 #include <omp.h>
@@ -176,8 +179,18 @@ int main(int argc, char **argv) {
     omp_set_num_threads(saved);
   };
   const bool withProducts = argc > 2 && std::string(argv[2]) == "products";
+  const bool compare = argc > 2 && std::string(argv[2]) == "compare";
   // Argument 2 `nodropout`: skip the attention_dropout timings (for profiling the kernels).
-  const bool withDropout = !(argc > 2 && std::string(argv[2]) == "nodropout");
+  const bool withDropout = !(argc > 2 && (std::string(argv[2]) == "nodropout" || compare));
+  const int fusedPath = trainc::rt::cpu::setAttentionPathForTesting(2);
+  trainc::rt::cpu::setAttentionPathForTesting(fusedPath);
+  double tPanelFwd = 1e30, tPanelBoth = 1e30;
+  auto panels = [&](auto &&f) {
+    trainc::rt::cpu::setAttentionPathForTesting(-1);
+    double t = seconds(f);
+    trainc::rt::cpu::setAttentionPathForTesting(fusedPath);
+    return t;
+  };
   gemm(); // warm-up
   fwd();
   both();
@@ -193,6 +206,10 @@ int main(int argc, char **argv) {
     if (withDropout) {
       tDropFwd = std::min(tDropFwd, seconds(dropFwd));
       tDropBoth = std::min(tDropBoth, seconds(dropBoth));
+    }
+    if (compare) {
+      tPanelFwd = std::min(tPanelFwd, panels(fwd));
+      tPanelBoth = std::min(tPanelBoth, panels(both));
     }
     if (withProducts) {
       tProdFwd = std::min(tProdFwd, seconds(productsFwd));
@@ -220,6 +237,13 @@ int main(int argc, char **argv) {
     std::printf("attention_dropout p=0.1 fwd: %.2f ms (%.2fx attention), fwd+bwd: %.2f ms "
                 "(%.2fx)\n",
                 tDropFwd * 1e3, tDropFwd / tFwd, tDropBoth * 1e3, tDropBoth / tBoth);
+  if (compare)
+    std::printf("row panels (oneDNN sgemm, the path before the fused tiles): fwd %.2f ms (%.0f%% of "
+                "the GEMM rate), fwd+bwd %.2f ms (%.0f%%); fused tiles / panels time: fwd %.2f, "
+                "fwd+bwd %.2f\n",
+                tPanelFwd * 1e3, 100 * fwdFlops / tPanelFwd * 1e-9 / gemmRate, tPanelBoth * 1e3,
+                100 * bothFlops / tPanelBoth * 1e-9 / gemmRate, tFwd / tPanelFwd,
+                tBoth / tPanelBoth);
   if (withProducts)
     std::printf("block products alone (single-threaded sgemm, kernels' shapes): fwd %.2f ms (%.0f%% "
                 "of the GEMM rate), fwd+bwd %.2f ms (%.0f%%)\n",

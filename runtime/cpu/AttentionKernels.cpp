@@ -51,10 +51,18 @@
 #include "dnnl.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
 
 // OpenMP's thread-count controls, referenced weakly: null unless an OpenMP runtime is loaded (as it
 // is when oneDNN was built with OpenMP threading, as Debian's is).
@@ -426,6 +434,531 @@ inline int64_t firstKeyBlock(const int32_t *ds, int64_t i0, int mr) {
 }
 
 //===----------------------------------------------------------------------===//
+// Fused f32 tiles (f32 and bf16 storage, no dropout): AttentionTiles.inc, compiled once per
+// instruction set. Each inclusion sees V, a logical vector of kL = 16 floats, with:
+//   vzero, vset1(x), viota() (lanes 0..15), vload / vstore (unaligned), vbcast(p) (= vset1(*p)),
+//   vadd, vsub, vmul, vfma(a, b, c) = a * b + c rounded once, vmax(a, b) = a > b ? a : b,
+//   vmin(a, b) = a < b ? a : b (the x86 rules: a NaN in a gives b), vround (to nearest even),
+//   vscale2(p, n) = p * 2^n for integral n in [-126, 127] (exact when the result is normal),
+//   vzeroBelow(t, c, r) = t < c ? 0 : r, vselectRange(i, lo, hi, x, fill) = lo <= i < hi ? x :
+//   fill, vgtSelect(a, b, x, y) = a > b ? x : y.
+// AVX-512F uses one zmm register per V, AVX2 (with FMA) two ymm registers, and the default build
+// 16 floats with std::fma: every lane gets the same IEEE operations, so all three give the same
+// bits (AttentionKernelsTest `FusedTilesGiveTheSameBitsOnEveryInstructionSet`).
+//===----------------------------------------------------------------------===//
+
+constexpr int kL = 16;
+/// Forward query block (rows in lanes) and softmax tile: they fix where the online softmax
+/// rescales, so they are shared by every instruction set. Backward query block (keys in lanes).
+constexpr int kFwdRows = 32;
+constexpr int kTile = 64;
+constexpr int kBwdBlockRows = 48;
+
+/// One forward query block: the allowed keys of row r are [lo[r], hi[r]) (floats holding exact
+/// integers; lo = hi = 0 for the padding rows past the sequence); minLo .. maxHi are over the
+/// block's real rows, j0 the first key tile (a multiple of kTile), kEnd = maxHi.
+struct FwdBlock {
+  int D, mr, ldo;     // head dim, the block's real rows, ldo = D rounded up to kL
+  const float *k;     // the (batch, kv head)'s keys [Sp, D] (zero rows past S)
+  const float *v;     // its values [Sp, ldo] (zero past S and past D)
+  const float *qt;    // [D, kFwdRows]: the block's queries * scale * log2(e), transposed
+  const float *lo, *hi;
+  int64_t j0, kEnd, minLo, maxLo, minHi, maxHi;
+  float *pt; // [kTile, kFwdRows] scratch: scores, then probabilities
+  float *o;  // [mr, ldo] output: O, not divided by l
+  float *m, *l; // [kFwdRows] outputs: the final max (log2 units) and normaliser
+};
+
+/// One backward query block of mr <= kBwdBlockRows rows starting at row i0.
+struct BwdBlock {
+  int D, mr;
+  bool causal;
+  int64_t S, i0, j0, kEnd;
+  const float *qs, *dos;      // [mr, D]: scale * q and do of the block's rows
+  // Keys and values transposed per tile of kTile keys: element (j, d) at t0 * D + d * kTile +
+  // j - t0 for the tile t0 <= j < t0 + kTile, so each tile is contiguous (zero past S). A plain
+  // [D, S] layout put a tile's D rows 4 KB apart at S = 1024, in the same L1 sets (measured
+  // slower).
+  const float *kt, *vt;
+  const float *kp;            // [Sp, ldq]: keys, head dim padded to ldq = D rounded up to kL
+  int ldq;
+  const float *lse2, *rowD;   // [mr]: lse * log2(e) and D_i = do_i . o_i
+  const float *lo, *hi;       // [mr]: allowed keys [lo, hi)
+  float *p, *ds;              // [kBwdBlockRows, kTile] scratch: P and dS of the tile
+  float *dkt, *dvt;           // accumulators dK^T, dV^T, laid out as kt
+  float *dq;                  // [mr, ldq] accumulator: dS K (not yet scaled)
+};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRAINC_ATTN_X86 1
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+// GCC 12's avx512fintrin.h fills the unused merge operand of max, cmp, roundscale and scalef
+// with an intentionally uninitialised vector, which -Wuninitialized reports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace avx512 {
+using V = __m512;
+inline V vzero() { return _mm512_setzero_ps(); }
+inline V vset1(float x) { return _mm512_set1_ps(x); }
+inline V viota() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+inline V vload(const float *p) { return _mm512_loadu_ps(p); }
+inline void vstore(float *p, V x) { _mm512_storeu_ps(p, x); }
+inline V vbcast(const float *p) { return _mm512_set1_ps(*p); }
+inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
+inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
+inline V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline V vscale2(V p, V n) { return _mm512_scalef_ps(p, n); }
+inline V vzeroBelow(V t, float c, V r) {
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(c), _CMP_NLT_UQ), r);
+}
+inline V vselectRange(V i, V lo, V hi, V x, V fill) {
+  __mmask16 k = _mm512_cmp_ps_mask(i, lo, _CMP_GE_OQ);
+  k = _mm512_mask_cmp_ps_mask(k, i, hi, _CMP_LT_OQ);
+  return _mm512_mask_blend_ps(k, fill, x);
+}
+inline V vgtSelect(V a, V b, V x, V y) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x);
+}
+constexpr int kFwdKeys = 8, kFwdPvRows = 4, kFwdPvVecs = 4; // 16 accumulators each
+constexpr int kBwdRows = 6, kBwdVecs = 4, kBwdDims = 6;    // 24
+constexpr int kBwdQRows = 6, kBwdQVecs = 4;                // 24
+#include "runtime/cpu/AttentionTiles.inc"
+void fwd(const FwdBlock &b) { flashFwdBlock(b); }
+void bwd(const BwdBlock &b) { flashBwdBlock(b); }
+} // namespace avx512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+struct V {
+  __m256 a, b;
+};
+inline V vzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline V vset1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+inline V viota() {
+  return {_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15)};
+}
+inline V vload(const float *p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline void vstore(float *p, V x) {
+  _mm256_storeu_ps(p, x.a);
+  _mm256_storeu_ps(p + 8, x.b);
+}
+inline V vbcast(const float *p) { return vset1(*p); }
+inline V vadd(V x, V y) { return {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+inline V vsub(V x, V y) { return {_mm256_sub_ps(x.a, y.a), _mm256_sub_ps(x.b, y.b)}; }
+inline V vmul(V x, V y) { return {_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
+inline V vfma(V x, V y, V z) {
+  return {_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)};
+}
+inline V vmax(V x, V y) { return {_mm256_max_ps(x.a, y.a), _mm256_max_ps(x.b, y.b)}; }
+inline V vmin(V x, V y) { return {_mm256_min_ps(x.a, y.a), _mm256_min_ps(x.b, y.b)}; }
+inline V vround(V x) {
+  constexpr int m = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  return {_mm256_round_ps(x.a, m), _mm256_round_ps(x.b, m)};
+}
+inline __m256 pow2(__m256 n) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline V vscale2(V p, V n) { return {_mm256_mul_ps(p.a, pow2(n.a)), _mm256_mul_ps(p.b, pow2(n.b))}; }
+inline V vzeroBelow(V t, float c, V r) {
+  const __m256 cv = _mm256_set1_ps(c);
+  return {_mm256_and_ps(_mm256_cmp_ps(t.a, cv, _CMP_NLT_UQ), r.a),
+          _mm256_and_ps(_mm256_cmp_ps(t.b, cv, _CMP_NLT_UQ), r.b)};
+}
+inline __m256 inRange(__m256 i, __m256 lo, __m256 hi) {
+  return _mm256_and_ps(_mm256_cmp_ps(i, lo, _CMP_GE_OQ), _mm256_cmp_ps(i, hi, _CMP_LT_OQ));
+}
+inline V vselectRange(V i, V lo, V hi, V x, V fill) {
+  return {_mm256_blendv_ps(fill.a, x.a, inRange(i.a, lo.a, hi.a)),
+          _mm256_blendv_ps(fill.b, x.b, inRange(i.b, lo.b, hi.b))};
+}
+inline V vgtSelect(V a, V b, V x, V y) {
+  return {_mm256_blendv_ps(y.a, x.a, _mm256_cmp_ps(a.a, b.a, _CMP_GT_OQ)),
+          _mm256_blendv_ps(y.b, x.b, _mm256_cmp_ps(a.b, b.b, _CMP_GT_OQ))};
+}
+constexpr int kFwdKeys = 4, kFwdPvRows = 2, kFwdPvVecs = 2; // 8 V = 16 ymm accumulators
+constexpr int kBwdRows = 3, kBwdVecs = 2, kBwdDims = 3;    // 6 V
+constexpr int kBwdQRows = 3, kBwdQVecs = 2;
+#include "runtime/cpu/AttentionTiles.inc"
+void fwd(const FwdBlock &b) { flashFwdBlock(b); }
+void bwd(const BwdBlock &b) { flashBwdBlock(b); }
+} // namespace avx2
+#pragma GCC pop_options
+#endif
+
+/// Any CPU: 16 floats per V, std::fma (correctly rounded, as the FMA instructions).
+namespace portable {
+struct V {
+  float x[16];
+};
+template <typename F> inline V map(F f) {
+  V r;
+  for (int i = 0; i < 16; ++i)
+    r.x[i] = f(i);
+  return r;
+}
+inline V vzero() { return map([](int) { return 0.0f; }); }
+inline V vset1(float x) { return map([&](int) { return x; }); }
+inline V viota() { return map([](int i) { return float(i); }); }
+inline V vload(const float *p) { return map([&](int i) { return p[i]; }); }
+inline void vstore(float *p, V x) { std::memcpy(p, x.x, sizeof(x.x)); }
+inline V vbcast(const float *p) { return vset1(*p); }
+inline V vadd(V a, V b) { return map([&](int i) { return a.x[i] + b.x[i]; }); }
+inline V vsub(V a, V b) { return map([&](int i) { return a.x[i] - b.x[i]; }); }
+inline V vmul(V a, V b) { return map([&](int i) { return a.x[i] * b.x[i]; }); }
+inline V vfma(V a, V b, V c) { return map([&](int i) { return std::fma(a.x[i], b.x[i], c.x[i]); }); }
+inline V vmax(V a, V b) { return map([&](int i) { return a.x[i] > b.x[i] ? a.x[i] : b.x[i]; }); }
+inline V vmin(V a, V b) { return map([&](int i) { return a.x[i] < b.x[i] ? a.x[i] : b.x[i]; }); }
+inline V vround(V a) { return map([&](int i) { return std::nearbyint(a.x[i]); }); }
+inline V vscale2(V p, V n) {
+  return map([&](int i) {
+    const uint32_t bits = uint32_t(int32_t(n.x[i]) + 127) << 23;
+    float s;
+    std::memcpy(&s, &bits, 4);
+    return p.x[i] * s;
+  });
+}
+inline V vzeroBelow(V t, float c, V r) {
+  return map([&](int i) { return t.x[i] < c ? 0.0f : r.x[i]; });
+}
+inline V vselectRange(V i, V lo, V hi, V x, V fill) {
+  return map([&](int l) { return i.x[l] >= lo.x[l] && i.x[l] < hi.x[l] ? x.x[l] : fill.x[l]; });
+}
+inline V vgtSelect(V a, V b, V x, V y) {
+  return map([&](int i) { return a.x[i] > b.x[i] ? x.x[i] : y.x[i]; });
+}
+constexpr int kFwdKeys = 4, kFwdPvRows = 2, kFwdPvVecs = 2;
+constexpr int kBwdRows = 3, kBwdVecs = 2, kBwdDims = 3;
+constexpr int kBwdQRows = 3, kBwdQVecs = 2;
+#include "runtime/cpu/AttentionTiles.inc"
+void fwd(const FwdBlock &b) { flashFwdBlock(b); }
+void bwd(const BwdBlock &b) { flashBwdBlock(b); }
+} // namespace portable
+
+/// The instruction set of the fused tiles: 2 AVX-512F, 1 AVX2 with FMA, 0 portable; the best the
+/// CPU has unless lowered by setAttentionIsaForTesting.
+int cpuAttentionIsa() {
+#ifdef TRAINC_ATTN_X86
+  if (__builtin_cpu_supports("avx512f"))
+    return 2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return 1;
+#endif
+  return 0;
+}
+/// The f32 path: an instruction set of the fused tiles as above, or -1 for the panel path
+/// (setAttentionPathForTesting). -2: not chosen yet.
+std::atomic<int> gAttentionPath{-2};
+
+int attentionPath() {
+  int path = gAttentionPath.load(std::memory_order_relaxed);
+  if (path == -2) {
+    path = cpuAttentionIsa();
+    gAttentionPath.store(path, std::memory_order_relaxed);
+  }
+  return path;
+}
+
+void flashFwd(const FwdBlock &b) {
+  switch (attentionPath()) {
+#ifdef TRAINC_ATTN_X86
+  case 2:
+    return avx512::fwd(b);
+  case 1:
+    return avx2::fwd(b);
+#endif
+  default:
+    return portable::fwd(b);
+  }
+}
+
+void flashBwd(const BwdBlock &b) {
+  switch (attentionPath()) {
+#ifdef TRAINC_ATTN_X86
+  case 2:
+    return avx512::bwd(b);
+  case 1:
+    return avx2::bwd(b);
+#endif
+  default:
+    return portable::bwd(b);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Fused f32 drivers: packing per (batch, kv head), one query block at a time
+//===----------------------------------------------------------------------===//
+
+constexpr double kLog2e = 1.4426950408889634074;
+constexpr double kLn2 = 0.69314718055994530942;
+
+inline int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+
+/// Rows [i0, i0 + mr) of a block: allowed keys [lo, hi) per row (as floats), padded with
+/// lo = hi = 0 to `rows`; returns {minLo, maxLo, minHi, maxHi} over the real rows.
+struct BlockKeys {
+  int64_t minLo, maxLo, minHi, maxHi;
+};
+BlockKeys blockKeys(const AttnShape &s, const int32_t *docs, int64_t i0, int mr, int rows,
+                    float *lo, float *hi) {
+  BlockKeys r{s.S, 0, s.S, 0};
+  for (int x = 0; x < rows; ++x) {
+    int64_t l = 0, h = 0;
+    if (x < mr) {
+      const int64_t i = i0 + x;
+      l = docStartOf(docs, i);
+      h = s.causal ? i + 1 : s.S;
+      r.minLo = std::min(r.minLo, l);
+      r.maxLo = std::max(r.maxLo, l);
+      r.minHi = std::min(r.minHi, h);
+      r.maxHi = std::max(r.maxHi, h);
+    }
+    lo[x] = float(l);
+    hi[x] = float(h);
+  }
+  return r;
+}
+
+/// Per-thread scratch of the fused kernels, kept between calls: fresh buffers cost a page fault
+/// per 4 KB and their zeroing on every call (about 1.3 MB per thread for the backward at S = 1024,
+/// D = 64). Not initialised; `take` hands out 64-byte aligned slices.
+class ThreadScratch {
+public:
+  /// Room for slices of the given sizes (floats).
+  explicit ThreadScratch(std::initializer_list<size_t> sizes) {
+    size_t total = 16;
+    for (size_t n : sizes)
+      total += round16(n);
+    thread_local std::vector<float> buf;
+    if (buf.size() < total)
+      buf.resize(total);
+    const size_t mis = reinterpret_cast<uintptr_t>(buf.data()) % 64 / sizeof(float);
+    next = buf.data() + (mis ? 16 - mis : 0);
+  }
+  float *take(size_t n) {
+    float *p = next;
+    next += round16(n);
+    return p;
+  }
+
+private:
+  static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+  float *next;
+};
+
+/// Prefetches `rows` rows of `bytes` bytes, `stride` elements apart, into the caches: the
+/// next query block's rows of q, do and the outputs while the current block computes (the
+/// operands' rows of one head are NH * D elements apart, so the hardware prefetchers see a
+/// short stream per row; without this the drivers' packing and stores waited on memory for a
+/// quarter of the forward's time, bench_attention under perf).
+template <typename T> void prefetchRows(const T *base, int64_t stride, int64_t rows, int bytes) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int off = 0; off < bytes; off += 64)
+      __builtin_prefetch(reinterpret_cast<const char *>(base + r * stride) + off);
+}
+
+/// Packs rows [0, S) of a (batch, kv head) operand as [S, ld] floats (columns past D untouched).
+template <typename T>
+void packKv(const T *src, int64_t stride, int64_t S, int D, float *dst, int64_t ld) {
+  for (int64_t j = 0; j < S; ++j) {
+    if (j + 8 < S)
+      prefetchRows(src + (j + 8) * stride, 0, 1, int(D * sizeof(T)));
+    for (int d = 0; d < D; ++d)
+      dst[j * ld + d] = float(src[j * stride + d]);
+  }
+}
+
+template <typename T>
+void flashForward(const AttnShape &s, const T *q, const T *k, const T *v, T *o, float *lse) {
+  const int64_t S = s.S, NH = s.NH, NG = s.NG;
+  const int D = int(s.D);
+  const int64_t qStride = NH * D, kvStride = NG * D, headsPerGroup = NH / NG;
+  const int64_t Sp = roundUp(S, kTile);
+  const float qmul = float(s.scale * kLog2e); // scores in log2 units
+  const int ldo = int(roundUp(D, kL));
+#pragma omp parallel if (s.B * NG > 1 && S * S * D * headsPerGroup > (1 << 16))
+  {
+    const size_t nkv = size_t(Sp * D), nvp = size_t(Sp * ldo), nq = size_t(D) * kFwdRows;
+    const size_t no = size_t(ldo) * kFwdRows, nr = kFwdRows;
+    ThreadScratch scratch({nkv, nvp, nq, size_t(kTile) * kFwdRows, no, nr, nr, nr, nr});
+    float *kn = scratch.take(nkv), *vn = scratch.take(nvp), *qt = scratch.take(nq);
+    float *pt = scratch.take(size_t(kTile) * kFwdRows), *ob = scratch.take(no);
+    float *lo = scratch.take(nr), *hi = scratch.take(nr), *m = scratch.take(nr),
+          *l = scratch.take(nr);
+    // Keys past S (read by the last tile's microkernels, then masked) are zero.
+    std::fill(kn + S * D, kn + nkv, 0.0f);
+    std::fill(vn, vn + nvp, 0.0f);
+#pragma omp for schedule(dynamic)
+    for (int64_t bg = 0; bg < s.B * NG; ++bg) {
+      const int64_t b = bg / NG, g = bg % NG;
+      const int32_t *docs = s.docStart ? s.docStart + b * S : nullptr;
+      packKv(k + b * S * kvStride + g * D, kvStride, S, D, kn, D);
+      packKv(v + b * S * kvStride + g * D, kvStride, S, D, vn, ldo);
+      for (int64_t h = g * headsPerGroup; h < (g + 1) * headsPerGroup; ++h) {
+        const T *qh = q + b * S * qStride + h * D;
+        T *oh = o + b * S * qStride + h * D;
+        float *lseh = lse + (b * NH + h) * S;
+        for (int64_t i0 = 0; i0 < S; i0 += kFwdRows) {
+          const int mr = int(std::min<int64_t>(kFwdRows, S - i0));
+          for (int r = 0; r < kFwdRows; ++r) {
+            const T *qr = qh + (i0 + r) * qStride;
+            float *qtr = qt + r;
+            if (r < mr)
+              for (int d = 0; d < D; ++d)
+                qtr[d * kFwdRows] = qmul * float(qr[d]);
+            else
+              for (int d = 0; d < D; ++d)
+                qtr[d * kFwdRows] = 0;
+          }
+          if (i0 + kFwdRows < S) {
+            const int64_t next = std::min<int64_t>(kFwdRows, S - i0 - kFwdRows);
+            prefetchRows(qh + (i0 + kFwdRows) * qStride, qStride, next, int(D * sizeof(T)));
+            prefetchRows(oh + (i0 + kFwdRows) * qStride, qStride, next, int(D * sizeof(T)));
+          }
+          const BlockKeys bk = blockKeys(s, docs, i0, mr, kFwdRows, lo, hi);
+          FwdBlock blk{D,  mr,  ldo, kn, vn, qt, lo, hi,
+                       bk.minLo / kTile * kTile, bk.maxHi, bk.minLo, bk.maxLo, bk.minHi,
+                       bk.maxHi, pt, ob, m, l};
+          flashFwd(blk);
+          for (int r = 0; r < mr; ++r) {
+            const float inv = 1.0f / l[r];
+            T *out = oh + (i0 + r) * qStride;
+            for (int d = 0; d < D; ++d)
+              out[d] = T(ob[size_t(r) * ldo + d] * inv);
+            lseh[i0 + r] = float(kLn2 * (double(m[r]) + std::log2(double(l[r]))));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void flashBackward(const AttnShape &s, const T *q, const T *k, const T *v, const T *o,
+                   const float *lse, const T *dout, T *dq, T *dk, T *dv) {
+  const int64_t S = s.S, NH = s.NH, NG = s.NG;
+  const int D = int(s.D);
+  const int64_t qStride = NH * D, kvStride = NG * D, headsPerGroup = NH / NG;
+  const int64_t Sp = roundUp(S, kTile);
+  const int ldq = int(roundUp(D, kL));
+  const float scale = float(s.scale);
+  constexpr int Br = kBwdBlockRows;
+#pragma omp parallel if (s.B * NG > 1 && S * S * D * headsPerGroup > (1 << 16))
+  {
+    const size_t nkv = size_t(D * Sp), nkp = size_t(Sp * ldq), nS = size_t(S);
+    const size_t nb = size_t(Br) * D, nbq = size_t(Br) * ldq, nt = size_t(Br) * kTile;
+    ThreadScratch scratch({nkv, nkv, nkp, nkv, nkv, nS, nS, nb, nb, nbq, nt, nt, Br, Br});
+    float *kt = scratch.take(nkv), *vt = scratch.take(nkv), *kp = scratch.take(nkp);
+    float *dkt = scratch.take(nkv), *dvt = scratch.take(nkv);
+    float *rowD = scratch.take(nS), *lse2 = scratch.take(nS);
+    float *qs = scratch.take(nb), *dos = scratch.take(nb), *dqa = scratch.take(nbq);
+    float *p = scratch.take(nt), *ds = scratch.take(nt), *lo = scratch.take(Br),
+          *hi = scratch.take(Br);
+    // Zero padding: keys past S in the last tile of kt and vt, and kp's columns past D and rows
+    // past S (read by the microkernels; their products are masked or never stored).
+    std::fill(kp, kp + nkp, 0.0f);
+    if (S % kTile)
+      for (int d = 0; d < D; ++d) {
+        const int64_t t0 = S / kTile * kTile;
+        std::fill(kt + t0 * D + d * kTile + (S - t0), kt + t0 * D + (d + 1) * kTile, 0.0f);
+        std::fill(vt + t0 * D + d * kTile + (S - t0), vt + t0 * D + (d + 1) * kTile, 0.0f);
+      }
+#pragma omp for schedule(dynamic)
+    for (int64_t bg = 0; bg < s.B * NG; ++bg) {
+      const int64_t b = bg / NG, g = bg % NG;
+      const int32_t *docs = s.docStart ? s.docStart + b * S : nullptr;
+      const T *kg = k + b * S * kvStride + g * D, *vg = v + b * S * kvStride + g * D;
+      for (int64_t t0 = 0; t0 < S; t0 += kTile)
+        for (int64_t j = t0; j < std::min(S, t0 + kTile); ++j) {
+          if (j + 8 < S) {
+            prefetchRows(kg + (j + 8) * kvStride, 0, 1, int(D * sizeof(T)));
+            prefetchRows(vg + (j + 8) * kvStride, 0, 1, int(D * sizeof(T)));
+          }
+          float *ktj = kt + t0 * D + (j - t0), *vtj = vt + t0 * D + (j - t0);
+          float *kpj = kp + j * ldq;
+          for (int d = 0; d < D; ++d) {
+            const float x = float(kg[j * kvStride + d]);
+            ktj[d * kTile] = x;
+            kpj[d] = x;
+            vtj[d * kTile] = float(vg[j * kvStride + d]);
+          }
+        }
+      std::fill(dkt, dkt + nkv, 0.0f);
+      std::fill(dvt, dvt + nkv, 0.0f);
+      for (int64_t h = g * headsPerGroup; h < (g + 1) * headsPerGroup; ++h) {
+        const int64_t hOff = b * S * qStride + h * D;
+        const float *lseh = lse + (b * NH + h) * S;
+        for (int64_t i = 0; i < S; ++i) {
+          if (i + 8 < S) {
+            prefetchRows(dout + hOff + (i + 8) * qStride, 0, 1, int(D * sizeof(T)));
+            prefetchRows(o + hOff + (i + 8) * qStride, 0, 1, int(D * sizeof(T)));
+          }
+          rowD[i] = dot<float>(dout + hOff + i * qStride, o + hOff + i * qStride, D);
+          lse2[i] = float(double(lseh[i]) * kLog2e);
+        }
+        for (int64_t i0 = 0; i0 < S; i0 += Br) {
+          const int mr = int(std::min<int64_t>(Br, S - i0));
+          packRows(q + hOff + i0 * qStride, qStride, mr, D, qs, scale);
+          packRows(dout + hOff + i0 * qStride, qStride, mr, D, dos, 1.0f);
+          std::fill(dqa, dqa + nbq, 0.0f);
+          if (i0 + Br < S) {
+            const int64_t next = std::min<int64_t>(Br, S - i0 - Br), bytes = D * sizeof(T);
+            prefetchRows(q + hOff + (i0 + Br) * qStride, qStride, next, int(bytes));
+            prefetchRows(dout + hOff + (i0 + Br) * qStride, qStride, next, int(bytes));
+            prefetchRows(dq + hOff + (i0 + Br) * qStride, qStride, next, int(bytes));
+          }
+          const BlockKeys bk = blockKeys(s, docs, i0, mr, mr, lo, hi);
+          BwdBlock blk{D,         mr,        s.causal,   S,         i0,
+                       bk.minLo / kTile * kTile, bk.maxHi, qs, dos, kt,
+                       vt, kp,  ldq,       lse2 + i0,
+                       rowD + i0, lo, hi, p, ds,
+                       dkt, dvt, dqa};
+          flashBwd(blk);
+          for (int r = 0; r < mr; ++r) {
+            T *out = dq + hOff + (i0 + r) * qStride;
+            for (int d = 0; d < D; ++d)
+              out[d] = T(scale * dqa[size_t(r) * ldq + d]);
+          }
+        }
+      }
+      T *dkg = dk + b * S * kvStride + g * D, *dvg = dv + b * S * kvStride + g * D;
+      for (int64_t t0 = 0; t0 < S; t0 += kTile)
+        for (int64_t j = t0; j < std::min(S, t0 + kTile); ++j) {
+          if (j + 8 < S) {
+            prefetchRows(dkg + (j + 8) * kvStride, 0, 1, int(D * sizeof(T)));
+            prefetchRows(dvg + (j + 8) * kvStride, 0, 1, int(D * sizeof(T)));
+          }
+          const float *dkj = dkt + t0 * D + (j - t0);
+          const float *dvj = dvt + t0 * D + (j - t0);
+          for (int d = 0; d < D; ++d) {
+            dkg[j * kvStride + d] = T(dkj[d * kTile]);
+            dvg[j * kvStride + d] = T(dvj[d * kTile]);
+          }
+        }
+    }
+  }
+}
+
+/// The fused tiles serve f32 and bf16 storage without dropout (key indices are compared as
+/// floats, exact below 2^24).
+template <typename T> bool useFlash(const AttnShape &s) {
+  return !std::is_same_v<T, double> && !s.drop.on && s.S < (int64_t(1) << 24) &&
+         attentionPath() >= 0;
+}
+
+//===----------------------------------------------------------------------===//
 // attention
 //===----------------------------------------------------------------------===//
 
@@ -527,6 +1060,10 @@ void runAttention(const KernelCtx &c, const AttnShape &s) {
     return;
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>)
+      if (useFlash<T>(s))
+        return flashForward<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(),
+                               c.out[0].as<T>(), c.out[1].as<float>());
     attentionForward<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), c.out[0].as<T>(),
                         c.out[1].as<Stat<T>>());
   });
@@ -648,6 +1185,11 @@ void runAttentionBackward(const KernelCtx &c, const AttnShape &s) {
     return;
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>)
+      if (useFlash<T>(s))
+        return flashBackward<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(),
+                                c.in[3].as<T>(), c.in[4].as<float>(), c.in[5].as<T>(),
+                                c.out[0].as<T>(), c.out[1].as<T>(), c.out[2].as<T>());
     attentionBackward<T>(s, c.in[0].as<T>(), c.in[1].as<T>(), c.in[2].as<T>(), c.in[3].as<T>(),
                          c.in[4].as<Stat<T>>(), c.in[5].as<T>(), c.out[0].as<T>(),
                          c.out[1].as<T>(), c.out[2].as<T>());
@@ -676,6 +1218,12 @@ void attentionDropoutSegmentsBackwardKernel(const KernelCtx &c) {
 }
 
 } // namespace
+
+int setAttentionPathForTesting(int path) {
+  const int previous = attentionPath();
+  gAttentionPath.store(std::clamp(path, -1, cpuAttentionIsa()), std::memory_order_relaxed);
+  return previous;
+}
 
 void registerAttentionKernels(KernelTable &t) {
   t["attention"] = attentionKernel;

@@ -27,6 +27,12 @@ void registerOptimizerKernels(KernelTable &t);   // adamw sum_squares grad_norm_
 /// The complete table (all families).
 const KernelTable &cpuKernelTable();
 
+/// Tests and bench_attention: the f32 / bf16 attention path without dropout (AttentionKernels.cpp):
+/// the fused tiles for 2 AVX-512F, 1 AVX2 with FMA, 0 portable (the three give the same bits), or
+/// -1 the row panels through oneDNN's sgemm (the path before the tiles, as dropout and f64 still
+/// use); clamped to what the CPU has. Returns the previous setting.
+int setAttentionPathForTesting(int path);
+
 } // namespace trainc::rt::cpu
 
 #endif

@@ -36,6 +36,7 @@
 #include "KernelTestUtil.h"
 
 #include "runtime/core/Philox.h"
+#include "runtime/cpu/CpuKernels.h"
 
 #include <cmath>
 #include <limits>
@@ -286,6 +287,54 @@ TEST(Attention, Deterministic) {
     for (int i = 0; i < 3; ++i)
       EXPECT_EQ(ga[i].bytes, gb[i].bytes) << dtypeName(t);
   }
+}
+
+// The fused f32 tiles are compiled for AVX-512F, AVX2 with FMA and portable C++ (std::fma):
+// every instruction set the CPU has gives the same bits, forward and backward, causal and full,
+// GQA, a head dim that is not a multiple of 16 and sequences past one 64-key tile and one query
+// block, with partial last blocks; and 1 and 2 threads give the same bits. The panel path agrees
+// within the f32 tolerance.
+TEST(Attention, FusedTilesGiveTheSameBitsOnEveryInstructionSet) {
+  const int best = trainc::rt::cpu::setAttentionPathForTesting(2);
+  AttnDims p{2, 150, 4, 2, 20};
+  AttnInputs in = randomInputs(p, DType::F32, 101, 1.5);
+  HostTensor w = randomTensor(DType::F32, in.q.shape, 104);
+  for (bool causal : {true, false}) {
+    std::vector<std::vector<HostTensor>> fwd, bwd;
+    for (int isa = best; isa >= 0; --isa) {
+      trainc::rt::cpu::setAttentionPathForTesting(isa);
+      fwd.push_back(runForward(p, causal, 0, in.q, in.k, in.v));
+      bwd.push_back(runBackward(p, causal, 0, in.q, in.k, in.v, w));
+    }
+    trainc::rt::cpu::setAttentionPathForTesting(best);
+    withOmpThreads(1, [&] {
+      fwd.push_back(runForward(p, causal, 0, in.q, in.k, in.v));
+      bwd.push_back(runBackward(p, causal, 0, in.q, in.k, in.v, w));
+    });
+    withOmpThreads(2, [&] {
+      fwd.push_back(runForward(p, causal, 0, in.q, in.k, in.v));
+      bwd.push_back(runBackward(p, causal, 0, in.q, in.k, in.v, w));
+    });
+    for (size_t run = 1; run < fwd.size(); ++run) {
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(fwd[run][size_t(i)].bytes, fwd[0][size_t(i)].bytes)
+            << "run " << run << " output " << i << " causal " << causal;
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(bwd[run][size_t(i)].bytes, bwd[0][size_t(i)].bytes)
+            << "run " << run << " gradient " << i << " causal " << causal;
+    }
+  }
+  // The row panels (oneDNN's sgemm, the path before the tiles) agree within the f32 tolerance.
+  trainc::rt::cpu::setAttentionPathForTesting(-1);
+  std::vector<HostTensor> f = runForward(p, true, 0, in.q, in.k, in.v);
+  std::vector<HostTensor> g = runBackward(p, true, 0, in.q, in.k, in.v, w);
+  trainc::rt::cpu::setAttentionPathForTesting(best);
+  std::vector<HostTensor> f2 = runForward(p, true, 0, in.q, in.k, in.v);
+  std::vector<HostTensor> g2 = runBackward(p, true, 0, in.q, in.k, in.v, w);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_LT(relError(f[size_t(i)], f2[size_t(i)]), kF32Tol) << "output " << i;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT(relError(g[size_t(i)], g2[size_t(i)]), kF32Tol) << "gradient " << i;
 }
 
 TEST(Attention, EmptyHeadDimAndNoQueryHeads) {
