@@ -489,9 +489,12 @@ void Lowering::emitEmbeddingGradAccumulate(model::EmbeddingGradOp eg, Value out,
     st.bytes += cost.getBytesMoved();
   }
   // EmbeddingGradOp::emitKernels with beta = 1: only the tokens' rows of main_grad change.
-  kernel(st.ob, loc, "embedding_backward",
-         {st.map.lookup(eg.getIds()), st.map.lookup(eg.getGrad())}, {out},
-         {i64("vocab_start", int64_t(eg.getVocabStart())), f64("beta", 1.0)});
+  // A vocab-parallel shard's vocab_start is a rank offset (model.rank_offsets, from
+  // trainc-shard): it travels to the kernel as in Emitter::kernel.
+  rt::KernelOp k = kernel(st.ob, loc, "embedding_backward",
+                          {st.map.lookup(eg.getIds()), st.map.lookup(eg.getGrad())}, {out},
+                          {i64("vocab_start", int64_t(eg.getVocabStart())), f64("beta", 1.0)});
+  model::copyRankOffsets(eg, k);
   st.map.map(eg.getResult(), out);
 }
 
