@@ -12,7 +12,8 @@
 # environment:
 #   THREADS       OpenMP/oneDNN/torch/OpenBLAS threads for both (default: $OMP_NUM_THREADS, else
 #                 nproc). One process at a time runs, so nothing is oversubscribed by the bench.
-#   CASES         cases to run (default: "llama-10m gpt-10m llama-100m gpt2-124m"):
+#   CASES         cases to run (default: "llama-10m gpt-10m llama-100m gpt2-124m llama-100m-ga
+#                 gpt2-124m-ga"):
 #                   llama-10m   preset llama-10m (6 x 384, ffn 1024, 6/2 heads, vocab 256), seq 256,
 #                               micro batch 4, global batch GBS_SMALL (default 4): 9.6M parameters
 #                   gpt-10m     GPT (LayerNorm, learned positions, biases, GELU, tied), 6 x 384,
@@ -22,6 +23,11 @@
 #                               micro 1, global 1: 125M
 #                   gpt2-124m   GPT-2 124M (12 x 768, 12 heads, vocab 50257, positions 1024) at
 #                               llm.c's CPU shape: seq 64, micro batch 4 (B = 4, T = 64): 124M
+#                   llama-100m-ga  llama-100m as Megatron trains it (docs/kernels.md, "Benchmark
+#                               setting of the ~100M cases"): micro batch 4, global batch 16,
+#                               4 microbatches accumulated per step, 4096 tokens per step
+#                   gpt2-124m-ga   gpt2-124m at GPT-2's context, seq 1024, micro batch 1, global
+#                               batch 4: 4 microbatches accumulated, 4096 tokens per step
 #   ITERS         iterations per small case (default 3), ITERS_LARGE for the ~100M cases (default
 #                 2); the first iteration is warm-up (log interval 1, the rest averaged). The
 #                 defaults fit the shared, loaded 2-core machine (the whole run ~10 min at load 12)
@@ -47,7 +53,7 @@ TRAINC=${1:-$ROOT/build/tools/trainc}
 TRAINRUN=${2:-$ROOT/build/tools/trainrun}
 WORK=${3:-/tmp/trainc-throughput}
 THREADS=${THREADS:-${OMP_NUM_THREADS:-$(nproc)}}
-CASES=${CASES:-llama-10m gpt-10m llama-100m gpt2-124m}
+CASES=${CASES:-llama-10m gpt-10m llama-100m gpt2-124m llama-100m-ga gpt2-124m-ga}
 ITERS=${ITERS:-3}
 ITERS_LARGE=${ITERS_LARGE:-2}
 GBS_SMALL=${GBS_SMALL:-4}
@@ -113,6 +119,8 @@ case_flags() {
     gpt-10m) echo "--preset gpt2-small --num-layers 6 --hidden-size 384 --ffn-hidden-size 1536 --num-attention-heads 6 --vocab-size 256 --seq-length 256 --max-position-embeddings 256 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 4 --global-batch-size $GBS_SMALL" ;;
     llama-100m) echo "--preset llama-10m --num-layers 12 --hidden-size 768 --ffn-hidden-size 2048 --num-attention-heads 12 --num-query-groups 4 --vocab-size 32000 --seq-length 256 --max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 1" ;;
     gpt2-124m) echo "--preset gpt2-small --seq-length 64 --max-position-embeddings 1024 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 4 --global-batch-size 4" ;;
+    llama-100m-ga) echo "--preset llama-10m --num-layers 12 --hidden-size 768 --ffn-hidden-size 2048 --num-attention-heads 12 --num-query-groups 4 --vocab-size 32000 --seq-length 256 --max-position-embeddings 256 --micro-batch-size 4 --global-batch-size 16" ;;
+    gpt2-124m-ga) echo "--preset gpt2-small --seq-length 1024 --max-position-embeddings 1024 --attention-dropout 0 --hidden-dropout 0 --micro-batch-size 1 --global-batch-size 4" ;;
     *) return 1 ;;
   esac
 }
@@ -121,7 +129,7 @@ SUMMARY=()
 for CASE in $CASES; do
   FLAGS=$(case_flags "$CASE") || { echo "unknown case '$CASE'" >&2; exit 2; }
   N=$ITERS
-  [[ "$CASE" == *100m || "$CASE" == *124m ]] && N=$ITERS_LARGE
+  [[ "$CASE" == *100m* || "$CASE" == *124m* ]] && N=$ITERS_LARGE
   D="$WORK/$CASE"
   mkdir -p "$D"
   # shellcheck disable=SC2086

@@ -150,6 +150,9 @@ struct BodyState {
   /// sched.accumulate_grads whose gradient a weight-gradient GEMM already added into main_grad
   /// (Lowering::fuseGradAccumulation); they lower to nothing.
   llvm::DenseSet<Operation *> fusedAccumulates;
+  /// model.adds of a tied embedding's two gradients, both accumulated into main_grad by their
+  /// producers (Lowering::fuseGradAccumulation); they lower to nothing.
+  llvm::DenseSet<Operation *> fusedAdds;
 
   /// Indexes the operands of `fn`'s return.
   void indexResults() {
@@ -347,11 +350,13 @@ LogicalResult Lowering::lowerStage(func::FuncOp fn) {
     Location loc = sourceLoc(op);
     ++st.counter;
     // Gradient-accumulation fusion (Megatron's gradient_accumulation_fusion, its default).
-    if (auto gw = dyn_cast<model::LinearGradWeightOp>(&op))
-      if (sched::AccumulateGradOp acc = fuseGradAccumulation(gw, loc, st)) {
+    if (isAccumulatingProducer(&op))
+      if (sched::AccumulateGradOp acc = fuseGradAccumulation(&op, loc, st)) {
         st.fusedAccumulates.insert(acc);
         continue;
       }
+    if (st.fusedAdds.contains(&op))
+      continue; // both operands' producers already added into main_grad
     FailureOr<bool> common = lowerCommonOp(op, loc, st);
     if (failed(common))
       return failure();
@@ -458,13 +463,61 @@ void Lowering::emitWgradAccumulate(model::LinearGradWeightOp gw, Value out, Loca
   st.map.map(gw.getResult(), out);
 }
 
-sched::AccumulateGradOp Lowering::fuseGradAccumulation(model::LinearGradWeightOp gw, Location loc,
-                                                       BodyState &st) {
-  const ParamInfo *p = fusableMainGrad(gw.getResult());
-  if (!p)
+bool Lowering::isAccumulatingProducer(Operation *op) {
+  return isa<model::LinearGradWeightOp, model::EmbeddingGradOp>(op) && op->getNumResults() == 1;
+}
+
+model::AddOp Lowering::tiedGradAdd(Value g) {
+  if (!g.hasOneUse())
     return {};
-  emitWgradAccumulate(gw, gradRef(st.ob, loc, *p), loc, st);
-  return cast<sched::AccumulateGradOp>(*gw->getUsers().begin());
+  auto add = dyn_cast<model::AddOp>(*g.getUsers().begin());
+  if (!add || add.getLhs() == add.getRhs() || !fusableMainGrad(add.getResult()))
+    return {};
+  for (Value v : {add.getLhs(), add.getRhs()}) {
+    Operation *def = v.getDefiningOp();
+    if (!def || !isAccumulatingProducer(def) || !v.hasOneUse() ||
+        def->getBlock() != add->getBlock())
+      return {};
+  }
+  return add;
+}
+
+void Lowering::emitEmbeddingGradAccumulate(model::EmbeddingGradOp eg, Value out, Location loc,
+                                           BodyState &st) {
+  if (auto cost = dyn_cast<model::CostOpInterface>(eg.getOperation())) {
+    st.flops += cost.getFlops();
+    st.bytes += cost.getBytesMoved();
+  }
+  // EmbeddingGradOp::emitKernels with beta = 1: only the tokens' rows of main_grad change.
+  // A vocab-parallel shard's vocab_start is a rank offset (model.rank_offsets, from
+  // trainc-shard): it travels to the kernel as in Emitter::kernel.
+  rt::KernelOp k = kernel(st.ob, loc, "embedding_backward",
+                          {st.map.lookup(eg.getIds()), st.map.lookup(eg.getGrad())}, {out},
+                          {i64("vocab_start", int64_t(eg.getVocabStart())), f64("beta", 1.0)});
+  model::copyRankOffsets(eg, k);
+  st.map.map(eg.getResult(), out);
+}
+
+sched::AccumulateGradOp Lowering::fuseGradAccumulation(Operation *producer, Location loc,
+                                                       BodyState &st) {
+  Value r = producer->getResult(0);
+  sched::AccumulateGradOp acc;
+  const ParamInfo *p = fusableMainGrad(r);
+  if (p) {
+    acc = cast<sched::AccumulateGradOp>(*r.getUsers().begin());
+  } else if (model::AddOp add = tiedGradAdd(r)) {
+    p = fusableMainGrad(add.getResult());
+    acc = cast<sched::AccumulateGradOp>(*add.getResult().getUsers().begin());
+    st.fusedAdds.insert(add);
+  } else {
+    return {};
+  }
+  Value out = gradRef(st.ob, loc, *p);
+  if (auto gw = dyn_cast<model::LinearGradWeightOp>(producer))
+    emitWgradAccumulate(gw, out, loc, st);
+  else
+    emitEmbeddingGradAccumulate(cast<model::EmbeddingGradOp>(producer), out, loc, st);
+  return acc;
 }
 
 ArrayRef<bool> Lowering::accumulatingResults(func::FuncOp fn) {

@@ -311,9 +311,23 @@ private:
   /// inputs with the f32 result of docs/design.md "Mixed precision"), emits the GEMM straight
   /// into main_grad with beta = 1 (`rt.kernel "matmul" ... {beta = 1.0, trans_a = 1}`) instead
   /// of a temporary plus an `add`, and returns the accumulate_grad, which then lowers to
-  /// nothing; returns null (nothing emitted) otherwise.
-  sched::AccumulateGradOp fuseGradAccumulation(model::LinearGradWeightOp gw, Location loc,
-                                               BodyState &st);
+  /// nothing; returns null (nothing emitted) otherwise. A model.embedding_grad is fused the same
+  /// way (`embedding_backward` with beta = 1: it adds the tokens' rows into main_grad instead of
+  /// zeroing a [V, H] temporary and adding all of it). A tied embedding's gradient,
+  /// accumulate_grad(add(a, b)) with a and b two such producers used only by the add
+  /// (tiedGradAdd), accumulates both into main_grad; the add is recorded in
+  /// BodyState::fusedAdds and lowers to nothing (main_grad += a, then += b: one rounding more
+  /// than main_grad += (a + b) after the first microbatch).
+  sched::AccumulateGradOp fuseGradAccumulation(Operation *producer, Location loc, BodyState &st);
+  /// The model.add of two gradient producers (model.linear_grad_weight or model.embedding_grad,
+  /// distinct, each used only by the add) whose result `g` is accumulated into a main_grad
+  /// (fusableMainGrad); else null.
+  model::AddOp tiedGradAdd(Value g);
+  /// Whether `op` is a model.linear_grad_weight or model.embedding_grad with one result.
+  static bool isAccumulatingProducer(Operation *op);
+  /// embedding_backward of `eg` with beta = 1 into `out` (a main_grad view); maps eg's result.
+  void emitEmbeddingGradAccumulate(model::EmbeddingGradOp eg, Value out, Location loc,
+                                   BodyState &st);
   /// The parameter whose main_grad `g` can be accumulated into by a GEMM: `g`'s only use is a
   /// sched.accumulate_grad into a main_grad of g's element type and shape; else null.
   const ParamInfo *fusableMainGrad(Value g);

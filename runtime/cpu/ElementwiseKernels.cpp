@@ -9,6 +9,8 @@
 #include "runtime/cpu/FastMath.h"
 #include "runtime/core/Philox.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -17,34 +19,54 @@
 namespace trainc::rt::cpu {
 namespace {
 
+/// Elementwise kernels cut [0, n) into blocks of kEwBlock elements, split statically over the
+/// OpenMP threads above kEwThreadMin elements (the norms' threshold: docs/kernels.md, "Threads on
+/// a loaded machine"); f(begin, end) computes one block. Each element is computed the same way
+/// whatever the split, so results do not depend on the thread count.
+constexpr int64_t kEwBlock = 16384;
+constexpr int64_t kEwThreadMin = int64_t(1) << 20;
+template <typename F> void forBlocks(int64_t n, F &&f) {
+  int64_t blocks = (n + kEwBlock - 1) / kEwBlock;
+#pragma omp parallel for schedule(static) if (n > kEwThreadMin)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    int64_t b = blk * kEwBlock;
+    f(b, std::min(n, b + kEwBlock));
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // fill, copy, cast
 //===----------------------------------------------------------------------===//
+
+/// y[0, n) = v, blocks split over the threads (a step's zero_grads fills every main grad).
+template <typename T> void fillElements(T *y, int64_t n, T v) {
+  forBlocks(n, [&](int64_t lo, int64_t hi) { std::fill(y + lo, y + hi, v); });
+}
 
 void fillKernel(const KernelCtx &c) {
   const TensorView &y = c.out[0];
   double v = c.attrs->f(0);
   switch (y.dtype) {
   case DType::F32:
-    std::fill_n(y.as<float>(), y.numel, float(v));
+    fillElements(y.as<float>(), y.numel, float(v));
     break;
   case DType::F64:
-    std::fill_n(y.as<double>(), y.numel, v);
+    fillElements(y.as<double>(), y.numel, v);
     break;
   case DType::BF16:
-    std::fill_n(y.as<bf16>(), y.numel, bf16(float(v)));
+    fillElements(y.as<bf16>(), y.numel, bf16(float(v)));
     break;
   case DType::F16:
-    std::fill_n(y.as<f16>(), y.numel, f16(float(v)));
+    fillElements(y.as<f16>(), y.numel, f16(float(v)));
     break;
   case DType::I32:
-    std::fill_n(y.as<int32_t>(), y.numel, int32_t(v));
+    fillElements(y.as<int32_t>(), y.numel, int32_t(v));
     break;
   case DType::I64:
-    std::fill_n(y.as<int64_t>(), y.numel, int64_t(v));
+    fillElements(y.as<int64_t>(), y.numel, int64_t(v));
     break;
   case DType::U8:
-    std::fill_n(y.as<uint8_t>(), y.numel, uint8_t(v));
+    fillElements(y.as<uint8_t>(), y.numel, uint8_t(v));
     break;
   case DType::Invalid:
     break;
@@ -79,30 +101,43 @@ void castKernel(const KernelCtx &c) {
 // add, scale, scale_by, reciprocal, add_bias, sum_rows
 //===----------------------------------------------------------------------===//
 
+// The loops below are `omp simd`: element i reads a[i] and b[i] (x[i]) before writing y[i], so an
+// output in place of an input is safe, and without the pragma GCC would check the outputs for
+// overlap at run time and fall back to the scalar loop in that (normal) case.
 void addKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
+    using A = Acc<T>;
     const T *a = c.in[0].as<T>(), *b = c.in[1].as<T>();
     T *y = c.out[0].as<T>();
-    Acc<T> alpha = Acc<T>(c.attrs->f(0));
-    int64_t n = c.in[0].numel;
-    if (alpha == Acc<T>(1))
-      for (int64_t i = 0; i < n; ++i)
-        st(y, i, ld(a, i) + ld(b, i));
-    else
-      for (int64_t i = 0; i < n; ++i)
-        st(y, i, ld(a, i) + alpha * ld(b, i));
+    A alpha = A(c.attrs->f(0));
+    forBlocks(c.in[0].numel, [&](int64_t lo, int64_t hi) {
+      if (alpha == A(1)) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i)
+          y[i] = T(A(a[i]) + A(b[i]));
+      } else {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i)
+          y[i] = T(A(a[i]) + alpha * A(b[i]));
+      }
+    });
+  });
+}
+
+/// y = alpha * x over numel elements (scale and scale_by).
+template <typename T> void scaleElements(const T *x, T *y, int64_t n, Acc<T> alpha) {
+  forBlocks(n, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      y[i] = T(alpha * Acc<T>(x[i]));
   });
 }
 
 void scaleKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *x = c.in[0].as<T>();
-    T *y = c.out[0].as<T>();
-    Acc<T> alpha = Acc<T>(c.attrs->f(0));
-    for (int64_t i = 0, n = c.in[0].numel; i < n; ++i)
-      st(y, i, alpha * ld(x, i));
+    scaleElements(c.in[0].as<T>(), c.out[0].as<T>(), c.in[0].numel, Acc<T>(c.attrs->f(0)));
   });
 }
 
@@ -124,11 +159,7 @@ void scaleByKernel(const KernelCtx &c) {
   double s = readScalar(c.in[1]);
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *x = c.in[0].as<T>();
-    T *y = c.out[0].as<T>();
-    Acc<T> alpha = Acc<T>(s);
-    for (int64_t i = 0, n = c.in[0].numel; i < n; ++i)
-      st(y, i, alpha * ld(x, i));
+    scaleElements(c.in[0].as<T>(), c.out[0].as<T>(), c.in[0].numel, Acc<T>(s));
   });
 }
 
@@ -140,38 +171,66 @@ void reciprocalKernel(const KernelCtx &c) {
   });
 }
 
+// Rows split statically over the threads above kEwThreadMin elements (rows are independent).
 void addBiasKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
+    using A = Acc<T>;
     const T *x = c.in[0].as<T>(), *b = c.in[1].as<T>();
     T *y = c.out[0].as<T>();
     int64_t n = c.in[0].dim(-1), rows = c.in[0].rows();
-    for (int64_t r = 0; r < rows; ++r)
+#pragma omp parallel for schedule(static) if (rows * n > kEwThreadMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * n;
+      T *yr = y + r * n;
+#pragma omp simd
       for (int64_t j = 0; j < n; ++j)
-        st(y, r * n + j, ld(x, r * n + j) + ld(b, j));
+        yr[j] = T(A(xr[j]) + A(b[j]));
+    }
   });
 }
 
+/// y[j] (+)= sum over rows of x[r, j] for the columns [j0, j1), each column summed in Acc in row
+/// order and rounded once: the same bits whatever the column range is.
+template <typename T, typename Y>
+void sumRowsColumns(const T *x, int64_t rows, int64_t n, int64_t j0, int64_t j1, bool accumulate,
+                    Y *y) {
+  using A = Acc<T>;
+  std::vector<A> acc(size_t(j1 - j0), A(0));
+  A *s = acc.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * n + j0;
+#pragma omp simd
+    for (int64_t j = 0; j < j1 - j0; ++j)
+      s[j] += A(xr[j]);
+  }
+  for (int64_t j = j0; j < j1; ++j)
+    st(y, j, accumulate ? ld(y, j) + s[j - j0] : s[j - j0]);
+}
+
+// Above kEwThreadMin elements, contiguous column ranges (multiples of 16 columns) one per thread.
 void sumRowsKernel(const KernelCtx &c) {
   dispatchFloat(c.in[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *x = c.in[0].as<T>();
     int64_t n = c.in[0].dim(-1), rows = c.in[0].rows();
-    std::vector<Acc<T>> acc(size_t(n), Acc<T>(0));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j)
-        acc[j] += ld(x, r * n + j);
     bool accumulate = c.attrs->f(0) != 0;
-    // y in T, or f32 for bf16/fp16 x (mixed precision: a bias gradient's fp32
-    // sum, unrounded).
-    auto store = [&](auto *y) {
-      for (int64_t j = 0; j < n; ++j)
-        st(y, j, accumulate ? ld(y, j) + acc[j] : acc[j]);
+    // y in T, or f32 for bf16/fp16 x (mixed precision: a bias gradient's fp32 sum, unrounded).
+    auto run = [&](auto *y) {
+      int64_t pieces = (n + 15) / 16;
+#pragma omp parallel if (rows * n > kEwThreadMin)
+      {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t p0 = pieces * t / nt, p1 = pieces * (t + 1) / nt;
+        int64_t j0 = std::min(n, p0 * 16), j1 = std::min(n, p1 * 16);
+        if (j0 < j1)
+          sumRowsColumns(x, rows, n, j0, j1, accumulate, y);
+      }
     };
     if (c.out[0].dtype == DType::F32)
-      store(c.out[0].as<float>());
+      run(c.out[0].as<float>());
     else
-      store(c.out[0].as<T>());
+      run(c.out[0].as<T>());
   });
 }
 

@@ -195,6 +195,71 @@ TEST(Elementwise, AddBiasAndSumRowsAreAdjoint) {
   EXPECT_LT(relError(db, twice), kFdTol);
 }
 
+/// x rounded to the arithmetic type of dtype t (f32 for f32 and bf16 storage; f64 for f64).
+double acc(DType t, double x) { return t == DType::F64 ? x : double(float(x)); }
+
+// add, scale_by, add_bias, sum_rows and fill above their threading threshold (2^20 elements),
+// odd row and column counts: every element equals the scalar formula evaluated in the test in
+// the kernel's arithmetic type (sum_rows: each column summed in row order, rounded once), in
+// place equals out of place, and 1 and 2 threads give the same bits.
+TEST(Elementwise, ThreadedAddScaleBiasSumRowsAreTheScalarLoopOnAnyThreadCount) {
+  const int64_t R = 701, N = 1601; // 1.12M elements
+  for (DType t : {DType::F64, DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(t));
+    HostTensor a = randomTensor(DType::F64, {R, N}, 31).as(t);
+    HostTensor b = randomTensor(DType::F64, {R, N}, 32).as(t);
+    HostTensor bias = randomTensor(DType::F64, {N}, 33).as(t);
+    HostTensor s(DType::F32, {});
+    s.set(0, 0.37);
+    const double alpha = -0.625, sv = acc(t, s.get(0));
+    HostTensor add[2], addA[2], scaled[2], biased[2], rows[2], rowsAcc[2], filled[2];
+    for (int th : {1, 2})
+      withOmpThreads(th, [&] {
+        int k = th - 1;
+        add[k] = HostTensor(t, {R, N});
+        runKernel("add", {&a, &b}, {&add[k]});
+        addA[k] = a; // in place of a
+        runKernel("add", {&addA[k], &b}, {&addA[k]}, {AttrArg("alpha", alpha)});
+        scaled[k] = HostTensor(t, {R, N});
+        runKernel("scale_by", {&a, &s}, {&scaled[k]});
+        biased[k] = b; // in place of x
+        runKernel("add_bias", {&biased[k], &bias}, {&biased[k]});
+        rows[k] = HostTensor(t, {N});
+        runKernel("sum_rows", {&a}, {&rows[k]});
+        rowsAcc[k] = bias;
+        runKernel("sum_rows", {&a}, {&rowsAcc[k]}, {AttrArg("beta", 1.0)});
+        filled[k] = HostTensor(t, {R, N});
+        runKernel("fill", {}, {&filled[k]}, {AttrArg("value", 0.5)});
+      });
+    for (HostTensor *o : {add, addA, scaled, biased, rows, rowsAcc, filled})
+      EXPECT_EQ(o[0].bytes, o[1].bytes);
+    HostTensor e(t, {R, N}), eA(t, {R, N}), eS(t, {R, N}), eB(t, {R, N});
+    for (int64_t i = 0; i < R * N; ++i) {
+      double ai = a.get(i), bi = b.get(i);
+      e.set(i, acc(t, ai + bi));
+      eA.set(i, acc(t, ai + acc(t, acc(t, alpha) * bi)));
+      eS.set(i, acc(t, sv * ai));
+      eB.set(i, acc(t, bi + bias.get(i % N)));
+    }
+    EXPECT_EQ(add[0].bytes, e.bytes);
+    EXPECT_EQ(addA[0].bytes, eA.bytes);
+    EXPECT_EQ(scaled[0].bytes, eS.bytes);
+    EXPECT_EQ(biased[0].bytes, eB.bytes);
+    HostTensor eR(t, {N}), eRA(t, {N});
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0;
+      for (int64_t r = 0; r < R; ++r)
+        sum = acc(t, sum + a.get(r * N + j));
+      eR.set(j, sum);
+      eRA.set(j, acc(t, bias.get(j) + sum));
+    }
+    EXPECT_EQ(rows[0].bytes, eR.bytes);
+    EXPECT_EQ(rowsAcc[0].bytes, eRA.bytes);
+    EXPECT_EQ(filled[0].get(R * N - 1), 0.5);
+    EXPECT_EQ(filled[0].get(R * N / 2), 0.5);
+  }
+}
+
 class GeluTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(GeluTest, ForwardAndBackward) {

@@ -179,6 +179,48 @@ func.func @train_step() attributes {sched.iteration} {
 
 // -----
 
+model.parameter @emb {init = "normal", init_std = 2.0e-02 : f64} : tensor<11x8xf32>
+model.parameter @pos {init = "normal", init_std = 2.0e-02 : f64} : tensor<5x8xf32>
+// Tests the gradient-accumulation fusion of embedding gradients: an embedding_grad accumulated
+// into its main grad becomes an embedding_backward with beta = 1 straight into it, and a tied
+// embedding's gradient (accumulate_grad of an add of the output layer's weight gradient and the
+// embedding_grad) becomes the GEMM and the embedding_backward both accumulating into the main
+// grad: no temporary, no add of the two, no add into the main grad.
+// CHECK-LABEL: func.func @forward_backward(
+// CHECK: %[[MGW:.+]] = rt.buffer_ref @emb.main_grad : memref<11x8xf32>
+// CHECK: rt.kernel "matmul" ins({{.*}}) outs(%[[MGW]] : memref<11x8xf32>) {kernel_attrs = {beta = 1.000000e+00 : f64, trans_a = 1 : i64}}
+// CHECK: %[[MGP:.+]] = rt.buffer_ref @pos.main_grad : memref<5x8xf32>
+// CHECK: rt.kernel "embedding_backward" ins(%{{.+}}, %{{.+}} : memref<2x5xi32>, memref<2x5x8xf32>) outs(%[[MGP]] : memref<5x8xf32>) {kernel_attrs = {beta = 1.000000e+00 : f64, vocab_start = 0 : i64}}
+// CHECK: %[[MGE:.+]] = rt.buffer_ref @emb.main_grad : memref<11x8xf32>
+// CHECK: rt.kernel "embedding_backward" ins(%{{.+}}, %{{.+}} : memref<2x5xi32>, memref<2x5x8xf32>) outs(%[[MGE]] : memref<11x8xf32>) {kernel_attrs = {beta = 1.000000e+00 : f64, vocab_start = 0 : i64}}
+// CHECK-NOT: rt.kernel "add" ins({{.*}}memref<11x8xf32>
+// CHECK-NOT: rt.kernel "add" ins({{.*}}memref<5x8xf32>
+// CHECK-LABEL: func.func @train_step()
+func.func @forward_backward(
+    %w: tensor<11x8xf32> {model.param = @emb},
+    %p: tensor<5x8xf32> {model.param = @pos},
+    %dx: tensor<2x5x8xf32> {model.input = "dx"},
+    %x: tensor<2x5x8xf32> {model.input = "x"},
+    %dlogits: tensor<2x5x11xf32> {model.input = "dlogits"},
+    %ids: tensor<2x5xi32> {model.input = "tokens"},
+    %pids: tensor<2x5xi32> {model.input = "position_ids"}) attributes {sched.stage} {
+  %dwo = model.linear_grad_weight %dlogits, %x : (tensor<2x5x11xf32>, tensor<2x5x8xf32>) -> tensor<11x8xf32>
+  %dp = model.embedding_grad %pids, %dx : (tensor<2x5xi32>, tensor<2x5x8xf32>) -> tensor<5x8xf32>
+  sched.accumulate_grad %dp into @pos : tensor<5x8xf32>
+  %dwe = model.embedding_grad %ids, %dx : (tensor<2x5xi32>, tensor<2x5x8xf32>) -> tensor<11x8xf32>
+  %dw = model.add %dwo, %dwe : (tensor<11x8xf32>, tensor<11x8xf32>) -> tensor<11x8xf32>
+  sched.accumulate_grad %dw into @emb : tensor<11x8xf32>
+  return
+}
+func.func @train_step() attributes {sched.iteration} {
+  sched.zero_grads
+  sched.microbatch @forward_backward {index = 0 : i64}
+  sched.finalize_grads per_token
+  return
+}
+
+// -----
+
 model.parameter @w {init = "zeros"} : tensor<4x8xf32>
 // Tests that an evaluation iteration (sched.eval) becomes an extra entry point named after it, that
 // sched.zero_losses zeroes only the loss outputs, and that the FLOPs recorded on the module are
