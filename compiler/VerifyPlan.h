@@ -9,7 +9,12 @@
 // in order) and the simulation must finish, or the plan could deadlock: the error names both
 // ranks and their instruction paths. Async sends and receives (--overlap-p2p-comm) are
 // simulated where they start (the runtime's communication stream runs a rank's transfers in
-// issue order); each of their tokens must be waited once before the entry ends.
+// issue order); each of their tokens must be waited once before the entry ends. ncclDeadlock
+// simulates the same orders under NCCL's semantics (the CUDA backend's communicator): a send
+// completes only once its receive is posted, except that a send directly followed by a receive
+// on the same group (runsAsSendRecvPair, Megatron's batch_isend_irecv) is posted together with
+// it. The compile records a deadlock there in the programs (metadata "nccl.p2p_deadlock"), and
+// trainrun refuses such a plan with --backend cuda (docs/cuda.md).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TRAINC_COMPILER_VERIFYPLAN_H
@@ -32,6 +37,16 @@ namespace mlir::trainc {
 ///    f32 elements (train_step -> forward_backward_last.backward#52)"
 std::string verifyPlan(const std::vector<::trainc::schema::Program> &programs);
 
+/// verifyPlan's error if any, else "" or how the plan can deadlock under NCCL's semantics, e.g.
+///   "entry 'train_step' can deadlock under NCCL (a send completes only once its receive is
+///    posted; only a send directly followed by a receive on the same group is posted with it):
+///    rank 0 sends 144 f32 elements to rank 1 (train_step#19), while rank 1 sends 144 f32
+///    elements to rank 0 (train_step#18) grouped with its next, which receives ..."
+std::string ncclDeadlock(const std::vector<::trainc::schema::Program> &programs);
+
+/// The program metadata key under which the compile records ncclDeadlock's message.
+inline constexpr const char *kNcclDeadlockMetadata = "nccl.p2p_deadlock";
+
 /// verifyPlan one rank at a time, so that the programs of a large plan need not be held at once:
 /// addRank(p) for ranks 0, 1, ... in order keeps only each entry's collective sequence per group
 /// (interned); finish() returns what verifyPlan would.
@@ -39,6 +54,8 @@ class PlanVerifier {
 public:
   void addRank(const ::trainc::schema::Program &program);
   std::string finish() const;
+  /// After finish() returned "": "" or how the plan can deadlock under NCCL (ncclDeadlock).
+  std::string ncclDeadlock() const;
 
 private:
   /// Per entry, per group member list: (what id, where id) per collective.
@@ -48,6 +65,7 @@ private:
   /// simulation (only kept for plans with point-to-point transfers).
   struct Event {
     enum Kind : uint8_t { Collective, Send, Recv } kind = Collective;
+    bool paired = false; // Send: posted together with the Recv after it (runsAsSendRecvPair)
     int64_t peer = 0;   // Send/Recv: the peer's global rank
     uint32_t group = 0; // Collective: index into groupList
     uint32_t what = 0, where = 0;
@@ -58,6 +76,9 @@ private:
   /// The first async send/receive never waited or started on a token still in flight.
   std::string asyncError;
   std::string simulate(const std::string &entry) const;
+  /// The same orders under NCCL's semantics: sends complete only once the receive is posted,
+  /// a paired send and receive are posted together. "" or the deadlock, naming both ranks.
+  std::string simulateNccl(const std::string &entry) const;
   std::map<std::vector<int64_t>, std::string> names;
   std::map<std::string, uint32_t> whatIds;
   std::vector<std::string> whats, wheres;

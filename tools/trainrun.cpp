@@ -212,8 +212,11 @@ struct StoreInfo {
 /// The backend --backend names (default: TRAINC_BACKEND, else cuda when a device is present) and,
 /// for cuda, the NCCL
 /// communicator that replaces `comm` for the trainer (device buffers). The device is LOCAL_RANK
-/// (SLURM_LOCALID), 0 when unset.
-std::string makeBackend(const Flags &f, int64_t rank, int64_t world, const StoreInfo *store,
+/// (SLURM_LOCALID), 0 when unset. A multi-rank plan whose pipeline transfers can deadlock under
+/// NCCL (the compile's metadata "nccl.p2p_deadlock", docs/cuda.md) is refused for cuda before any
+/// device or NCCL call.
+std::string makeBackend(const Flags &f, const schema::Program &program, int64_t rank,
+                        int64_t world, const StoreInfo *store,
                         std::unique_ptr<rt::Backend> &backend,
                         std::unique_ptr<rt::TcpStore> &ncclStore,
                         std::unique_ptr<rt::Communicator> &deviceComm) {
@@ -227,6 +230,13 @@ std::string makeBackend(const Flags &f, int64_t rank, int64_t world, const Store
     which = rt::cudaBackendAvailable() ? "cuda" : "cpu";
   if (which == "cpu")
     return "";
+  if (auto it = program.metadata().find("nccl.p2p_deadlock");
+      it != program.metadata().end() && world > 1)
+    return absl::StrCat("--backend cuda: this plan's pipeline transfers can deadlock under NCCL, "
+                        "whose sends wait for their receives (the compile found: ",
+                        it->second,
+                        "); run it with --backend cpu (docs/cuda.md, \"Pipeline transfers under "
+                        "NCCL\")");
   const char *lr = env("LOCAL_RANK") ? env("LOCAL_RANK") : env("SLURM_LOCALID");
   int device = lr ? int(parseInt(lr, 0, 1 << 20).value_or(0)) : 0;
   absl::StatusOr<std::unique_ptr<rt::Backend>> b = rt::createCudaBackend(device);
@@ -266,7 +276,7 @@ int runTrainer(const Flags &f, rt::Communicator *comm, std::ostream &log, const 
   std::unique_ptr<rt::Backend> backend;
   std::unique_ptr<rt::TcpStore> ncclStore;
   std::unique_ptr<rt::Communicator> deviceComm;
-  if (std::string e = makeBackend(f, rank, world, store, backend, ncclStore, deviceComm);
+  if (std::string e = makeBackend(f, *program, rank, world, store, backend, ncclStore, deviceComm);
       !e.empty())
     return fail(e);
   absl::StatusOr<std::unique_ptr<rt::control::Trainer>> trainer = rt::control::Trainer::create(

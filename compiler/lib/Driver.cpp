@@ -585,6 +585,23 @@ mlir::trainc::compileConstantBatchModule(ModuleOp module, const cfgns::PlanConfi
   if (std::string e = first->specialise(placementOf(0)); !e.empty())
     return fail("internal error: " + e);
   schema::Program &program = first->program;
+  // Pipeline transfers that NCCL's semantics could deadlock (docs/cuda.md "Pipeline transfers
+  // under NCCL"): the Gloo plan is fine; every rank's program says so, and trainrun refuses it
+  // with --backend cuda before any communication.
+  if (std::string nccl = verifier.ncclDeadlock(); !nccl.empty()) {
+    (*program.mutable_metadata())[kNcclDeadlockMetadata] = nccl;
+    if (options.allRanks)
+      for (schema::Program &p : *options.allRanks)
+        (*p.mutable_metadata())[kNcclDeadlockMetadata] = nccl;
+    for (const std::string &path : written) {
+      absl::StatusOr<schema::Program> p = ::trainc::rt::readProgramFile(path);
+      if (!p.ok())
+        return fail("cannot read back " + path + ": " + std::string(p.status().message()));
+      (*p->mutable_metadata())[kNcclDeadlockMetadata] = nccl;
+      if (failed(writeFile(ctx, path, ::trainc::rt::serializeProgram(*p))))
+        return fail("cannot write the plan");
+    }
+  }
   if (!options.outputDir.empty() &&
       failed(writePlan(ctx, options.outputDir, cfg, program, entries)))
     return failure();

@@ -2,6 +2,8 @@
 
 #include "compiler/VerifyPlan.h"
 
+#include "runtime/core/Program.h"
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <tuple>
 
 namespace mlir::trainc {
 namespace sch = ::trainc::schema;
@@ -51,6 +54,7 @@ struct Ordered {
   int64_t peer = 0;
   Issued issued;
   int64_t token = -1; // send/recv: async with this token; wait: the token
+  bool pairedWithNext = false; // a send run with the receive after it (runsAsSendRecvPair)
 };
 
 /// The collectives of one entry, calls expanded, keyed by the group's member list; every
@@ -78,6 +82,7 @@ std::map<std::vector<int64_t>, std::vector<Issued>> expand(const sch::Program &p
                     absl::StrCat(path, "#", i)};
         if (sr.async())
           o.token = int64_t(sr.token());
+        o.pairedWithNext = i + 1 < f.body_size() && ::trainc::rt::runsAsSendRecvPair(ins, f.body(i + 1));
         ordered.push_back(std::move(o));
         continue;
       }
@@ -179,6 +184,7 @@ void PlanVerifier::addRank(const sch::Program &p) {
         Event e;
         e.kind = o.kind == 0 ? Event::Collective : o.kind == 1 ? Event::Send : Event::Recv;
         e.peer = o.peer;
+        e.paired = o.pairedWithNext;
         if (o.kind == 0) {
           auto it = std::find(groupList.begin(), groupList.end(), o.members);
           e.group = uint32_t(it - groupList.begin());
@@ -356,11 +362,166 @@ std::string PlanVerifier::simulate(const std::string &entry) const {
   return "";
 }
 
+std::string PlanVerifier::simulateNccl(const std::string &entry) const {
+  // NCCL's semantics (docs/cuda.md): a send completes only once the peer has posted the
+  // matching receive (and a receive once the send is posted), a rank's communication runs in
+  // issue order on one stream, and a send paired with the receive after it (runsAsSendRecvPair)
+  // posts both together: the rank moves on when both have met their partners. Collectives
+  // complete once every member has reached them. The message identities (sizes, dtypes, the
+  // k-th send from a to b meets b's k-th receive from a) were checked by simulate().
+  const size_t n = events.size();
+  std::vector<const std::vector<Event> *> seq(n);
+  static const std::vector<Event> none;
+  for (size_t r = 0; r < n; ++r) {
+    auto it = events[r].find(entry);
+    seq[r] = it == events[r].end() ? &none : &it->second;
+  }
+  // Partners: (rank, peer, k) -> position of rank's k-th receive from (send to) peer.
+  std::map<std::tuple<int64_t, int64_t, size_t>, size_t> recvAt, sendAt;
+  std::vector<std::vector<size_t>> ordinal(n);
+  for (size_t r = 0; r < n; ++r) {
+    std::map<std::pair<int, int64_t>, size_t> count;
+    ordinal[r].resize(seq[r]->size());
+    for (size_t i = 0; i < seq[r]->size(); ++i) {
+      const Event &e = (*seq[r])[i];
+      if (e.kind == Event::Collective)
+        continue;
+      size_t k = count[{int(e.kind), e.peer}]++;
+      ordinal[r][i] = k;
+      (e.kind == Event::Send ? sendAt : recvAt)[{int64_t(r), e.peer, k}] = i;
+    }
+  }
+  std::vector<size_t> pos(n, 0);
+  std::vector<std::vector<bool>> matched(n);
+  for (size_t r = 0; r < n; ++r)
+    matched[r].assign(seq[r]->size(), false);
+  auto stepLen = [&](size_t r) -> size_t {
+    const std::vector<Event> &q = *seq[r];
+    return q[pos[r]].kind == Event::Send && q[pos[r]].paired && pos[r] + 1 < q.size() &&
+                   q[pos[r] + 1].kind == Event::Recv
+               ? 2
+               : 1;
+  };
+  auto posted = [&](size_t r, size_t i) {
+    return pos[r] < seq[r]->size() && i >= pos[r] && i < pos[r] + stepLen(r);
+  };
+  std::map<std::pair<uint32_t, int64_t>, size_t> done;
+  std::map<std::pair<uint32_t, size_t>, size_t> arrived;
+  std::vector<bool> waiting(n, false);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t r = 0; r < n; ++r) {
+      while (pos[r] < seq[r]->size()) {
+        const size_t len = stepLen(r);
+        bool complete = true;
+        for (size_t i = pos[r]; i < pos[r] + len; ++i) {
+          const Event &e = (*seq[r])[i];
+          if (e.kind == Event::Collective) {
+            size_t k = done[{e.group, int64_t(r)}];
+            if (!waiting[r]) {
+              waiting[r] = true;
+              ++arrived[{e.group, k}];
+              progress = true;
+            }
+            complete = complete && arrived[{e.group, k}] >= groupList[e.group].size();
+            continue;
+          }
+          if (!matched[r][i] && e.peer >= 0 && size_t(e.peer) < n) {
+            const auto &partners = e.kind == Event::Send ? recvAt : sendAt;
+            auto it = partners.find({e.peer, int64_t(r), ordinal[r][i]});
+            if (it != partners.end() && posted(size_t(e.peer), it->second)) {
+              matched[r][i] = matched[size_t(e.peer)][it->second] = true;
+              progress = true;
+            }
+          }
+          complete = complete && matched[r][i];
+        }
+        if (!complete)
+          break;
+        if ((*seq[r])[pos[r]].kind == Event::Collective) {
+          waiting[r] = false;
+          ++done[{(*seq[r])[pos[r]].group, int64_t(r)}];
+        }
+        pos[r] += len;
+        progress = true;
+      }
+    }
+  }
+  auto one = [&](size_t r, size_t i) {
+    const Event &e = (*seq[r])[i];
+    if (e.kind == Event::Send)
+      return absl::StrCat("sends ", whats[e.what], " to rank ", e.peer, " (", wheres[e.where], ")");
+    if (e.kind == Event::Recv)
+      return absl::StrCat("receives ", whats[e.what], " from rank ", e.peer, " (",
+                          wheres[e.where], ")");
+    return absl::StrCat("waits in ", whats[e.what], " on [", absl::StrJoin(groupList[e.group], ","),
+                        "] (", wheres[e.where], ")");
+  };
+  auto describe = [&](size_t r) {
+    if (pos[r] == seq[r]->size())
+      return std::string("has finished the entry");
+    std::string d = one(r, pos[r]);
+    if (stepLen(r) == 2)
+      absl::StrAppend(&d, " grouped with its next, which ", one(r, pos[r] + 1));
+    return d;
+  };
+  for (size_t r = 0; r < n; ++r) {
+    if (pos[r] == seq[r]->size())
+      continue;
+    // A blocked rank and a rank it waits for: the peer of its first unmatched transfer, or a
+    // member of its collective that is elsewhere.
+    size_t other = r;
+    for (size_t i = pos[r]; i < pos[r] + stepLen(r) && other == r; ++i) {
+      const Event &e = (*seq[r])[i];
+      if (e.kind != Event::Collective) {
+        if (!matched[r][i])
+          other = size_t(e.peer);
+        continue;
+      }
+      for (int64_t m : groupList[e.group])
+        if (size_t(m) != r && (pos[size_t(m)] == seq[size_t(m)]->size() ||
+                               (*seq[size_t(m)])[pos[size_t(m)]].kind != Event::Collective ||
+                               (*seq[size_t(m)])[pos[size_t(m)]].group != e.group)) {
+          other = size_t(m);
+          break;
+        }
+    }
+    return absl::StrCat("entry '", entry,
+                        "' can deadlock under NCCL (a send completes only once its receive is "
+                        "posted; only a send directly followed by a receive on the same group "
+                        "is posted with it): rank ", r, " ", describe(r), ", while rank ", other,
+                        " ", describe(other));
+  }
+  return "";
+}
+
+std::string PlanVerifier::ncclDeadlock() const {
+  if (!anyPointToPoint)
+    return "";
+  std::map<std::string, int> entries;
+  for (const auto &rankEvents : events)
+    for (const auto &[entry, unused] : rankEvents)
+      entries[entry] = 0;
+  for (const auto &[entry, unused] : entries)
+    if (std::string e = simulateNccl(entry); !e.empty())
+      return e;
+  return "";
+}
+
 std::string verifyPlan(const std::vector<sch::Program> &programs) {
   PlanVerifier v;
   for (const sch::Program &p : programs)
     v.addRank(p);
   return v.finish();
+}
+
+std::string ncclDeadlock(const std::vector<sch::Program> &programs) {
+  PlanVerifier v;
+  for (const sch::Program &p : programs)
+    v.addRank(p);
+  if (std::string e = v.finish(); !e.empty())
+    return e;
+  return v.ncclDeadlock();
 }
 
 } // namespace mlir::trainc

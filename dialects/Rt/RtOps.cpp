@@ -63,7 +63,7 @@ LogicalResult RtDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
   const bool onFunction = isa<func::FuncOp>(op);
   if (llvm::is_contained({"rt.stage", "rt.function", "rt.entry"}, name))
     return check(isa<UnitAttr>(v) && onFunction, "a unit attribute on a func.func");
-  if (name == "rt.p2p_stash_recvs") // --overlap-p2p-comm: receives into the stash argument
+  if (name == "rt.p2p_stash_recvs") // pipeline stages: receives into the stash argument
     return check(onFunction && isa<ArrayAttr>(v) &&
                      llvm::all_of(cast<ArrayAttr>(v), [](Attribute e) {
                        auto d = dyn_cast<DictionaryAttr>(e);

@@ -173,12 +173,15 @@ LogicalResult Lowering::lowerUnit(OpBuilder &ob, Location loc, Operation &op, bo
     auto c = ob.create<func::CallOp>(loc, (callee + ".rt").str(), TypeRange{}, args);
     c->setAttr("rt.unit", ob.getStringAttr(label));
     c->setAttr("rt.unit_flops", ob.getF64FloatAttr(stageFlops[callee]));
-    // The unit's sends, async, in its program order (its send arguments are in reverse).
+    // The unit's sends in its program order (its send arguments are in reverse): async with
+    // --overlap-p2p-comm, else synchronous (the buffer is free again when they return).
     for (auto &s : llvm::reverse(st.sendsAfter)) {
       auto &e = sendSlots[s.type][s.slot];
-      e.second = std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
+      int64_t token = -1;
+      if (overlapP2P)
+        e.second = token = std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
       ob.create<rt::SendOp>(loc, s.group, s.peer, ref(ob, loc, e.first),
-                            ob.getI64IntegerAttr(e.second));
+                            ob.getI64IntegerAttr(token));
     }
     st.sendsAfter.clear();
     st.flops += stageFlops[callee];
@@ -296,7 +299,8 @@ void Lowering::overlappedReceives(OpBuilder &ob, Location loc, StringRef rtCalle
   // Where a receive may be posted: before the previous unit's call when that unit communicates
   // nothing (this rank's order of sends, receives and collectives stays the synchronous plan's,
   // so the whole-plan check of that order holds for the runtime's in-order communication
-  // stream), else here, after the previous unit's sends.
+  // stream), else here, after the previous unit's sends. Either way it follows the sends before
+  // it directly: synchronous, such a send and this receive run as one batched pair.
   Block::iterator early = block->end();
   for (auto it = block->end(); it != block->begin();) {
     Operation &op = *--it;
@@ -309,13 +313,16 @@ void Lowering::overlappedReceives(OpBuilder &ob, Location loc, StringRef rtCalle
   }
   auto post = [&](StringAttr group, IntegerAttr peer, Block::iterator at,
                   function_ref<Value(OpBuilder &)> target) {
-    const int64_t token = std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++;
+    // Without --overlap-p2p-comm the receive is synchronous (it completes where it is posted).
+    const int64_t token =
+        overlapP2P ? std::max<int64_t>(0, 2 * layout.numBuckets()) + nextAsyncToken++ : -1;
     {
       OpBuilder::InsertionGuard g(ob);
       ob.setInsertionPoint(block, at);
       ob.create<rt::RecvOp>(loc, group, peer, target(ob), ob.getI64IntegerAttr(token));
     }
-    ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(token));
+    if (overlapP2P)
+      ob.create<rt::WaitOp>(loc, ob.getI64IntegerAttr(token));
   };
   // Receives into this unit's stash slot (a forward's received activation): early only when
   // the slot's previous holder is not the previous unit (it reads the slot until it returns).

@@ -751,8 +751,13 @@ LogicalResult Lowering::run() {
                               << llvm::count_if(iterations, [](func::FuncOp f) {
                                    return !f->hasAttr("sched.eval");
                                  });
-  // --overlap-p2p-comm: the training units' receives move into the iteration (async).
-  if (module->hasAttr("trainc.overlap_p2p_comm"))
+  // Pipeline stages: the training units' boundary receives and sends move into the iteration,
+  // async with --overlap-p2p-comm, else synchronous, where a unit's trailing send and the next
+  // unit's leading receive are adjacent: one batched pair (Megatron's batch_p2p_comm, on
+  // whenever overlap_p2p_comm is off; runsAsSendRecvPair).
+  auto pp = module->getAttrOfType<IntegerAttr>("trainc.pipeline_size");
+  overlapP2P = module->hasAttr("trainc.overlap_p2p_comm");
+  if (overlapP2P || (pp && pp.getInt() > 1))
     for (func::FuncOp it : iterations)
       if (!it->hasAttr("sched.eval"))
         for (Operation &op : it.getBody().front()) {
@@ -760,6 +765,8 @@ LogicalResult Lowering::run() {
             overlapUnits.insert(f.getCallee());
           else if (auto bw = dyn_cast<sched::BackwardOp>(op))
             overlapUnits.insert(bw.getCallee());
+          else if (auto bi = dyn_cast<sched::BackwardInputOp>(op))
+            overlapUnits.insert(bi.getCallee());
         }
   for (auto &[name, fn] : stages)
     if (failed(lowerStage(fn)))

@@ -263,10 +263,11 @@ private:
   /// (forward: takes the lowest free stash slot; backward: releases its forward's).
   LogicalResult lowerUnit(OpBuilder &ob, Location loc, Operation &op, bool isEval,
                           UnitState &st);
-  /// --overlap-p2p-comm: for each trailing argument of the unit function `rtCallee` that
-  /// hoistPointToPoint made (rt.p2p = "recv"), an async rt.recv into a receive buffer,
-  /// posted before the previous unit's call where that unit communicates nothing, and its
-  /// rt.wait just before this call; appends the buffers to `args`.
+  /// For each trailing argument of the unit function `rtCallee` that hoistPointToPoint made
+  /// (rt.p2p = "recv"), an rt.recv into a receive buffer; appends the buffers to `args`. With
+  /// --overlap-p2p-comm (overlapP2P) the receive is async, posted before the previous unit's
+  /// call where that unit communicates nothing, and its rt.wait is just before this call; else
+  /// it is synchronous, at the same place (so it directly follows the sends before it).
   void overlappedReceives(OpBuilder &ob, Location loc, StringRef rtCallee,
                           SmallVector<Value> &args, int64_t stashSlot, UnitState &st);
   /// The input buffers of microbatch `mb` for the stage function `callee`, in argument order.
@@ -280,7 +281,7 @@ private:
   ArrayRef<bool> freedAtB(ArrayAttr layout);
   llvm::DenseMap<Attribute, SmallVector<bool>> freedAtBCache;
   LogicalResult lowerStage(func::FuncOp fn);
-  /// --overlap-p2p-comm (module attribute trainc.overlap_p2p_comm): the top-level synchronous
+  /// Pipeline stages (trainc.pipeline_size > 1, or trainc.overlap_p2p_comm): the top-level synchronous
   /// receives of the lowered unit function `nf` (rt.recv into a buffer of its own) become
   /// trailing arguments tagged rt.p2p_group / rt.p2p_peer, which the iteration fills with an
   /// async rt.recv (lowerUnit); a receive into a view of a stash argument (a forward's
@@ -297,9 +298,14 @@ private:
   /// without changing this rank's order of communication.
   bool isCommFree(StringRef name);
   llvm::StringMap<bool> commFree;
-  /// Stage functions called by sched.forward / sched.backward in the training iteration, when
-  /// the receives are overlapped (trainc.overlap_p2p_comm).
+  /// Stage functions called by sched.forward / sched.backward / sched.backward_input in the
+  /// training iteration of a pipeline stage: their boundary transfers move into the iteration
+  /// (hoistPointToPoint, overlappedReceives).
   llvm::StringSet<> overlapUnits;
+  /// trainc.overlap_p2p_comm: the moved transfers are async (overlapped); without it they stay
+  /// synchronous, placed so that a unit's trailing send directly precedes the next unit's
+  /// leading receive (one batched pair at run time).
+  bool overlapP2P = false;
   /// Receive buffers of the overlapped plan, per type: (buffer, index of the unit that reads
   /// it last); a buffer is reused once that unit has run.
   llvm::DenseMap<Type, SmallVector<std::pair<rt::BufferOp, int64_t>>> recvSlots;

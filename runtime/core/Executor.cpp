@@ -44,8 +44,8 @@ struct PInstr {
   int64_t peerOrRoot = 0;
   bool async = false;
   uint32_t token = 0;
-  // An async send whose next instruction is an async receive on the same group: both run as one
-  // Communicator::sendRecv (a batched pair; NCCL groups it).
+  // A send whose next instruction is a receive on the same group, both sync or both async
+  // (runsAsSendRecvPair): both run as one Communicator::sendRecv (a batched pair; NCCL groups it).
   bool pairWithNext = false;
   uint32_t callee = 0;
   bool eventWait = false;
@@ -257,11 +257,8 @@ Executor::create(schema::Program program, Backend &backend, Communicator &comm,
         break;
       }
     }
-    for (size_t ii = 0; ii + 1 < pf.body.size(); ++ii) {
-      PInstr &s = pf.body[ii], &r = pf.body[ii + 1];
-      s.pairWithNext = s.op == Op::Send && s.async && r.op == Op::Recv && r.async &&
-                       s.group == r.group && s.stream == r.stream;
-    }
+    for (int ii = 0; ii + 1 < f.body_size(); ++ii)
+      pf.body[size_t(ii)].pairWithNext = runsAsSendRecvPair(f.body(ii), f.body(ii + 1));
   }
   // A backend that captures graphs replays a region as a whole: its markers must pair up within
   // one function (trainc-cuda-graph places them in the entry function).
@@ -349,6 +346,19 @@ struct Runner {
   bool capturing = false;       // inside a region that the backend is capturing
   uint64_t captureExecuted = 0; // `executed` right after the capturing region's begin
 
+  /// After a synchronous collective or transfer was enqueued: the host waits for it, or, inside
+  /// a capture (a captured stream cannot be synchronised), the compute stream is ordered after
+  /// it on the device (the host checks the communicator's status at the region's end).
+  absl::Status afterSynchronous() {
+    if (capturing) {
+      backend.recordEvent(im.captureJoinEvent, kCommStream);
+      backend.streamWaitEvent(kComputeStream, im.captureJoinEvent);
+      return absl::OkStatus();
+    }
+    backend.synchronize(kCommStream);
+    return im.commStatus();
+  }
+
   absl::Status runFunction(int fi, void *const *args) {
     PFunction &pf = im.functions[fi];
     const bool timing = im.timing;
@@ -423,8 +433,12 @@ struct Runner {
             im.recordComm(f, idx - 1, s);
             im.recordComm(f, idx, s);
           });
-          backend.recordEvent(im.numEvents + pi.token, kCommStream);
-          backend.recordEvent(im.numEvents + ri.token, kCommStream);
+          if (pi.async) {
+            backend.recordEvent(im.numEvents + pi.token, kCommStream);
+            backend.recordEvent(im.numEvents + ri.token, kCommStream);
+          } else if (absl::Status s = afterSynchronous(); !s.ok()) {
+            return s;
+          }
           break;
         }
         std::vector<TensorView> views = pi.views;
@@ -450,19 +464,10 @@ struct Runner {
           }
           im.recordComm(f, idx, s);
         });
-        if (pi.async) {
+        if (pi.async)
           backend.recordEvent(im.numEvents + pi.token, kCommStream);
-        } else if (capturing) {
-          // A captured stream cannot be synchronised: order the compute stream after the
-          // collective on the device instead (the host check of the communicator's status
-          // happens at the region's end).
-          backend.recordEvent(im.captureJoinEvent, kCommStream);
-          backend.streamWaitEvent(kComputeStream, im.captureJoinEvent);
-        } else {
-          backend.synchronize(kCommStream);
-          if (absl::Status s = im.commStatus(); !s.ok())
-            return s;
-        }
+        else if (absl::Status s = afterSynchronous(); !s.ok())
+          return s;
         break;
       }
       case Op::Wait:

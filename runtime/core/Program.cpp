@@ -992,4 +992,9 @@ absl::Status validateProgram(const schema::Program &program, const Backend *back
   return Validator(program, backend).run();
 }
 
+bool runsAsSendRecvPair(const schema::Instruction &send, const schema::Instruction &recv) {
+  return send.has_send() && recv.has_recv() && send.send().group() == recv.recv().group() &&
+         send.send().async() == recv.recv().async() && send.stream() == recv.stream();
+}
+
 } // namespace trainc::rt

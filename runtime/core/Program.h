@@ -66,6 +66,15 @@ schema::ScalarRole scalarRoleOfName(std::string_view name);
 /// step (LR, WEIGHT_DECAY, STEP) and the loss scaler's state, OUTPUT for those it reads after one.
 schema::BufferKind scalarRoleKind(schema::ScalarRole role);
 
+/// Whether instruction `send` followed directly by `recv` in one function body runs as one batched
+/// pair (Communicator::sendRecv; NcclCommunicator puts both in one ncclGroupStart/End): a send
+/// then a receive on the same group and stream, both synchronous or both async. This is
+/// Megatron's batch_isend_irecv of p2p_communication._communicate: under NCCL an ungrouped
+/// send completes only once its peer has posted the receive, so two stages sending to each other
+/// first (1F1B's steady state) would deadlock. The executor and the whole-plan verifier
+/// (compiler/VerifyPlan.h, which simulates the NCCL semantics) share this rule.
+bool runsAsSendRecvPair(const schema::Instruction &send, const schema::Instruction &recv);
+
 /// "function 'f' instruction 3 (loc file:line:col op)" for messages.
 std::string describeInstruction(const schema::Program &p, int function, int index);
 

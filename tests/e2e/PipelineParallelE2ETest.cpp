@@ -13,6 +13,7 @@
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/TcpStore.h"
 #include "runtime/core/Program.h"
+#include "runtime/core/ProgramBuilder.h"
 #include "compiler/PipelineTimeline.h"
 #include "compiler/VerifyPlan.h"
 #include "passes/Pipeline/Passes.h"
@@ -338,9 +339,11 @@ TEST(ZeroBubbleMemory, FreesTheBOnlyStashAtB) {
 
 namespace {
 
-/// Moves rank `rank`'s first backward unit call of train_step (a function named `...<suffix>`)
-/// before its first forward.
-void backwardFirst(schema::Program &p, llvm::StringRef suffix = ".backward") {
+/// Moves rank `rank`'s first backward unit call of train_step (a function named `...<suffix>`),
+/// with the receives right before it (its gradient receive, which the lowering moved out of the
+/// unit), before its first forward; `*at` is where the first moved instruction (the receive)
+/// lands.
+void backwardFirst(schema::Program &p, int *at, llvm::StringRef suffix = ".backward") {
   schema::Function &entry = *p.mutable_functions(int(p.entry()));
   auto callee = [&](int i) -> std::string {
     const schema::Instruction &ins = entry.body(i);
@@ -355,8 +358,74 @@ void backwardFirst(schema::Program &p, llvm::StringRef suffix = ".backward") {
       b = i;
   }
   ASSERT_TRUE(f >= 0 && b > f);
-  for (int i = b; i > f; --i)
-    entry.mutable_body()->SwapElements(i, i - 1);
+  int a = b;
+  while (a - 1 > f && entry.body(a - 1).has_recv())
+    --a;
+  ASSERT_LT(a, b) << "no receive before the backward call";
+  for (int k = a; k <= b; ++k) // instruction k moves to f + (k - a)
+    for (int i = k; i > f + (k - a); --i)
+      entry.mutable_body()->SwapElements(i, i - 1);
+  *at = f;
+}
+
+/// The function called by the first instruction of `p`'s train_step at or after `at` that is
+/// not a receive ("" if that instruction is no call).
+std::string calleeAfterReceives(const schema::Program &p, int at) {
+  const schema::Function &entry = p.functions(int(p.entry()));
+  while (at < entry.body_size() && entry.body(at).has_recv())
+    ++at;
+  if (at >= entry.body_size() || !entry.body(at).has_call())
+    return "";
+  return p.functions(int(entry.body(at).call().function())).name();
+}
+
+/// A two-rank program whose train_step is `ops` in order: ("send" | "recv", elements), a
+/// synchronous transfer of that many f32 elements with the other rank of group "pp" [0, 1], or
+/// ("io", 0), a host_io instruction (which keeps a send and a receive around it apart).
+schema::Program p2pProgram(int64_t rank, const std::vector<std::pair<std::string, int>> &ops) {
+  rt::ProgramBuilder b;
+  b.setMesh({"pp"}, {2}, rank);
+  int pp = b.addGroup("pp", {0, 1});
+  int x = b.addBuffer("x", schema::ACTIVATION, rt::DType::F32, {64});
+  int step = b.addFunction("train_step");
+  for (const auto &[kind, numel] : ops) {
+    if (kind == "io") {
+      b.hostIO(step, schema::FILL_INPUTS, "inputs");
+      continue;
+    }
+    schema::Instruction &ins = *b.proto().mutable_functions(step)->add_body();
+    schema::SendRecv &sr = kind == "send" ? *ins.mutable_send() : *ins.mutable_recv();
+    sr.set_group(uint32_t(pp));
+    sr.set_peer(1 - rank);
+    *sr.mutable_operand() = rt::ProgramBuilder::buf(x, 0, {numel});
+    ins.set_stream(1);
+  }
+  return b.finish();
+}
+
+/// Puts a host_io instruction between every send and the receive right after it in every
+/// function: the same transfers in the same order, none of them batched as a pair.
+void unpair(schema::Program &p) {
+  for (schema::Function &fn : *p.mutable_functions()) {
+    google::protobuf::RepeatedPtrField<schema::Instruction> body;
+    for (int i = 0; i < fn.body_size(); ++i) {
+      *body.Add() = fn.body(i);
+      if (i + 1 < fn.body_size() && rt::runsAsSendRecvPair(fn.body(i), fn.body(i + 1))) {
+        schema::Instruction &io = *body.Add();
+        io.mutable_host_io()->set_kind(schema::FILL_INPUTS);
+        io.mutable_host_io()->set_name("unpaired");
+      }
+    }
+    *fn.mutable_body() = std::move(body);
+  }
+}
+
+int countPairs(const schema::Program &p) {
+  int n = 0;
+  for (const schema::Function &fn : p.functions())
+    for (int i = 0; i + 1 < fn.body_size(); ++i)
+      n += rt::runsAsSendRecvPair(fn.body(i), fn.body(i + 1));
+  return n;
 }
 
 // The whole-plan verifier simulates every rank's sends, receives and collectives together: the
@@ -368,13 +437,14 @@ TEST(PipelineVerifier, RefusesAPlanThatDeadlocks) {
       CompiledPlan::compileAllRanks("tiny-llama", flags(2, 1, 1, 2), &plan);
   ASSERT_EQ(programs.size(), 2u);
   EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
-  backwardFirst(programs[0]);
+  int at = -1;
+  backwardFirst(programs[0], &at);
   std::string e = mlir::trainc::verifyPlan(programs);
   EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
-                   "from rank 1 (train_step#"),
+                   "from rank 1 (train_step#" + std::to_string(at) + ")"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("forward_backward.backward#"), std::string::npos) << e;
+  EXPECT_EQ(calleeAfterReceives(programs[0], at), "forward_backward.backward");
   EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
             std::string::npos)
       << e;
@@ -394,13 +464,14 @@ TEST(PipelineVerifier, RefusesAnInterleavedPlanThatDeadlocks) {
   ASSERT_EQ(programs.size(), 2u);
   EXPECT_EQ(plan.parallel.pipeline_schedule, "interleaved");
   EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
-  backwardFirst(programs[0]);
+  int at = -1;
+  backwardFirst(programs[0], &at);
   std::string e = mlir::trainc::verifyPlan(programs);
   EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
-                   "from rank 1 (train_step#"),
+                   "from rank 1 (train_step#" + std::to_string(at) + ")"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("forward_backward.chunk1.backward#"), std::string::npos) << e;
+  EXPECT_EQ(calleeAfterReceives(programs[0], at), "forward_backward.chunk1.backward");
   EXPECT_NE(e.find("while rank 1 waits to receive 144 f32 elements from rank 0 (train_step#"),
             std::string::npos)
       << e;
@@ -416,13 +487,14 @@ TEST(PipelineVerifier, RefusesAZeroBubblePlanThatDeadlocks) {
   ASSERT_EQ(programs.size(), 2u);
   EXPECT_EQ(plan.parallel.pipeline_schedule, "zb-h1");
   EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
-  backwardFirst(programs[0], ".backward.input");
+  int at = -1;
+  backwardFirst(programs[0], &at, ".backward.input");
   std::string e = mlir::trainc::verifyPlan(programs);
   EXPECT_NE(e.find("entry 'train_step' can deadlock: rank 0 waits to receive 144 f32 elements "
-                   "from rank 1 (train_step#"),
+                   "from rank 1 (train_step#" + std::to_string(at) + ")"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("forward_backward.backward.input#"), std::string::npos) << e;
+  EXPECT_EQ(calleeAfterReceives(programs[0], at), "forward_backward.backward.input");
 }
 
 /// The index in train_step of rank program `p`'s first instruction satisfying `pred`, or -1.
@@ -508,6 +580,97 @@ TEST(PipelineVerifier, RefusesMismatchedSizes) {
   EXPECT_NE(e.find("entry 'eval_step': rank 0 sends 144 f32 elements (eval_step#"), std::string::npos)
       << e;
   EXPECT_NE(e.find("rank 1 receives 7 f32 elements ("), std::string::npos) << e;
+}
+
+// The NCCL simulation on hand-built orders (1F1B at pp 2, m 2: stage 0 sends a0, a1 and
+// receives g0, g1; stage 1 receives a0, sends g0, receives a1, sends g1). Ungrouped, the Gloo
+// simulation (eager sends) finishes but under NCCL rank 0's send of a1 waits for rank 1's
+// receive, which comes after rank 1's send of g0, which waits for rank 0's receive of g0:
+// refused, naming both ranks. Adjacent send + receive (the batched pairs) finish; a cycle of
+// receives is refused by the eager simulation already.
+TEST(PipelineVerifier, SimulatesNcclSemantics) {
+  std::vector<schema::Program> ungrouped = {
+      p2pProgram(0, {{"send", 8}, {"send", 8}, {"io", 0}, {"recv", 4}, {"recv", 4}}),
+      p2pProgram(1, {{"recv", 8}, {"send", 4}, {"io", 0}, {"recv", 8}, {"send", 4}})};
+  EXPECT_EQ(countPairs(ungrouped[0]) + countPairs(ungrouped[1]), 0);
+  EXPECT_EQ(mlir::trainc::verifyPlan(ungrouped), "");
+  std::string e = mlir::trainc::ncclDeadlock(ungrouped);
+  EXPECT_EQ(e, "entry 'train_step' can deadlock under NCCL (a send completes only once its "
+               "receive is posted; only a send directly followed by a receive on the same group "
+               "is posted with it): rank 0 sends 8 f32 elements to rank 1 (train_step#1), while "
+               "rank 1 sends 4 f32 elements to rank 0 (train_step#1)");
+  // Stage 0: a0 | (a1, g0) | g1; stage 1: a0 | (g0, a1) | g1.
+  std::vector<schema::Program> paired = {
+      p2pProgram(0, {{"send", 8}, {"send", 8}, {"recv", 4}, {"recv", 4}}),
+      p2pProgram(1, {{"recv", 8}, {"send", 4}, {"recv", 8}, {"send", 4}})};
+  EXPECT_EQ(countPairs(paired[0]), 1);
+  EXPECT_EQ(countPairs(paired[1]), 1);
+  EXPECT_EQ(mlir::trainc::ncclDeadlock(paired), "");
+  // Rank 1 receives a1 before sending g0: no pair on rank 1, and rank 0's pair (a1, g0) needs
+  // rank 1's receive of a1, which is next: finishes.
+  std::vector<schema::Program> oneSided = {
+      paired[0], p2pProgram(1, {{"recv", 8}, {"recv", 8}, {"send", 4}, {"send", 4}})};
+  EXPECT_EQ(countPairs(oneSided[1]), 0);
+  EXPECT_EQ(mlir::trainc::ncclDeadlock(oneSided), "");
+  // Both ranks receive first: no send semantics helps (ncclDeadlock reports verifyPlan's error).
+  std::vector<schema::Program> cycle = {p2pProgram(0, {{"recv", 4}, {"send", 8}}),
+                                        p2pProgram(1, {{"recv", 8}, {"send", 4}})};
+  e = mlir::trainc::ncclDeadlock(cycle);
+  EXPECT_EQ(e.rfind("entry 'train_step' can deadlock: rank 0 waits to receive 4 f32", 0), 0u) << e;
+}
+
+// The compiled 1F1B (pp 2 and 4) and ZB-H1 (pp 2 and 4) plans batch each unit's trailing send
+// with the next unit's leading receive and pass the NCCL simulation; with every pair split (the
+// same transfers in the same order, ungrouped) they deadlock under NCCL, naming two ranks that
+// both send. The interleaved plans (pp 2 and 4, V 2, with and without --overlap-p2p-comm) are
+// not NCCL-safe with unit-boundary pairs (a chunk's send is followed by another chunk's
+// computation before the next receive): the compile records the deadlock in every rank's
+// metadata, for trainrun --backend cuda to refuse.
+TEST(PipelineVerifier, CompiledPlansUnderNcclSemantics) {
+  struct Case {
+    int64_t pp, gbs;
+    std::vector<std::string> extra;
+    bool ncclSafe;
+  };
+  const std::vector<Case> cases = {
+      {2, 4, {}, true},
+      {4, 8, {}, true},
+      {2, 3, {"--pipeline-schedule", "zb-h1"}, true},
+      {4, 5, {"--pipeline-schedule", "zb-h1"}, true},
+      {2, 4, {"--virtual-pipeline-model-parallel-size", "2", "--no-overlap-p2p-communication"},
+       false},
+      {2, 4, {"--virtual-pipeline-model-parallel-size", "2"}, false},
+      {4, 8, {"--virtual-pipeline-model-parallel-size", "2"}, false},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(testing::Message() << "pp " << c.pp << " gbs " << c.gbs << " "
+                                    << (c.extra.empty() ? "" : c.extra[0]));
+    config::PlanConfig plan;
+    std::vector<schema::Program> programs = CompiledPlan::compileAllRanks(
+        "tiny-llama", flags(c.pp, 1, 1, c.gbs, c.extra, 8), &plan);
+    ASSERT_EQ(programs.size(), size_t(c.pp));
+    for (const schema::Program &p : programs) {
+      EXPECT_GT(countPairs(p), 0);
+      EXPECT_EQ(p.metadata().count(mlir::trainc::kNcclDeadlockMetadata), c.ncclSafe ? 0u : 1u);
+    }
+    EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+    std::string e = mlir::trainc::ncclDeadlock(programs);
+    if (!c.ncclSafe) {
+      EXPECT_EQ(programs[0].metadata().at(mlir::trainc::kNcclDeadlockMetadata), e);
+    } else {
+      EXPECT_EQ(e, "");
+      for (schema::Program &p : programs)
+        unpair(p);
+      EXPECT_EQ(mlir::trainc::verifyPlan(programs), "");
+      e = mlir::trainc::ncclDeadlock(programs);
+    }
+    EXPECT_NE(e.find("' can deadlock under NCCL (a send completes only once its receive is "
+                     "posted"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find(" sends 144 f32 elements to rank "), std::string::npos) << e;
+    EXPECT_NE(e.find(", while rank "), std::string::npos) << e;
+  }
 }
 
 // The run-time check behind the compile-time one: rank 0 of a plan with micro-batch size 1 and

@@ -22,8 +22,20 @@ cuda_vs_cpu_flags() {
     --hidden-dropout 0.1 --attention-dropout 0.0 --lr 1e-3 --lr-warmup-iters 2 --clip-grad 1.0 \
     --weight-decay 0.1
 }
+# The skipped-step variant (below): AdamW's decoupled decay p <- p (1 - lr wd) with lr wd = 1e4
+# multiplies every weight by about -1e4 per step, so after a few successful steps the
+# activations overflow, the loss and grad norm are NaN and the program's found-inf/NaN predicate
+# (update_successful = 0) skips the step on the device; every later step is skipped too (the
+# weights no longer change). The NaN check and the rerun machine are off so that trainrun goes on.
+skip_flags() {
+  echo --weight-decay 1e7 --no-check-for-nan-in-loss-and-grad --rerun-mode disabled
+}
 if [[ "$TRAINC" == "--print-flags" ]]; then
   cuda_vs_cpu_flags
+  exit 0
+fi
+if [[ "$TRAINC" == "--print-skip-flags" ]]; then
+  skip_flags
   exit 0
 fi
 rm -rf "$WORK"
@@ -34,6 +46,7 @@ mkdir -p "$WORK/cpu" "$WORK/cuda"
 if [[ -n "${CUDA_VS_CPU_PLAN:-}" ]]; then
   cp -r "$CUDA_VS_CPU_PLAN" "$WORK/plan"
 else
+  # shellcheck disable=SC2046 # the flags are words
   "$TRAINC" compile $(cuda_vs_cpu_flags) --train-iters "$ITERS" -o "$WORK/plan" \
     >"$WORK/compile.log" 2>&1 || { cat "$WORK/compile.log"; exit 1; }
 fi
@@ -83,6 +96,7 @@ GITERS=10
 if [[ -n "${CUDA_VS_CPU_GRAPH_PLAN:-}" ]]; then
   cp -r "$CUDA_VS_CPU_GRAPH_PLAN" "$WORK/graph-plan"
 else
+  # shellcheck disable=SC2046 # the flags are words
   "$TRAINC" compile $(cuda_vs_cpu_flags) --train-iters "$ITERS" --cuda-graph-impl local \
     --cuda-graph-scope full_iteration -o "$WORK/graph-plan" >"$WORK/compile-graph.log" 2>&1 ||
     { cat "$WORK/compile-graph.log"; exit 1; }
@@ -117,4 +131,55 @@ else:
             if rel > 1e-6:
                 sys.exit(f"graph replay differs from eager at iteration {a[0]}: {x} vs {y} (relative {rel:.3g} > 1e-6)")
     print(f"cuda graph: {n} iterations within relative {worst:.3g} of eager (eager itself not bitwise reproducible)")
+PY
+
+# The same comparison through a skipped step (skip_flags above): 10 iterations of the graph plan
+# against the eager plan on the CUDA backend, bitwise (or 1e-6 as above), and the skip must fall
+# on a replayed iteration (5..10) after at least one successful one.
+if [[ -n "${CUDA_VS_CPU_SKIP_PLAN:-}" ]]; then
+  cp -r "$CUDA_VS_CPU_SKIP_PLAN" "$WORK/skip-plan"
+  cp -r "$CUDA_VS_CPU_SKIP_GRAPH_PLAN" "$WORK/skip-graph-plan"
+else
+  # shellcheck disable=SC2046
+  "$TRAINC" compile $(cuda_vs_cpu_flags) $(skip_flags) --train-iters "$ITERS" \
+    -o "$WORK/skip-plan" >"$WORK/compile-skip.log" 2>&1 || { cat "$WORK/compile-skip.log"; exit 1; }
+  # shellcheck disable=SC2046
+  "$TRAINC" compile $(cuda_vs_cpu_flags) $(skip_flags) --train-iters "$ITERS" \
+    --cuda-graph-impl local --cuda-graph-scope full_iteration -o "$WORK/skip-graph-plan" \
+    >"$WORK/compile-skip-graph.log" 2>&1 || { cat "$WORK/compile-skip-graph.log"; exit 1; }
+fi
+for run in skip-eager1:skip-plan skip-eager2:skip-plan skip-graph:skip-graph-plan; do
+  name=${run%%:*}
+  mkdir -p "$WORK/$name"
+  "$TRAINRUN" --backend cuda "$WORK/${run#*:}" -- --mock-data --train-iters "$GITERS" \
+    --log-interval 1 --dump-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
+    { cat "$WORK/$name.log"; exit 1; }
+done
+grep -q "captured graph-capture region 'iteration'" "$WORK/skip-graph.log" ||
+  { echo "skip graph run: no graph was captured"; cat "$WORK/skip-graph.log"; exit 1; }
+/usr/bin/python3 - "$WORK/skip-eager1/losses.txt" "$WORK/skip-eager2/losses.txt" \
+  "$WORK/skip-graph/losses.txt" "$GITERS" <<'PY'
+import math, sys
+def read(p):
+    return [l.split() for l in open(p) if l.strip()]
+e1, e2, g, n = read(sys.argv[1]), read(sys.argv[2]), read(sys.argv[3]), int(sys.argv[4])
+assert len(e1) == len(g) == n, (len(e1), len(g), n)
+# A NaN loss or grad norm: the device predicate skipped that step.
+skipped = [int(r[0]) for r in g if not (math.isfinite(float(r[1])) and math.isfinite(float(r[2])))]
+if not skipped or skipped[0] < 5:
+    sys.exit(f"skip check: skipped iterations {skipped}: expected the first skip among the "
+             f"replayed iterations 5..{n} (tune --weight-decay in skip_flags)")
+same = e1 == e2
+for a, b in zip(e1, g):
+    for x, y in zip(a[1:3], b[1:3]):
+        if same and x != y:
+            sys.exit(f"graph replay differs from eager at iteration {a[0]}: eager {a[1:]} graph {b[1:]}")
+        fx, fy = float(x), float(y)
+        if not same and math.isfinite(fx) and abs(fx - fy) > 1e-6 * max(abs(fx), 1e-30):
+            sys.exit(f"graph replay differs from eager at iteration {a[0]}: {x} vs {y}")
+        if math.isfinite(fx) != math.isfinite(fy):
+            sys.exit(f"graph replay skips differently from eager at iteration {a[0]}")
+how = "bitwise equal to" if same else "within relative 1e-6 of"
+print(f"cuda graph with a skipped step: {n} iterations (3 eager, 1 captured, {n - 4} replayed; "
+      f"skipped {skipped[0]}..{skipped[-1]}) {how} eager")
 PY

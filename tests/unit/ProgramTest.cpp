@@ -1213,10 +1213,11 @@ public:
 
 } // namespace
 
-// --overlap-p2p-comm's pairs: an async send immediately followed by an async receive on the
-// same group reaches the communicator as one sendRecv (NCCL groups it); a synchronous pair, or
-// an async one split by a wait, stays two calls.
-TEST(Executor, RunsAnAsyncSendReceivePairAsOneCall) {
+// Batched pairs (runsAsSendRecvPair): a send immediately followed by a receive on the same
+// group, both async (--overlap-p2p-comm) or both synchronous (the 1F1B / ZB-H1 plans), reaches
+// the communicator as one sendRecv (NCCL groups it); an async pair split by a wait, or a
+// synchronous send before an async receive, stays two calls.
+TEST(Executor, RunsASendReceivePairAsOneCall) {
   ProgramBuilder b;
   b.setMesh({"pp"}, {2}, 0);
   int pp = b.addGroup("pp", {0, 1});
@@ -1243,13 +1244,17 @@ TEST(Executor, RunsAnAsyncSendReceivePairAsOneCall) {
   b.wait(main, 2);
   p2p(false, y, true, 3);
   b.wait(main, 3);
-  b.setNumTokens(4);
+  p2p(true, x, false, 0);
+  p2p(false, y, true, 4);
+  b.wait(main, 4);
+  b.setNumTokens(5);
   auto backend = createCpuBackend();
   RecordingCommunicator comm;
   auto ex = Executor::create(b.finish(), *backend, comm);
   ASSERT_TRUE(ex.ok()) << ex.status();
   absl::Status s = (*ex)->run();
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(comm.calls, (std::vector<std::string>{"pair 1 16 1 32", "send 1 16", "recv 1 32",
-                                                  "send 1 16", "recv 1 32"}));
+  EXPECT_EQ(comm.calls,
+            (std::vector<std::string>{"pair 1 16 1 32", "pair 1 16 1 32", "send 1 16",
+                                      "recv 1 32", "send 1 16", "recv 1 32"}));
 }
