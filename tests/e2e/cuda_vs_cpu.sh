@@ -22,8 +22,8 @@ cuda_vs_cpu_flags() {
     --hidden-dropout 0.1 --attention-dropout 0.0 --lr 1e-3 --lr-warmup-iters 2 --clip-grad 1.0 \
     --weight-decay 0.1
 }
-# The skipped-step variant (below): AdamW's decoupled decay p <- p (1 - lr wd) with lr wd = 1e4
-# multiplies every weight by about -1e4 per step, so after a few successful steps the
+# The skipped-step variant (below): AdamW's decoupled decay p <- p (1 - lr wd) with wd = 1e12
+# multiplies every weight by about -lr x 1e12 per step, so after a few successful steps the
 # activations overflow, the loss and grad norm are NaN and the program's found-inf/NaN predicate
 # (update_successful = 0) skips the step on the device; every later step is skipped too (the
 # weights no longer change). The NaN check (compile flag) and the rerun machine (trainrun's
