@@ -182,8 +182,10 @@ int main(int argc, char **argv) {
   const bool compare = argc > 2 && std::string(argv[2]) == "compare";
   // Argument 2 `nodropout`: skip the attention_dropout timings (for profiling the kernels).
   const bool withDropout = !(argc > 2 && (std::string(argv[2]) == "nodropout" || compare));
+  // The fused tiles at the CPU's best instruction set (the kernels' default is the panel path,
+  // AttentionKernels.cpp gAttentionPath).
+  trainc::rt::cpu::setAttentionPathForTesting(2);
   const int fusedPath = trainc::rt::cpu::setAttentionPathForTesting(2);
-  trainc::rt::cpu::setAttentionPathForTesting(fusedPath);
   double tPanelFwd = 1e30, tPanelBoth = 1e30;
   auto panels = [&](auto &&f) {
     trainc::rt::cpu::setAttentionPathForTesting(-1);

@@ -658,8 +658,10 @@ int cpuAttentionIsa() {
   return 0;
 }
 /// The f32 path: an instruction set of the fused tiles as above, or -1 for the panel path
-/// (setAttentionPathForTesting). -2: not chosen yet.
-std::atomic<int> gAttentionPath{-2};
+/// (setAttentionPathForTesting). The default is the panel path: with the fused tiles the lit test
+/// trainrun-pipeline.test's single-rank and 2-stage losses differ (iteration 4, grad norm), not
+/// yet understood; -2 (not chosen yet: the best instruction set) once that is fixed.
+std::atomic<int> gAttentionPath{-1};
 
 int attentionPath() {
   int path = gAttentionPath.load(std::memory_order_relaxed);
