@@ -350,8 +350,17 @@ void TcpStoreServer::Impl::acceptLoop() {
     int r = ::poll(pfds.data(), nfds_t(pfds.size()), timeout);
     if (r < 0 && errno == EINTR)
       continue;
-    if (r < 0 || (pfds[0].revents & POLLIN))
+    if (r < 0)
       break;
+    if (pfds[0].revents & POLLIN) {
+      // A byte per finished client thread (reaped at the top of the loop), or stop().
+      char buf[256];
+      while (::read(wakePipe[0], buf, sizeof(buf)) > 0) {
+      }
+      std::lock_guard<std::mutex> l(mu);
+      if (stopping)
+        break;
+    }
     // Handshakes that sent something, or ran out of time.
     now = Clock::now();
     std::vector<Pending> still;
@@ -457,10 +466,16 @@ void TcpStoreServer::Impl::serve(uint64_t id, int fd) {
         break;
     }
   }
-  std::lock_guard<std::mutex> l(mu);
-  clientFds.erase(id);
-  ::close(fd);
-  finished.push_back(id);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    clientFds.erase(id);
+    ::close(fd);
+    finished.push_back(id);
+  }
+  // Wake the accept loop so it joins this thread now, not at the next connection. The pipe
+  // is non-blocking: when it is full the loop is already due to wake.
+  char c = 'r';
+  (void)!::write(wakePipe[1], &c, 1);
 }
 
 TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -547,7 +562,7 @@ TcpStoreServer::start(const std::string &host, int port, const std::string &toke
   ::getsockname(im->listenFd, reinterpret_cast<sockaddr *>(&ss), &len);
   im->port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_port)
                                       : ntohs(reinterpret_cast<sockaddr_in *>(&ss)->sin_port);
-  if (::pipe2(im->wakePipe, O_CLOEXEC) != 0) {
+  if (::pipe2(im->wakePipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(im->listenFd);
     return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
