@@ -658,10 +658,10 @@ int cpuAttentionIsa() {
   return 0;
 }
 /// The f32 path: an instruction set of the fused tiles as above, or -1 for the panel path
-/// (setAttentionPathForTesting). The default is the panel path: with the fused tiles the lit test
-/// trainrun-pipeline.test's single-rank and 2-stage losses differ (iteration 4, grad norm), not
-/// yet understood; -2 (not chosen yet: the best instruction set) once that is fixed.
-std::atomic<int> gAttentionPath{-1};
+/// (setAttentionPathForTesting). The default, -2, is the CPU's best instruction set, chosen on
+/// first use (docs/kernels.md, "Fused tiles": the earlier single-rank vs 2-stage difference of
+/// trainrun-pipeline.test did not recur).
+std::atomic<int> gAttentionPath{-2};
 
 int attentionPath() {
   int path = gAttentionPath.load(std::memory_order_relaxed);

@@ -26,10 +26,12 @@
 
 #include "runtime/cpu/CpuKernels.h"
 #include "runtime/cpu/Dispatch.h"
+#include "runtime/cpu/FastMath.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace trainc::rt::cpu {
@@ -52,23 +54,66 @@ struct VocabShard {
   }
 };
 
+/// Columns per chunk of the f32 row loops: the chunk is converted to f32 in a stack buffer and
+/// exponentiated there by FastMath.h's vectorised expInPlace (the library exp is scalar: ~5 ns per
+/// element, 5% of a GPT-2 124M step with its 50304-column vocabulary).
+constexpr int64_t kChunk = 512;
+/// Partial sums and maxima of the row loops: column lo + j goes to lane j % kLanes, the lanes are
+/// combined in lane order at the end. A fixed order per row (no dependence on threads or chunking).
+constexpr int kLanes = 16;
+
 /// The max of a row over the valid columns. A shard with no valid column returns the lowest finite
 /// value of A rather than -inf: an all-reduce MAX with the other shards then picks their maximum,
 /// and no later `logit - max` can become inf - inf = NaN. (If no shard has a valid column at all,
-/// the sum of exponentials is 0 and lse = lowest + log(0) = -inf.)
+/// the sum of exponentials is 0 and lse = lowest + log(0) = -inf.) NaN entries are skipped, as
+/// std::max(m, NaN) does.
 template <typename T> Acc<T> rowMax(const T *row, const VocabShard &s) {
-  Acc<T> m = std::numeric_limits<Acc<T>>::lowest();
-  for (int64_t j = s.lo; j < s.hi; ++j)
-    m = std::max(m, ld(row, j));
+  using A = Acc<T>;
+  A lane[kLanes];
+  std::fill(lane, lane + kLanes, std::numeric_limits<A>::lowest());
+  const int64_t n = s.hi - s.lo;
+  const T *r = row + s.lo;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k)
+      lane[k] = std::max(lane[k], ld(r, j + k));
+  for (int k = 0; j + k < n; ++k)
+    lane[k] = std::max(lane[k], ld(r, j + k));
+  A m = lane[0];
+  for (int k = 1; k < kLanes; ++k)
+    m = std::max(m, lane[k]);
   return m;
 }
 
-/// sum_j exp(row[j] - m) over the valid columns.
+/// sum_j exp(row[j] - m) over the valid columns (f32 and bf16: expInPlace's exp, ~1.5 ulp, in
+/// kLanes partial sums; f64: the library exp, summed in column order).
 template <typename T> Acc<T> rowSumExp(const T *row, const VocabShard &s, Acc<T> m) {
-  Acc<T> sum = 0;
-  for (int64_t j = s.lo; j < s.hi; ++j)
-    sum += std::exp(ld(row, j) - m);
-  return sum;
+  using A = Acc<T>;
+  if constexpr (std::is_same_v<A, double>) {
+    A sum = 0;
+    for (int64_t j = s.lo; j < s.hi; ++j)
+      sum += std::exp(ld(row, j) - m);
+    return sum;
+  } else {
+    float lane[kLanes] = {};
+    float buf[kChunk];
+    for (int64_t j0 = s.lo; j0 < s.hi; j0 += kChunk) {
+      const int n = int(std::min(kChunk, s.hi - j0));
+      for (int j = 0; j < n; ++j)
+        buf[j] = ld(row, j0 + j);
+      expInPlace(buf, n, m);
+      int j = 0;
+      for (; j + kLanes <= n; j += kLanes)
+        for (int k = 0; k < kLanes; ++k)
+          lane[k] += buf[j + k];
+      for (int k = 0; j + k < n; ++k)
+        lane[k] += buf[j + k];
+    }
+    float sum = 0;
+    for (int k = 0; k < kLanes; ++k)
+      sum += lane[k];
+    return sum;
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -144,13 +189,28 @@ void crossEntropyBackwardKernel(const KernelCtx &c) {
       }
       A l = A(lse[i]);
       int64_t target = shard.labelColumn(labels[i]);
-      for (int64_t j = 0; j < V; ++j) {
-        if (j < shard.lo || j >= shard.hi) {
-          st(drow, j, A(0));
-          continue;
+      for (int64_t j = 0; j < shard.lo; ++j)
+        st(drow, j, A(0));
+      for (int64_t j = shard.hi; j < V; ++j)
+        st(drow, j, A(0));
+      if constexpr (std::is_same_v<A, double>) {
+        for (int64_t j = shard.lo; j < shard.hi; ++j) {
+          A p = std::exp(ld(row, j) - l);
+          st(drow, j, scale * (j == target ? p - A(1) : p));
         }
-        A p = std::exp(ld(row, j) - l);
-        st(drow, j, scale * (j == target ? p - A(1) : p));
+      } else {
+        // The chunk is read into buf before its columns of drow are written (drow may be row).
+        float buf[kChunk];
+        for (int64_t j0 = shard.lo; j0 < shard.hi; j0 += kChunk) {
+          const int n = int(std::min(kChunk, shard.hi - j0));
+          for (int j = 0; j < n; ++j)
+            buf[j] = ld(row, j0 + j);
+          expInPlace(buf, n, l);
+          if (target >= j0 && target < j0 + n)
+            buf[target - j0] -= 1.0f;
+          for (int j = 0; j < n; ++j)
+            st(drow, j0 + j, scale * buf[j]);
+        }
       }
     }
   });
