@@ -41,10 +41,10 @@ uint64_t parameterKey(std::string_view name);
 /// Value of element `globalIndex` (row-major in the global shape) of parameter `p` for `seed`.
 double initialValue(const schema::Parameter &p, uint64_t seed, uint64_t globalIndex);
 
-/// Testing: whether initializeParameters may use its AVX-512F Philox batch (on by default where
-/// the CPU has AVX-512F; `on` has no effect elsewhere). Returns the previous setting. Both paths
-/// give the same bits; the tests compare them.
-bool setAvx512PhiloxForTesting(bool on);
+/// Testing: the Philox batch initializeParameters uses: 2 AVX-512F intrinsics, 1 AVX2 intrinsics,
+/// 0 the portable loop; clamped to what the CPU has (the default is the best). Returns the
+/// previous setting. Every path gives the same bits; the tests compare them.
+int setPhiloxIsaForTesting(int isa);
 
 /// Initialises every parameter of the executor's program. Errors: an unknown init rule (names the
 /// parameter and the rule) or a parameter buffer whose dtype is not a float type.

@@ -777,17 +777,16 @@ TEST(Init, PairCounterCarryIntoTheHighWordMatchesInitialValue) {
   auto comm = createLocalCommunicator();
   auto ex = Executor::create(p, *backend, *comm);
   ASSERT_TRUE(ex.ok()) << ex.status();
-  // Both Philox batch paths: the AVX-512F intrinsics (where the CPU has them) and the portable
-  // loop.
-  for (bool avx512 : {true, false}) {
-    bool was = setAvx512PhiloxForTesting(avx512);
+  // Every Philox batch path the CPU has: AVX-512F and AVX2 intrinsics, the portable loop.
+  for (int isa : {2, 1, 0}) {
+    int was = setPhiloxIsaForTesting(isa);
     ASSERT_TRUE(initializeParameters(**ex, 77).ok());
-    setAvx512PhiloxForTesting(was);
+    setPhiloxIsaForTesting(was);
     std::vector<float> got(static_cast<size_t>(n));
     ASSERT_TRUE((*ex)->readBuffer(w, got.data(), got.size() * 4).ok());
     for (int64_t i = 0; i < n; ++i)
       ASSERT_EQ(got[size_t(i)], float(initialValue(*q, 77, uint64_t(start + i))))
-          << i << " avx512 " << avx512;
+          << i << " isa " << isa;
   }
 }
 
