@@ -75,6 +75,14 @@ private:
   bool anyPointToPoint = false;
   /// The first async send/receive never waited or started on a token still in flight.
   std::string asyncError;
+  /// Per rank: the entry's events (an empty sequence for a rank without the entry).
+  std::vector<const std::vector<Event> *> sequences(const std::string &entry) const;
+  /// A member of the group of collective `e` (rank r's next event) that is not at a collective
+  /// of that group: finished, or at another event (pos[m] is each rank's next event); r if none.
+  size_t memberElsewhere(const std::vector<const std::vector<Event> *> &seq,
+                         const std::vector<size_t> &pos, size_t r, const Event &e) const;
+  /// "waits in <what> on [<ranks>] (<where>)": a collective event for a deadlock message.
+  std::string collectiveText(const Event &e) const;
   std::string simulate(const std::string &entry) const;
   /// The same orders under NCCL's semantics: sends complete only once the receive is posted,
   /// a paired send and receive are posted together. "" or the deadlock, naming both ranks.

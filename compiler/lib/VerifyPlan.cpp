@@ -260,6 +260,34 @@ std::string PlanVerifier::finish() const {
   return "";
 }
 
+std::vector<const std::vector<PlanVerifier::Event> *>
+PlanVerifier::sequences(const std::string &entry) const {
+  static const std::vector<Event> none;
+  std::vector<const std::vector<Event> *> seq(events.size());
+  for (size_t r = 0; r < events.size(); ++r) {
+    auto it = events[r].find(entry);
+    seq[r] = it == events[r].end() ? &none : &it->second;
+  }
+  return seq;
+}
+
+size_t PlanVerifier::memberElsewhere(const std::vector<const std::vector<Event> *> &seq,
+                                     const std::vector<size_t> &pos, size_t r,
+                                     const Event &e) const {
+  for (int64_t m : groupList[e.group]) {
+    const size_t k = size_t(m);
+    if (k != r && (pos[k] == seq[k]->size() || (*seq[k])[pos[k]].kind != Event::Collective ||
+                   (*seq[k])[pos[k]].group != e.group))
+      return k;
+  }
+  return r;
+}
+
+std::string PlanVerifier::collectiveText(const Event &e) const {
+  return absl::StrCat("waits in ", whats[e.what], " on [", absl::StrJoin(groupList[e.group], ","),
+                      "] (", wheres[e.where], ")");
+}
+
 std::string PlanVerifier::simulate(const std::string &entry) const {
   // Eager sends, blocking receives and collectives (a collective completes once every member
   // has reached it). Runs to completion or to a state where no rank can move: a deadlock.
@@ -268,12 +296,7 @@ std::string PlanVerifier::simulate(const std::string &entry) const {
   // receive holds back every later transfer and collective of its rank until its message has
   // arrived, whatever the position of its wait (stricter than "complete at the wait").
   const size_t n = events.size();
-  std::vector<const std::vector<Event> *> seq(n);
-  static const std::vector<Event> none;
-  for (size_t r = 0; r < n; ++r) {
-    auto it = events[r].find(entry);
-    seq[r] = it == events[r].end() ? &none : &it->second;
-  }
+  const std::vector<const std::vector<Event> *> seq = sequences(entry);
   std::vector<size_t> pos(n, 0);
   std::map<std::pair<int64_t, int64_t>, std::deque<const Event *>> channel; // (from, to)
   // Per group, per rank: collectives completed; arrivals at the next one.
@@ -291,8 +314,7 @@ std::string PlanVerifier::simulate(const std::string &entry) const {
     case Event::Collective:
       break;
     }
-    return absl::StrCat("waits in ", whats[e.what], " on [", absl::StrJoin(groupList[e.group], ","),
-                        "] (", wheres[e.where], ")");
+    return collectiveText(e);
   };
   for (bool progress = true; progress;) {
     progress = false;
@@ -341,13 +363,7 @@ std::string PlanVerifier::simulate(const std::string &entry) const {
     if (e.kind == Event::Recv)
       other = size_t(e.peer);
     else
-      for (int64_t m : groupList[e.group])
-        if (size_t(m) != r && (pos[size_t(m)] == seq[size_t(m)]->size() ||
-                               (*seq[size_t(m)])[pos[size_t(m)]].kind != Event::Collective ||
-                               (*seq[size_t(m)])[pos[size_t(m)]].group != e.group)) {
-          other = size_t(m);
-          break;
-        }
+      other = memberElsewhere(seq, pos, r, e);
     std::string theirs = pos[other] == seq[other]->size()
                              ? "has finished the entry"
                              : describe(other);
@@ -370,12 +386,7 @@ std::string PlanVerifier::simulateNccl(const std::string &entry) const {
   // complete once every member has reached them. The message identities (sizes, dtypes, the
   // k-th send from a to b meets b's k-th receive from a) were checked by simulate().
   const size_t n = events.size();
-  std::vector<const std::vector<Event> *> seq(n);
-  static const std::vector<Event> none;
-  for (size_t r = 0; r < n; ++r) {
-    auto it = events[r].find(entry);
-    seq[r] = it == events[r].end() ? &none : &it->second;
-  }
+  const std::vector<const std::vector<Event> *> seq = sequences(entry);
   // Partners: (rank, peer, k) -> position of rank's k-th receive from (send to) peer.
   std::map<std::tuple<int64_t, int64_t, size_t>, size_t> recvAt, sendAt;
   std::vector<std::vector<size_t>> ordinal(n);
@@ -454,8 +465,7 @@ std::string PlanVerifier::simulateNccl(const std::string &entry) const {
     if (e.kind == Event::Recv)
       return absl::StrCat("receives ", whats[e.what], " from rank ", e.peer, " (",
                           wheres[e.where], ")");
-    return absl::StrCat("waits in ", whats[e.what], " on [", absl::StrJoin(groupList[e.group], ","),
-                        "] (", wheres[e.where], ")");
+    return collectiveText(e);
   };
   auto describe = [&](size_t r) {
     if (pos[r] == seq[r]->size())
@@ -478,13 +488,7 @@ std::string PlanVerifier::simulateNccl(const std::string &entry) const {
           other = size_t(e.peer);
         continue;
       }
-      for (int64_t m : groupList[e.group])
-        if (size_t(m) != r && (pos[size_t(m)] == seq[size_t(m)]->size() ||
-                               (*seq[size_t(m)])[pos[size_t(m)]].kind != Event::Collective ||
-                               (*seq[size_t(m)])[pos[size_t(m)]].group != e.group)) {
-          other = size_t(m);
-          break;
-        }
+      other = memberElsewhere(seq, pos, r, e);
     }
     return absl::StrCat("entry '", entry,
                         "' can deadlock under NCCL (a send completes only once its receive is "

@@ -756,9 +756,10 @@ TEST(Init, NormalPairsMatchLibmBoxMuller) {
 
 // Global indices around 2^33, where the Box-Muller pair index (the Philox counter's low word)
 // wraps past 2^32: 4096 elements of a [2^34] parameter from 2^33 - 251, so the first batch starts
-// at pair 2^32 - 126 and the wrap falls inside a 16-counter vector of the AVX-512 Philox batch
-// (lane 14), not at a batch edge. Every element equals initialValue (scalar Philox with the
-// 64-bit counter), with the AVX-512F Philox batch and with the portable one.
+// at pair 2^32 - 126 and the wrap falls inside a vector of the Philox batch (lane 14 of a
+// 16-counter AVX-512 vector, lane 6 of an 8-counter AVX2 one), not at a batch edge. Every element
+// equals initialValue (scalar Philox with the 64-bit counter), with each Philox batch path the CPU
+// has (AVX-512F, AVX2, portable).
 TEST(Init, PairCounterCarryIntoTheHighWordMatchesInitialValue) {
   const int64_t n = 4096, start = (int64_t(1) << 33) - 251;
   ProgramBuilder b;
