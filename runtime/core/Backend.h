@@ -33,6 +33,10 @@ public:
   virtual void *allocateArena(size_t bytes) = 0;
   virtual void freeArena(void *p) = 0;
 
+  /// Whether the arena is host memory that the control plane may write in place (the CPU
+  /// backend), so that it can skip staging copies (initializeParameters).
+  virtual bool hostAddressable() const { return false; }
+
   /// Host <-> device copies used by the control plane at HostIO points (synchronous).
   virtual void copyToDevice(void *dst, const void *src, size_t bytes) = 0;
   virtual void copyToHost(void *dst, const void *src, size_t bytes) = 0;

@@ -598,6 +598,13 @@ void *Executor::bufferData(int index) const {
   return static_cast<char *>(arena_) + program_.buffers(index).offset();
 }
 
+void *Executor::hostWritableBuffer(int index) {
+  if (index < 0 || index >= program_.buffers_size() || !backend_->hostAddressable())
+    return nullptr;
+  backend_->synchronize(kCommStream);
+  return bufferData(index);
+}
+
 absl::Status Executor::writeBuffer(int index, const void *src, size_t bytes) {
   if (index < 0 || index >= program_.buffers_size())
     return absl::InvalidArgumentError(absl::StrCat("no buffer with index ", index));

@@ -74,6 +74,10 @@ public:
   int findBuffer(std::string_view name) const;
   /// Device pointer of buffer `index` (a host pointer on the CPU backend).
   void *bufferData(int index) const;
+  /// Buffer `index` as host memory the caller may write in place, or null when the backend's
+  /// memory is not host memory (Backend::hostAddressable) or the index is out of range. Drains
+  /// the communication stream first, as writeBuffer does for non-input buffers.
+  void *hostWritableBuffer(int index);
   /// Copies host data into / out of buffer `index`; `bytes` must equal the buffer's byte size.
   absl::Status writeBuffer(int index, const void *src, size_t bytes);
   absl::Status readBuffer(int index, void *dst, size_t bytes) const;

@@ -46,6 +46,10 @@ double initialValue(const schema::Parameter &p, uint64_t seed, uint64_t globalIn
 /// previous setting. Every path gives the same bits; the tests compare them.
 int setPhiloxIsaForTesting(int isa);
 
+/// Testing: whether initializeParameters stages every buffer on the host (as on a device
+/// backend) even where it could write the CPU arena in place. Returns the previous setting.
+bool setInitStagingForTesting(bool on);
+
 /// Initialises every parameter of the executor's program. Errors: an unknown init rule (names the
 /// parameter and the rule) or a parameter buffer whose dtype is not a float type.
 /// Then sets the fp32 master weights of bf16 and f16 parameters from them (initializeMasterWeights).

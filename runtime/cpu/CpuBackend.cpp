@@ -77,6 +77,7 @@ private:
 class CpuBackend final : public Backend {
 public:
   std::string_view name() const override { return "cpu"; }
+  bool hostAddressable() const override { return true; }
 
   void *allocateArena(size_t bytes) override {
     size_t rounded = (bytes + 63) / 64 * 64;

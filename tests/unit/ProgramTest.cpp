@@ -791,11 +791,14 @@ TEST(Init, PairCounterCarryIntoTheHighWordMatchesInitialValue) {
   }
 }
 
-// The host staging copy of a parameter buffer is read from the buffer only when the run of
-// consecutive parameters in it does not cover it: bytes outside every parameter keep their values
-// (buffer a's last 3 elements), and a buffer visited twice (a, then b, then a again) keeps the
-// first visit's values; a fully covered buffer (b) is written whole.
+// Bytes outside every parameter keep their values (buffer a's last 3 elements), a buffer visited
+// twice (a, then b, then a again) keeps the first visit's values, and a fully covered buffer (b)
+// is written whole: written in place in the CPU arena, and through the host staging copy of a
+// device backend (read from the buffer only when the run of consecutive parameters in it does not
+// cover it; forced here with setInitStagingForTesting).
 TEST(Init, KeepsBytesOutsideParametersAndRevisitedBuffers) {
+  for (bool staged : {false, true}) {
+  SCOPED_TRACE(staged ? "staged" : "in place");
   ProgramBuilder b;
   int a = b.addBuffer("a", schema::PARAMETER, DType::F32, {23});
   int bb = b.addBuffer("b", schema::PARAMETER, DType::F32, {8});
@@ -822,7 +825,9 @@ TEST(Init, KeepsBytesOutsideParametersAndRevisitedBuffers) {
   std::vector<float> sentinel(23, -7.0f), sentinelB(8, -7.0f);
   ASSERT_TRUE((*ex)->writeBuffer(a, sentinel.data(), 23 * 4).ok());
   ASSERT_TRUE((*ex)->writeBuffer(bb, sentinelB.data(), 8 * 4).ok());
+  const bool was = setInitStagingForTesting(staged);
   ASSERT_TRUE(initializeParameters(**ex, 5).ok());
+  setInitStagingForTesting(was);
   std::vector<float> got(23), gotB(8);
   ASSERT_TRUE((*ex)->readBuffer(a, got.data(), 23 * 4).ok());
   ASSERT_TRUE((*ex)->readBuffer(bb, gotB.data(), 8 * 4).ok());
@@ -834,6 +839,7 @@ TEST(Init, KeepsBytesOutsideParametersAndRevisitedBuffers) {
     EXPECT_EQ(got[size_t(i)], -7.0f) << i;
   for (float v : gotB)
     EXPECT_EQ(v, 1.0f);
+  }
 }
 
 TEST(Init, SlicesGetTheirPartOfTheGlobalTensorAndF16IsInitialised) {
