@@ -449,7 +449,8 @@ int setPhiloxIsaForTesting(int isa) {
 absl::Status initializeParameters(Executor &ex, uint64_t seed) {
   const schema::Program &prog = ex.program();
   // The buffer of the parameters being initialised. Where the backend's memory is host memory
-  // (CPU) the values are written in place (the staging copy cost 8% of the time). Otherwise
+  // (CPU) the values are written in place (no second host copy of the whole buffer; it did not
+  // measurably change the time, docs/kernels.md "Fifth round"). Otherwise
   // they are staged on the host and written back when the next parameter lives in another
   // buffer (or at the end, or before an error is returned); the staging copy is read from the
   // buffer only when the run of consecutive parameters in it does not cover every byte
