@@ -62,6 +62,13 @@ constexpr int64_t kChunk = 512;
 /// combined in lane order at the end. A fixed order per row (no dependence on threads or chunking).
 constexpr int kLanes = 16;
 
+/// buf[0, n) = exp(row[j0 + j] - bias) in f32 for n <= kChunk columns (expInPlace).
+template <typename T> void expChunk(const T *row, int64_t j0, int n, float bias, float *buf) {
+  for (int j = 0; j < n; ++j)
+    buf[j] = ld(row, j0 + j);
+  expInPlace(buf, n, bias);
+}
+
 /// The max of a row over the valid columns. A shard with no valid column returns the lowest finite
 /// value of A rather than -inf: an all-reduce MAX with the other shards then picks their maximum,
 /// and no later `logit - max` can become inf - inf = NaN. (If no shard has a valid column at all,
@@ -99,9 +106,7 @@ template <typename T> Acc<T> rowSumExp(const T *row, const VocabShard &s, Acc<T>
     float buf[kChunk];
     for (int64_t j0 = s.lo; j0 < s.hi; j0 += kChunk) {
       const int n = int(std::min(kChunk, s.hi - j0));
-      for (int j = 0; j < n; ++j)
-        buf[j] = ld(row, j0 + j);
-      expInPlace(buf, n, m);
+      expChunk(row, j0, n, m, buf);
       int j = 0;
       for (; j + kLanes <= n; j += kLanes)
         for (int k = 0; k < kLanes; ++k)
@@ -203,9 +208,7 @@ void crossEntropyBackwardKernel(const KernelCtx &c) {
         float buf[kChunk];
         for (int64_t j0 = shard.lo; j0 < shard.hi; j0 += kChunk) {
           const int n = int(std::min(kChunk, shard.hi - j0));
-          for (int j = 0; j < n; ++j)
-            buf[j] = ld(row, j0 + j);
-          expInPlace(buf, n, l);
+          expChunk(row, j0, n, l, buf);
           if (target >= j0 && target < j0 + n)
             buf[target - j0] -= 1.0f;
           for (int j = 0; j < n; ++j)
