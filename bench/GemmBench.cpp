@@ -6,6 +6,7 @@
 // Then bf16 against f32 through the runtime (issue 12): bf16 inputs with a bf16 output, and with
 // an f32 output accumulated with beta = 1 (the weight-gradient GEMM into an fp32 main grad), each
 // with its ratio to f32 (AVX512-BF16 / AMX make bf16 faster on CPUs that have them).
+// With arguments `MxKxN[:trans_a][:trans_b][:beta1][:cold] ...`, only those f32 sizes (see benchSizes).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +19,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <tuple>
 #include <vector>
 
 using namespace trainc::rt;
@@ -25,14 +28,31 @@ namespace schema = trainc::schema;
 
 namespace {
 
+/// Set by a size's ":cold": every repetition first writes kColdBytes elsewhere (untimed), so the
+/// operands come from memory, not the caches, as they do inside an iteration.
+bool gCold = false;
+constexpr size_t kColdBytes = size_t(128) << 20; // 4x the largest L3 of the bench machines
+
+/// The mean over the repetitions of the last bestSeconds (the best is what it returns).
+double gLastMeanSeconds = 0;
+
 template <typename F> double bestSeconds(int reps, F &&f) {
   f(); // warm-up (primitive creation, page faults)
-  double best = 1e30;
+  double best = 1e30, sum = 0;
+  static std::vector<char> evict;
   for (int r = 0; r < reps; ++r) {
+    if (gCold) {
+      evict.resize(kColdBytes);
+      for (size_t i = 0; i < evict.size(); i += 64)
+        evict[i] = char(evict[i] + 1);
+    }
     auto t0 = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, t);
+    sum += t;
   }
+  gLastMeanSeconds = sum / reps;
   return best;
 }
 
@@ -77,15 +97,19 @@ void bench(int64_t M, int64_t K, int64_t N, int reps) {
               (long long)M, (long long)K, (long long)N, gRuntime, gDirect, gRuntime / gDirect);
 }
 
-/// GFLOP/s of one matmul program with inputs of dtype `in`, output `out` and `beta`.
-double runtimeGflops(int64_t M, int64_t K, int64_t N, int reps, DType in, DType out, double beta) {
+/// GFLOP/s of one matmul program with inputs of dtype `in`, output `out`, `beta` and the
+/// transposes (a is [K, M] with transA, b [N, K] with transB).
+double runtimeGflops(int64_t M, int64_t K, int64_t N, int reps, DType in, DType out, double beta,
+                     bool transA = false, bool transB = false) {
   ProgramBuilder b;
-  int a = b.addBuffer("a", schema::ACTIVATION, in, {M, K});
-  int w = b.addBuffer("b", schema::PARAMETER, in, {K, N});
+  int a = b.addBuffer("a", schema::ACTIVATION, in, transA ? std::vector<int64_t>{K, M}
+                                                          : std::vector<int64_t>{M, K});
+  int w = b.addBuffer("b", schema::PARAMETER, in, transB ? std::vector<int64_t>{N, K}
+                                                         : std::vector<int64_t>{K, N});
   int c = b.addBuffer("c", schema::ACTIVATION, out, {M, N});
   int fn = b.addFunction("main");
   b.kernel(fn, "matmul", {ProgramBuilder::buf(a), ProgramBuilder::buf(w)}, {ProgramBuilder::buf(c)},
-           {AttrArg("beta", beta)});
+           {AttrArg("beta", beta), AttrArg("trans_a", int(transA)), AttrArg("trans_b", int(transB))});
   auto backend = createCpuBackend();
   auto comm = createLocalCommunicator();
   auto ex = Executor::create(b.finish(), *backend, *comm);
@@ -121,9 +145,49 @@ void benchF16(int64_t M, int64_t K, int64_t N, int reps) {
               (long long)M, (long long)K, (long long)N, f32, h, h / f32, acc, acc / f32);
 }
 
+/// `bench_gemm MxKxN[:trans_a][:trans_b][:beta1][:cold] ...`: each size's f32 rate through the
+/// runtime (best and mean of the repetitions) and the best's ratio to 4096x1024x4096's (the reference of bench/train_throughput.sh), e.g. the
+/// sizes of an iteration's trace ("gemm" args). Returns false on a malformed size.
+bool benchSizes(int argc, char **argv) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t, bool, bool, double, bool>> sizes;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    long long m = 0, k = 0, n = 0;
+    int used = 0;
+    if (std::sscanf(s.c_str(), "%lldx%lldx%lld%n", &m, &k, &n, &used) != 3 || m <= 0 || k <= 0 ||
+        n <= 0) {
+      std::fprintf(stderr, "bench_gemm: '%s' is not a size MxKxN[:trans_a][:trans_b][:beta1][:cold]\n",
+                   s.c_str());
+      return false;
+    }
+    std::string rest = s.substr(size_t(used));
+    bool ta = rest.find(":trans_a") != std::string::npos;
+    bool tb = rest.find(":trans_b") != std::string::npos;
+    double beta = rest.find(":beta1") != std::string::npos ? 1.0 : 0.0;
+    sizes.emplace_back(m, k, n, ta, tb, beta, rest.find(":cold") != std::string::npos);
+  }
+  double ref = runtimeGflops(4096, 1024, 4096, 5, DType::F32, DType::F32, 0);
+  std::printf("gemm f32 M=4096 K=1024 N=4096 (reference): %.1f GFLOP/s\n", ref);
+  for (auto [m, k, n, ta, tb, beta, cold] : sizes) {
+    int reps = 2.0 * m * k * n < 4e9 ? 20 : 5;
+    gCold = cold;
+    double g = runtimeGflops(m, k, n, reps, DType::F32, DType::F32, beta, ta, tb);
+    double mean = 2.0 * double(m) * double(n) * double(k) / gLastMeanSeconds * 1e-9;
+    gCold = false;
+    std::printf("gemm f32 M=%lld K=%lld N=%lld%s%s%s%s: %.1f GFLOP/s, %.0f%% of the reference; "
+                "mean of %d: %.1f GFLOP/s\n",
+                (long long)m, (long long)k, (long long)n, ta ? " trans_a" : "",
+                tb ? " trans_b" : "", beta != 0 ? " beta=1" : "", cold ? " cold" : "", g,
+                100 * g / ref, reps, mean);
+  }
+  return true;
+}
+
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
+  if (argc > 1)
+    return benchSizes(argc, argv) ? 0 : 2;
   bench(1024, 1024, 1024, 10);
   bench(4096, 1024, 4096, 5);
   benchBf16(1024, 1024, 1024, 10);

@@ -3,8 +3,8 @@
 # on the CPU, same model, same batch, same machine, same thread count, for a Llama and a GPT shape
 # at ~10M and ~100M parameters, measured in one run (issue 17 items 1 and 5). Per case it prints
 # tokens/s of both and their ratio, the iteration's FLOP/s over the measured GEMM FLOP/s (an
-# MFU-like figure), and the share of the iteration's kernel time per kernel class (from
-# trainrun --trace); once, the GEMM rate (bench_gemm) and the initialisation time per 100M
+# MFU-like figure), the share of the iteration's kernel time per kernel class and the rate of
+# its own GEMMs overall and per problem size (from trainrun --trace); once, the GEMM rate (bench_gemm) and the initialisation time per 100M
 # parameters (bench_kernels). With LLMC_SRC, also llm.c's CPU trainer on each GPT case's model.
 #
 # usage: bench/train_throughput.sh [TRAINC [TRAINRUN [WORK_DIR]]]
@@ -160,9 +160,11 @@ for CASE in $CASES; do
     awk -v a="$ITER_GFLOPS" -v g="$GEMM_GFLOPS" 'BEGIN { printf " = %.0f%% of the GEMM rate", 100 * a / g }'
   fi
   echo
-  "$TORCH_PYTHON" - "$D/trace/rank0.trace.json" <<'PY'
-import collections, json, sys
+  "$TORCH_PYTHON" - "$D/trace/rank0.trace.json" "${GEMM_GFLOPS:-0}" "$BENCH_DIR/bench_gemm" \
+    "$ITER_GFLOPS" <<'PY'
+import collections, json, os, re, subprocess, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e["tid"] == 0]
+ref = float(sys.argv[2])
 functions = {e["args"]["function"] for e in ev}
 def cls(k):
     if k == "matmul": return "GEMM"
@@ -181,6 +183,42 @@ for e in ev:
     t[cls(e["name"])] += e["dur"]
 total = sum(t.values()) or 1
 print("  kernel time: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in t.most_common()))
+# The iteration's own GEMMs (the trace's "gemm" / "gflop" args, docs/runtime.md): their rate
+# overall and per problem size, against the reference GEMM rate (bench_gemm's 4096x1024x4096).
+shapes = collections.defaultdict(lambda: [0, 0.0, 0.0])  # calls, us, gflop
+for e in ev:
+    if e["name"] == "matmul" and "gemm" in e["args"]:
+        s = shapes[e["args"]["gemm"]]
+        s[0] += 1; s[1] += e["dur"]; s[2] += e["args"]["gflop"]
+us = sum(s[1] for s in shapes.values()); gf = sum(s[2] for s in shapes.values())
+if us > 0:
+    of = lambda r: f" = {100 * r / ref:.0f}% of the GEMM rate" if ref > 0 else ""
+    rate = gf / (us * 1e-6)
+    top = sorted(shapes.items(), key=lambda kv: -kv[1][1])[:8]
+    # The same sizes alone (bench_gemm, caches flushed before each repetition), timed now: what
+    # each GEMM reaches outside the iteration, against a reference measured in the same process.
+    alone = {}
+    if os.access(sys.argv[3], os.X_OK):
+        spec = lambda k: re.sub(r"^1x", "", k).replace(" ", ":") + ":cold"
+        out = subprocess.run([sys.argv[3]] + [spec(k) for k, _ in top if k.startswith("1x")],
+                             capture_output=True, text=True).stdout
+        rates = re.findall(r"^gemm f32 M=(\d+) K=(\d+) N=(\d+)([a-z_=1 ]*?) cold: ([0-9.]+) GFLOP/s,"
+                           r" (\d+)% of the reference; mean of \d+: ([0-9.]+)", out, re.M)
+        for m, k_, n_, flags, g, pct, mean in rates:
+            key = f"1x{m}x{k_}x{n_}" + flags.replace("beta=1", "beta1")
+            alone[key] = (float(g), int(pct), float(mean))
+        m = re.search(r"\(reference\): ([0-9.]+)", out)
+        if m:
+            now = float(m.group(1))
+            print(f"  reference GEMM rate now (bench_gemm, before the sizes alone): {now:.1f} GFLOP/s;"
+                  f" the iteration's {float(sys.argv[4]):.1f} GFLOP/s = {100 * float(sys.argv[4]) / now:.0f}% of it")
+    print(f"  GEMMs in the iteration: {rate:.1f} GFLOP/s{of(rate)}; by size (batch x M x K x N),"
+          " largest time first, and the size alone:")
+    for k, (n, d, g) in top:
+        r = g / (d * 1e-6)
+        a = (f"; alone {alone[k][0]:.1f} GFLOP/s best ({alone[k][1]}% of the reference now),"
+             f" {alone[k][2]:.1f} mean") if k in alone else ""
+        print(f"    {k:<34} {n:4d} calls {100 * d / us:5.1f}% of GEMM time {r:7.1f} GFLOP/s{of(r)}{a}")
 PY
   if (( TORCH_OK )); then
     "${TORCH_ENV[@]}" "$TORCH_PYTHON" "$ROOT/bench/torch_bench.py" --plan "$D/plan" \

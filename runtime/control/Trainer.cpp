@@ -1037,16 +1037,26 @@ struct Trainer::Impl {
       std::string op = ins.loc() < uint32_t(program.locations_size())
                            ? program.locations(int(ins.loc())).op()
                            : "";
+      // A matmul's problem size, so that a trace reader can compute each GEMM's rate
+      // (bench/train_throughput.sh's per-shape table): "gemm" is batch x M x K x N with
+      // the transposes and " beta1" when it accumulates, "gflop" 2 * batch * M * N * K / 1e9.
+      std::string gemm;
+      if (std::optional<MatmulDims> d =
+              ins.has_kernel() ? matmulDims(program, t[i].function, ins.kernel()) : std::nullopt)
+        gemm = absl::StrFormat(",\"gemm\":\"%dx%dx%dx%d%s%s%s\",\"gflop\":%.6g", d->batch,
+                               d->m, d->k, d->n, d->transA ? " trans_a" : "",
+                               d->transB ? " trans_b" : "", d->accumulate ? " beta1" : "",
+                               d->flops * 1e-9);
       const bool async = (ins.has_collective() && ins.collective().async()) ||
                          (ins.has_send() && ins.send().async()) ||
                          (ins.has_recv() && ins.recv().async());
       f << absl::StrFormat("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
                            "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"function\":"
-                           "\"%s\",\"index\":%d,\"op\":\"%s\",\"async\":%s}}%s\n",
+                           "\"%s\",\"index\":%d,\"op\":\"%s\",\"async\":%s%s}}%s\n",
                            name, t[i].stream == 0 ? "compute" : "communication", rank,
                            t[i].stream, double(t[i].startNs) / 1e3,
                            double(t[i].endNs - t[i].startNs) / 1e3, fn.name(), t[i].index, op,
-                           async ? "true" : "false", i + 1 < t.size() ? "," : "");
+                           async ? "true" : "false", gemm, i + 1 < t.size() ? "," : "");
     }
     // How much of each group's communication ran while compute kernels did (CommOverlap.h).
     f << "],\"otherData\":{\"comm_overlap\":"

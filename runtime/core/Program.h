@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -77,6 +78,20 @@ bool runsAsSendRecvPair(const schema::Instruction &send, const schema::Instructi
 
 /// "function 'f' instruction 3 (loc file:line:col op)" for messages.
 std::string describeInstruction(const schema::Program &p, int function, int index);
+
+/// The problem size of one `matmul` kernel call: c[batch, m, n] = op(a)[batch, m, k] @ op(b)[k, n]
+/// (the matmul signature's rule, runtime/cpu/MatmulKernels.cpp), read from the operands' declared
+/// shapes (an argument's from the function's Arg) and the trans_a / trans_b attributes. `flops`
+/// is 2 * batch * m * n * k; `accumulate` is beta != 0 (c is read and added to, e.g. a weight
+/// gradient into its main_grad). For traces and profiles: nullopt when the call is not a matmul or an
+/// operand's shape cannot be read (an unvalidated program); nothing is reported as an error.
+struct MatmulDims {
+  int64_t batch = 1, m = 0, k = 0, n = 0;
+  bool transA = false, transB = false, accumulate = false;
+  double flops = 0;
+};
+std::optional<MatmulDims> matmulDims(const schema::Program &p, int function,
+                                     const schema::KernelCall &call);
 
 } // namespace trainc::rt
 

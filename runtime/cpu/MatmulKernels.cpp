@@ -15,6 +15,7 @@
 
 #include "dnnl.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,11 +91,51 @@ public:
   }
 
   /// Runs the matmul; returns false if oneDNN cannot build a primitive for it.
-  /// `dt` is a's and b's dtype, `ct` c's.
+  /// `dt` is a's and b's dtype, `ct` c's. An f32 output with a long contraction runs as
+  /// kSplitK-element slices of K, each accumulated into c (splitK).
   bool run(const MatmulShape &s, dnnl::memory::data_type dt, dnnl::memory::data_type ct, void *a,
            void *b, void *c, double alpha, double beta) {
+    int64_t slices = ct == dnnl::memory::data_type::f32 ? splitK(s) : 1;
+    if (slices == 1)
+      return runSlice(s, s.K, dt, ct, a, b, c, alpha, beta);
+    size_t esz = dnnl::memory::data_type_size(dt);
+    // Slices of equal size (the last one shorter), so at most two primitives are built.
+    int64_t kc = (s.K + slices - 1) / slices;
+    for (int64_t k0 = 0; k0 < s.K; k0 += kc) {
+      MatmulShape part = s;
+      part.K = std::min(kc, s.K - k0);
+      // a's slice: columns k0.. of [M, K] or rows k0.. of [K, M]; b's: rows k0.. of [K, N] or
+      // columns k0.. of [N, K]. Both keep the whole matrices' strides.
+      char *ap = static_cast<char *>(a) + esz * size_t(s.ta ? k0 * s.M : k0);
+      char *bp = static_cast<char *>(b) + esz * size_t(s.tb ? k0 : k0 * s.N);
+      if (!runSlice(part, s.K, dt, ct, ap, bp, c, alpha, k0 == 0 ? beta : 1.0))
+        return false;
+    }
+    return true;
+  }
+
+  /// Contraction slices per matmul: 1, or ceil(K / kSplitK) for a contraction longer than both
+  /// kSplitK and 2 * max(M, N) (the LM head's input gradient: K = the vocabulary). oneDNN's f32
+  /// brgemm matmul slows down on such shapes (M 1024, N 768 on AVX-512: 205 GFLOP/s at K 4096,
+  /// 176 at K 8000, 152-161 at K 32000, bench_gemm; docs/kernels.md, "Seventh round"), while
+  /// accumulating K slices into the [M, N] output costs one read and write of it per slice.
+  /// The slices change the order of the f32 sums, not their determinism: the split depends on
+  /// the shape only.
+  static int64_t splitK(const MatmulShape &s) {
+    if (s.K <= kSplitK || s.K < 2 * std::max(s.M, s.N))
+      return 1;
+    return (s.K + kSplitK - 1) / kSplitK;
+  }
+  static constexpr int64_t kSplitK = 4096;
+
+private:
+  /// One oneDNN matmul over s.K contraction elements of operands whose strides are those of a
+  /// contraction of length `ldK` (= s.K unless a slice).
+  bool runSlice(const MatmulShape &s, int64_t ldK, dnnl::memory::data_type dt,
+                dnnl::memory::data_type ct, void *a, void *b, void *c, double alpha, double beta) {
     using dnnl::memory;
-    Key key{int(dt) * 256 + int(ct), s.batch, s.M, s.N, s.K, s.ta, s.tb, s.bBatched, alpha, beta};
+    Key key{int(dt) * 256 + int(ct), s.batch, s.M, s.N, s.K, ldK, s.ta, s.tb, s.bBatched, alpha,
+            beta};
     std::shared_ptr<Entry> e;
     {
       std::lock_guard<std::mutex> l(mu);
@@ -106,9 +147,9 @@ public:
       e = std::make_shared<Entry>();
       try {
         memory::dims ad = {s.batch, s.M, s.K};
-        memory::dims as = s.ta ? memory::dims{s.M * s.K, 1, s.M} : memory::dims{s.M * s.K, s.K, 1};
+        memory::dims as = s.ta ? memory::dims{s.M * ldK, 1, s.M} : memory::dims{s.M * ldK, ldK, 1};
         memory::dims bd = {s.bBatched ? s.batch : 1, s.K, s.N};
-        memory::dims bs = s.tb ? memory::dims{s.K * s.N, 1, s.K} : memory::dims{s.K * s.N, s.N, 1};
+        memory::dims bs = s.tb ? memory::dims{ldK * s.N, 1, ldK} : memory::dims{ldK * s.N, s.N, 1};
         memory::dims cd = {s.batch, s.M, s.N};
         memory::dims cs = {s.M * s.N, s.N, 1};
         e->a = memory::desc(ad, dt, as);
@@ -153,9 +194,9 @@ public:
     return true;
   }
 
-private:
   Dnnl() : engine(dnnl::engine::kind::cpu, 0) {}
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, double, double>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, double,
+                         double>;
   struct Entry {
     dnnl::memory::desc a, b, c, scratch;
     dnnl::matmul prim;

@@ -134,6 +134,38 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
                                            MatmulCase{true, true, true, 2, 9, 4, 7},
                                            MatmulCase{false, false, true, 4, 7, 7, 12}));
 
+// An f32 contraction longer than 4096 and than 2 * max(M, N) runs as slices of K accumulated into
+// the output (MatmulKernels.cpp, splitK; the LM head's input gradient). K 9001 gives three slices,
+// the last one shorter; every transpose, a batched and a shared b, alpha and beta.
+TEST(Matmul, LongContractionInSlicesMatchesF64) {
+  const int64_t M = 3, N = 5, K = 9001;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (int bBatched = 0; bBatched < 2; ++bBatched) {
+        SCOPED_TRACE(testing::Message() << "trans_a " << ta << " trans_b " << tb << " batched b "
+                                        << bBatched);
+        const int64_t batch = 2;
+        std::vector<int64_t> as = {batch, ta ? K : M, ta ? M : K};
+        std::vector<int64_t> bs = {tb ? N : K, tb ? K : N};
+        if (bBatched)
+          bs.insert(bs.begin(), batch);
+        HostTensor a = randomTensor(DType::F64, as, 11), b = randomTensor(DType::F64, bs, 12);
+        HostTensor ref = matmulRef(a, b, ta, tb, M, N, K, batch, bBatched);
+        HostTensor a32 = a.as(DType::F32), b32 = b.as(DType::F32), c32(DType::F32, {batch, M, N});
+        std::vector<AttrArg> attrs = {AttrArg("trans_a", ta), AttrArg("trans_b", tb)};
+        runKernel("matmul", {&a32, &b32}, {&c32}, attrs);
+        EXPECT_LT(relError(c32, ref), 1e-6);
+        // c = 0.5 a b + 1 c: alpha on every slice, beta on the first only.
+        attrs.push_back(AttrArg("alpha", 0.5));
+        attrs.push_back(AttrArg("beta", 1.0));
+        runKernel("matmul", {&a32, &b32}, {&c32}, attrs);
+        HostTensor want(DType::F64, ref.shape);
+        for (int64_t i = 0; i < ref.numel(); ++i)
+          want.set(i, 1.5 * ref.get(i));
+        EXPECT_LT(relError(c32, want), 1e-6);
+      }
+}
+
 TEST(Matmul, Bf16AgreesWithF64) {
   HostTensor a = randomTensor(DType::F64, {33, 64}, 4), b = randomTensor(DType::F64, {48, 64}, 5);
   HostTensor c(DType::F64, {33, 48});

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 
 using namespace trainc::rt;
 using trainc::schema::Program;
@@ -1263,4 +1264,43 @@ TEST(Executor, RunsASendReceivePairAsOneCall) {
   EXPECT_EQ(comm.calls,
             (std::vector<std::string>{"pair 1 16 1 32", "pair 1 16 1 32", "send 1 16",
                                       "recv 1 32", "send 1 16", "recv 1 32"}));
+}
+
+// The traces' GEMM sizes (matmulDims) follow the matmul kernel's own shape rule: M and K from a
+// (swapped by trans_a), N from b (swapped by trans_b), the batch from a's leading dims; an
+// argument operand's shape comes from the callee's declared Arg; a view uses its own shape.
+TEST(MatmulDims, ReadsOperandShapesAndTransposes) {
+  ProgramBuilder b;
+  int x = b.addBuffer("x", schema::ACTIVATION, DType::F32, {2, 3, 4});
+  int w = b.addBuffer("w", schema::PARAMETER, DType::F32, {5, 4});
+  int y = b.addBuffer("y", schema::ACTIVATION, DType::F32, {2, 3, 5});
+  int g = b.addBuffer("g", schema::ACTIVATION, DType::F32, {4, 5});
+  int main = b.addFunction("main");
+  int callee = b.addFunction("layer", {{"a", DType::F32, {6, 4}}, {"out", DType::F32, {4, 5}}});
+  b.kernel(main, "matmul", {ProgramBuilder::buf(x), ProgramBuilder::buf(w)},
+           {ProgramBuilder::buf(y)}, {AttrArg("trans_b", 1)});
+  // The weight gradient: x viewed as [6, 4], transposed, times y viewed as [6, 5].
+  b.kernel(main, "matmul", {ProgramBuilder::buf(x, 0, {6, 4}), ProgramBuilder::buf(y, 0, {6, 5})},
+           {ProgramBuilder::buf(g)}, {AttrArg("trans_a", 1), AttrArg("beta", 1.0)});
+  b.kernel(callee, "matmul", {ProgramBuilder::arg(0), ProgramBuilder::buf(g)},
+           {ProgramBuilder::buf(y, 0, {6, 5})});
+  b.kernel(main, "fill", {}, {ProgramBuilder::buf(g)}, {AttrArg("value", 0.0)});
+  schema::Program p = b.finish();
+
+  auto d0 = matmulDims(p, main, p.functions(main).body(0).kernel());
+  ASSERT_TRUE(d0.has_value());
+  EXPECT_EQ(std::make_tuple(d0->batch, d0->m, d0->k, d0->n, d0->transA, d0->transB),
+            std::make_tuple(int64_t(2), int64_t(3), int64_t(4), int64_t(5), false, true));
+  EXPECT_DOUBLE_EQ(d0->flops, 2.0 * 2 * 3 * 4 * 5);
+  auto d1 = matmulDims(p, main, p.functions(main).body(1).kernel());
+  ASSERT_TRUE(d1.has_value());
+  EXPECT_EQ(std::make_tuple(d1->batch, d1->m, d1->k, d1->n, d1->transA, d1->transB),
+            std::make_tuple(int64_t(1), int64_t(4), int64_t(6), int64_t(5), true, false));
+  EXPECT_TRUE(d1->accumulate);
+  EXPECT_FALSE(d0->accumulate);
+  auto d2 = matmulDims(p, callee, p.functions(callee).body(0).kernel());
+  ASSERT_TRUE(d2.has_value());
+  EXPECT_EQ(std::make_tuple(d2->batch, d2->m, d2->k, d2->n), std::make_tuple(1, 6, 4, 5));
+  EXPECT_FALSE(matmulDims(p, main, p.functions(main).body(2).kernel()).has_value()); // a fill
+  EXPECT_FALSE(matmulDims(p, 7, p.functions(main).body(0).kernel()).has_value());    // no function 7
 }
