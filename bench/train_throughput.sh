@@ -126,6 +126,7 @@ case_flags() {
 }
 
 SUMMARY=()
+declare -A ITER_RATE  # case -> the iteration's GFLOP/s
 for CASE in $CASES; do
   FLAGS=$(case_flags "$CASE") || { echo "unknown case '$CASE'" >&2; exit 2; }
   N=$ITERS
@@ -156,6 +157,8 @@ for CASE in $CASES; do
     ITER_GFLOPS=$(awk -v t="${TFLOPS:-0}" 'BEGIN { printf "%.1f", t * 1e3 }')
   fi
   printf ', %s GFLOP/s' "$ITER_GFLOPS"
+  ITER_RATE[$CASE]=$ITER_GFLOPS
+  rm -f "$D/gemm_now"
   if [[ -n "$GEMM_GFLOPS" ]]; then
     awk -v a="$ITER_GFLOPS" -v g="$GEMM_GFLOPS" 'BEGIN { printf " = %.0f%% of the GEMM rate", 100 * a / g }'
   fi
@@ -210,6 +213,7 @@ if us > 0:
         m = re.search(r"\(reference\): ([0-9.]+)", out)
         if m:
             now = float(m.group(1))
+            open(os.path.join(os.path.dirname(os.path.dirname(sys.argv[1])), "gemm_now"), "w").write(f"{now}\n")
             print(f"  reference GEMM rate now (bench_gemm, before the sizes alone): {now:.1f} GFLOP/s;"
                   f" the iteration's {float(sys.argv[4]):.1f} GFLOP/s = {100 * float(sys.argv[4]) / now:.0f}% of it")
     print(f"  GEMMs in the iteration: {rate:.1f} GFLOP/s{of(rate)}; by size (batch x M x K x N),"
@@ -354,3 +358,21 @@ fi
 
 echo "== summary (threads $THREADS, load average at end: $(cut -d' ' -f1-3 /proc/loadavg))"
 for s in "${SUMMARY[@]}"; do echo "  $s"; done
+# The reference GEMM rate moves between measurements on a shared machine (183-212 GFLOP/s within
+# one run here): every measurement of the run (the start's and each case's "now"), and each
+# iteration's share against their median and their best.
+REFS="$GEMM_GFLOPS"
+for CASE in $CASES; do
+  [[ -f "$WORK/$CASE/gemm_now" ]] && REFS+=" $(cat "$WORK/$CASE/gemm_now")"
+done
+if [[ -n "${REFS// /}" ]]; then
+  read -r RMIN RMED RMAX NREF < <(echo "$REFS" | tr ' ' '\n' | grep . | sort -g |
+    awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
+                              print v[1], m, v[NR], NR }')
+  echo "  GEMM reference (f32 4096x1024x4096), $NREF measurements: min $RMIN, median $RMED, best $RMAX GFLOP/s"
+  for CASE in $CASES; do
+    [[ -n "${ITER_RATE[$CASE]:-}" ]] || continue
+    awk -v c="$CASE" -v a="${ITER_RATE[$CASE]}" -v m="$RMED" -v b="$RMAX" \
+      'BEGIN { printf "  %s: %.1f GFLOP/s = %.0f%% of the median reference, %.0f%% of the best\n", c, a, 100 * a / m, 100 * a / b }'
+  done
+fi
