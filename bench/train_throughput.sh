@@ -4,8 +4,11 @@
 # at ~10M and ~100M parameters, measured in one run (issue 17 items 1 and 5). Per case it prints
 # tokens/s of both and their ratio, the iteration's FLOP/s over the measured GEMM FLOP/s (an
 # MFU-like figure), the share of the iteration's kernel time per kernel class and the rate of
-# its own GEMMs overall and per problem size (from trainrun --trace); once, the GEMM rate (bench_gemm) and the initialisation time per 100M
-# parameters (bench_kernels). With LLMC_SRC, also llm.c's CPU trainer on each GPT case's model.
+# its own GEMMs overall and per problem size next to each size alone (from trainrun --trace and
+# bench_gemm); once, the GEMM rate (bench_gemm) and the initialisation time per 100M parameters
+# (bench_kernels); at the end, every reference GEMM measurement of the run and each iteration's
+# share against their median and best. With LLMC_SRC, also llm.c's CPU trainer on each GPT
+# case's model.
 #
 # usage: bench/train_throughput.sh [TRAINC [TRAINRUN [WORK_DIR]]]
 #   defaults: build/tools/trainc, build/tools/trainrun, /tmp/trainc-throughput
