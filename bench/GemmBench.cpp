@@ -6,7 +6,8 @@
 // Then bf16 against f32 through the runtime (issue 12): bf16 inputs with a bf16 output, and with
 // an f32 output accumulated with beta = 1 (the weight-gradient GEMM into an fp32 main grad), each
 // with its ratio to f32 (AVX512-BF16 / AMX make bf16 faster on CPUs that have them).
-// With arguments `MxKxN[:trans_a][:trans_b][:beta1][:cold] ...`, only those f32 sizes (see benchSizes).
+// With arguments `MxKxN[:trans_a][:trans_b][:beta1][:cold] ...`, only those f32 sizes
+// (see benchSizes).
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,7 +110,8 @@ double runtimeGflops(int64_t M, int64_t K, int64_t N, int reps, DType in, DType 
   int c = b.addBuffer("c", schema::ACTIVATION, out, {M, N});
   int fn = b.addFunction("main");
   b.kernel(fn, "matmul", {ProgramBuilder::buf(a), ProgramBuilder::buf(w)}, {ProgramBuilder::buf(c)},
-           {AttrArg("beta", beta), AttrArg("trans_a", int(transA)), AttrArg("trans_b", int(transB))});
+           {AttrArg("beta", beta), AttrArg("trans_a", int(transA)),
+            AttrArg("trans_b", int(transB))});
   auto backend = createCpuBackend();
   auto comm = createLocalCommunicator();
   auto ex = Executor::create(b.finish(), *backend, *comm);
@@ -146,8 +148,9 @@ void benchF16(int64_t M, int64_t K, int64_t N, int reps) {
 }
 
 /// `bench_gemm MxKxN[:trans_a][:trans_b][:beta1][:cold] ...`: each size's f32 rate through the
-/// runtime (best and mean of the repetitions) and the best's ratio to 4096x1024x4096's (the reference of bench/train_throughput.sh), e.g. the
-/// sizes of an iteration's trace ("gemm" args). Returns false on a malformed size.
+/// runtime (best and mean of the repetitions) and the best's ratio to 4096x1024x4096's (the
+/// reference of bench/train_throughput.sh), e.g. the sizes of an iteration's trace ("gemm" args).
+/// Returns false on a malformed size.
 bool benchSizes(int argc, char **argv) {
   std::vector<std::tuple<int64_t, int64_t, int64_t, bool, bool, double, bool>> sizes;
   for (int i = 1; i < argc; ++i) {
@@ -156,7 +159,8 @@ bool benchSizes(int argc, char **argv) {
     int used = 0;
     if (std::sscanf(s.c_str(), "%lldx%lldx%lld%n", &m, &k, &n, &used) != 3 || m <= 0 || k <= 0 ||
         n <= 0) {
-      std::fprintf(stderr, "bench_gemm: '%s' is not a size MxKxN[:trans_a][:trans_b][:beta1][:cold]\n",
+      std::fprintf(stderr,
+                   "bench_gemm: '%s' is not a size MxKxN[:trans_a][:trans_b][:beta1][:cold]\n",
                    s.c_str());
       return false;
     }

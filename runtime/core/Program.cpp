@@ -19,7 +19,6 @@
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <vector>
 
 namespace trainc::rt {
 
@@ -290,40 +289,27 @@ std::string describeInstruction(const schema::Program &p, int function, int inde
 
 std::optional<MatmulDims> matmulDims(const schema::Program &p, int function,
                                      const schema::KernelCall &call) {
+  const KernelSignature *sig = findKernelSignature("matmul");
   if (call.kernel() != "matmul" || call.inputs_size() < 2 || function < 0 ||
-      function >= p.functions_size())
+      function >= p.functions_size() || !sig)
     return std::nullopt;
   const schema::Function &fn = p.functions(function);
-  auto shapeOf = [&](const schema::Operand &o) -> std::optional<std::vector<int64_t>> {
-    const google::protobuf::RepeatedField<int64_t> *s = nullptr;
-    if (!o.whole())
-      s = &o.shape();
-    else if (o.base_case() == schema::Operand::kBuffer && o.buffer() < uint32_t(p.buffers_size()))
-      s = &p.buffers(int(o.buffer())).shape();
-    else if (o.base_case() == schema::Operand::kArg && o.arg() < uint32_t(fn.args_size()))
-      s = &fn.args(int(o.arg())).shape();
-    if (!s || s->size() < 2)
-      return std::nullopt;
-    return std::vector<int64_t>(s->begin(), s->end());
-  };
-  std::optional<std::vector<int64_t>> a = shapeOf(call.inputs(0)), b = shapeOf(call.inputs(1));
-  if (!a || !b)
+  ResolvedOperand a, b;
+  Attrs attrs;
+  if (!resolveOperand(p, fn, call.inputs(0), a).empty() ||
+      !resolveOperand(p, fn, call.inputs(1), b).empty() || a.view.rank < 2 || b.view.rank < 2 ||
+      !decodeAttrs(*sig, call.attrs(), attrs).empty())
     return std::nullopt;
+  // Attribute order of the signature: trans_a, trans_b, alpha, beta.
   MatmulDims d;
-  for (const schema::Attr &at : call.attrs()) {
-    if (at.name() == "trans_a")
-      d.transA = at.value().i() != 0;
-    else if (at.name() == "trans_b")
-      d.transB = at.value().i() != 0;
-    else if (at.name() == "beta")
-      d.accumulate = at.value().f() != 0;
-  }
-  size_t ra = a->size(), rb = b->size();
-  d.m = d.transA ? (*a)[ra - 1] : (*a)[ra - 2];
-  d.k = d.transA ? (*a)[ra - 2] : (*a)[ra - 1];
-  d.n = d.transB ? (*b)[rb - 2] : (*b)[rb - 1];
-  for (size_t i = 0; i + 2 < ra; ++i)
-    d.batch *= (*a)[i];
+  d.transA = attrs.i(0) != 0;
+  d.transB = attrs.i(1) != 0;
+  d.accumulate = attrs.f(3) != 0;
+  d.m = a.view.dim(d.transA ? -1 : -2);
+  d.k = a.view.dim(d.transA ? -2 : -1);
+  d.n = b.view.dim(d.transB ? -2 : -1);
+  for (int i = 0; i + 2 < a.view.rank; ++i)
+    d.batch *= a.view.dims[i];
   d.flops = 2.0 * double(d.batch) * double(d.m) * double(d.n) * double(d.k);
   return d;
 }

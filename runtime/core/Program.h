@@ -80,11 +80,11 @@ bool runsAsSendRecvPair(const schema::Instruction &send, const schema::Instructi
 std::string describeInstruction(const schema::Program &p, int function, int index);
 
 /// The problem size of one `matmul` kernel call: c[batch, m, n] = op(a)[batch, m, k] @ op(b)[k, n]
-/// (the matmul signature's rule, runtime/cpu/MatmulKernels.cpp), read from the operands' declared
-/// shapes (an argument's from the function's Arg) and the trans_a / trans_b attributes. `flops`
-/// is 2 * batch * m * n * k; `accumulate` is beta != 0 (c is read and added to, e.g. a weight
-/// gradient into its main_grad). For traces and profiles: nullopt when the call is not a matmul or an
-/// operand's shape cannot be read (an unvalidated program); nothing is reported as an error.
+/// (the matmul signature's rule, runtime/cpu/MatmulKernels.cpp), from the operands as the
+/// executor resolves them (resolveOperand) and the decoded trans_a / trans_b / beta attributes.
+/// `flops` is 2 * batch * m * n * k; `accumulate` is beta != 0 (c is read and added to, e.g. a
+/// weight gradient into its main_grad). For traces and profiles: nullopt when the call is not a
+/// matmul or does not resolve (an unvalidated program); nothing is reported as an error.
 struct MatmulDims {
   int64_t batch = 1, m = 0, k = 0, n = 0;
   bool transA = false, transB = false, accumulate = false;

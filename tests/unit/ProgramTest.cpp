@@ -1302,5 +1302,5 @@ TEST(MatmulDims, ReadsOperandShapesAndTransposes) {
   ASSERT_TRUE(d2.has_value());
   EXPECT_EQ(std::make_tuple(d2->batch, d2->m, d2->k, d2->n), std::make_tuple(1, 6, 4, 5));
   EXPECT_FALSE(matmulDims(p, main, p.functions(main).body(2).kernel()).has_value()); // a fill
-  EXPECT_FALSE(matmulDims(p, 7, p.functions(main).body(0).kernel()).has_value());    // no function 7
+  EXPECT_FALSE(matmulDims(p, 7, p.functions(main).body(0).kernel()).has_value()); // no function 7
 }
