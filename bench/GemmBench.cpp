@@ -7,7 +7,8 @@
 // an f32 output accumulated with beta = 1 (the weight-gradient GEMM into an fp32 main grad), each
 // with its ratio to f32 (AVX512-BF16 / AMX make bf16 faster on CPUs that have them).
 // With arguments `MxKxN[:trans_a][:trans_b][:beta1][:cold] ...`, only those f32 sizes
-// (see benchSizes).
+// (see benchSizes). With `--peak`, the machine's f32 FMA peak instead (see benchPeak): the rate
+// no f32 GEMM, and no training iteration, can exceed on this machine.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,7 +16,11 @@
 #include "runtime/core/Executor.h"
 #include "runtime/core/ProgramBuilder.h"
 
+#include "absl/strings/str_format.h"
 #include "dnnl.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -187,9 +192,78 @@ bool benchSizes(int argc, char **argv) {
   return true;
 }
 
+/// `iters` rounds of kChains independent fused multiply-adds on full vectors (each chain
+/// x = x * a + b, a and b read at run time so nothing folds): enough chains to cover the FMA
+/// latency times the number of FMA pipes on current x86 cores (4 cycles x 2 pipes). Returns a
+/// value depending on every chain so the loop is not removed. FLOPs: iters * kChains * lanes * 2.
+constexpr int kChains = 12;
+__attribute__((target("avx512f"))) float fmaChains512(int64_t iters, float a, float b) {
+  __m512 x[kChains], va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+  for (int j = 0; j < kChains; ++j)
+    x[j] = _mm512_set1_ps(float(j));
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kChains; ++j)
+      x[j] = _mm512_fmadd_ps(x[j], va, vb);
+  __m512 s = x[0];
+  for (int j = 1; j < kChains; ++j)
+    s = _mm512_add_ps(s, x[j]);
+  return _mm512_reduce_add_ps(s);
+}
+__attribute__((target("avx2,fma"))) float fmaChains256(int64_t iters, float a, float b) {
+  __m256 x[kChains], va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  for (int j = 0; j < kChains; ++j)
+    x[j] = _mm256_set1_ps(float(j));
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kChains; ++j)
+      x[j] = _mm256_fmadd_ps(x[j], va, vb);
+  __m256 s = x[0];
+  for (int j = 1; j < kChains; ++j)
+    s = _mm256_add_ps(s, x[j]);
+  alignas(32) float v[8];
+  _mm256_store_ps(v, s);
+  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+
+/// `bench_gemm --peak`: the f32 FMA peak of omp_get_max_threads() threads (OMP_NUM_THREADS), in
+/// GFLOP/s, for 256- and 512-bit vectors (best of 5 timed parallel regions of ~0.2 s each), and
+/// the larger of the two as "peak". Every f32 GEMM is bounded by it (2 FLOPs per FMA lane), and so
+/// is a training iteration's FLOP rate counted as bench/train_throughput.sh counts it (the plan's
+/// flops_per_iteration: matmul FLOPs only, while the iteration also runs non-FMA kernels).
+void benchPeak() {
+  volatile float va = 0.999999f, vb = 1e-6f; // x converges to 1: no overflow, no denormals
+  int threads = omp_get_max_threads();
+  auto rate = [&](int lanes, float (*chains)(int64_t, float, float)) {
+    const int64_t iters = int64_t(1) << 26;
+    double best = 1e30;
+    float sink = 0;
+    for (int r = 0; r < 6; ++r) { // the first is warm-up (clock ramp, thread start)
+      auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel reduction(+ : sink)
+      sink += chains(iters, va, vb);
+      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0)
+        best = std::min(best, t);
+    }
+    if (sink == 12345.f) // never: keeps the result alive
+      std::printf("%f\n", double(sink));
+    return double(threads) * double(iters) * kChains * lanes * 2 / best * 1e-9;
+  };
+  double r256 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                    ? rate(8, fmaChains256)
+                    : 0;
+  double r512 = __builtin_cpu_supports("avx512f") ? rate(16, fmaChains512) : 0;
+  auto shown = [](double r) { return r > 0 ? absl::StrFormat("%.1f GFLOP/s", r) : "n/a"; };
+  std::printf("fma f32 peak, %d threads: 256-bit %s, 512-bit %s; peak %.1f GFLOP/s\n", threads,
+              shown(r256).c_str(), shown(r512).c_str(), std::max(r256, r512));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc == 2 && std::string(argv[1]) == "--peak") {
+    benchPeak();
+    return 0;
+  }
   if (argc > 1)
     return benchSizes(argc, argv) ? 0 : 2;
   bench(1024, 1024, 1024, 10);

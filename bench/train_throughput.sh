@@ -6,9 +6,10 @@
 # MFU-like figure), the share of the iteration's kernel time per kernel class and the rate of
 # its own GEMMs overall and per problem size next to each size alone (from trainrun --trace and
 # bench_gemm); once, the GEMM rate (bench_gemm) and the initialisation time per 100M parameters
-# (bench_kernels); at the end, every reference GEMM measurement of the run and each iteration's
-# share against their median and best. With LLMC_SRC, also llm.c's CPU trainer on each GPT
-# case's model.
+# (bench_kernels) and the machine's f32 FMA peak (bench_gemm --peak) with, per case, the highest
+# ratio trainc's FLOPs allow at that peak; at the end, every reference GEMM measurement of the run
+# and each iteration's share against their median and best. With LLMC_SRC, also llm.c's CPU
+# trainer on each GPT case's model.
 #
 # usage: bench/train_throughput.sh [TRAINC [TRAINRUN [WORK_DIR]]]
 #   defaults: build/tools/trainc, build/tools/trainrun, /tmp/trainc-throughput
@@ -102,6 +103,19 @@ if [[ -n "$GEMM_GFLOPS" ]]; then
   echo "GEMM (f32, 4096x1024x4096, through the runtime): $GEMM_GFLOPS GFLOP/s"
 else
   echo "GEMM rate: not measured ($BENCH_DIR/bench_gemm missing or failed: ninja -C build bench)"
+fi
+# The machine's f32 FMA peak (bench_gemm --peak): no GEMM and no iteration's FLOP rate exceeds it.
+# trainc's iteration runs the plan's FLOPs (flops_per_iteration: GEMMs and attention, whose
+# backward recomputes the scores), so peak / (those FLOPs at PyTorch's tokens/s) is the highest
+# trainc/PyTorch ratio trainc can reach on this machine, even with every other kernel free.
+PEAK_GFLOPS=""
+if [[ -x "$BENCH_DIR/bench_gemm" ]]; then
+  PEAK_GFLOPS=$("$BENCH_DIR/bench_gemm" --peak 2>/dev/null | grep -o 'peak [0-9.]* GFLOP/s' | awk '{print $2}') || true
+fi
+if [[ -n "$PEAK_GFLOPS" ]]; then
+  printf 'f32 FMA peak (%s threads, bench_gemm --peak): %s GFLOP/s' "$THREADS" "$PEAK_GFLOPS"
+  [[ -n "$GEMM_GFLOPS" ]] && awk -v g="$GEMM_GFLOPS" -v p="$PEAK_GFLOPS" 'BEGIN { printf "; the GEMM rate is %.0f%% of it", 100 * g / p }'
+  echo
 fi
 if [[ -x "$BENCH_DIR/bench_kernels" ]]; then
   "$BENCH_DIR/bench_kernels" init >"$WORK/init.log" 2>&1 || true
@@ -241,7 +255,17 @@ PY
     else
       RATIO=$(awk -v a="$TRAINC_TPS" -v b="$TORCH_TPS" 'BEGIN { printf "%.2f", a / b }')
       echo "  ratio trainc/PyTorch: $RATIO"
-      SUMMARY+=("$CASE ($PARAMS parameters): trainc $TRAINC_TPS tokens/s, PyTorch $TORCH_TPS, ratio $RATIO")
+      if [[ -n "$PEAK_GFLOPS" ]]; then
+        # The plan's FLOPs at PyTorch's tokens/s: trainc's rate scaled by the tokens/s ratio.
+        awk -v a="$ITER_GFLOPS" -v r="$RATIO" -v p="$PEAK_GFLOPS" -v t="$TRAINC_TPS" -v q="$TORCH_TPS" 'BEGIN {
+          tf = a * q / t
+          printf "  against the FMA peak: trainc %.0f%%; the plan FLOPs at PyTorch tokens/s %.1f GFLOP/s = %.0f%%; the highest ratio trainc can reach here: %.2f\n",
+            100 * a / p, tf, 100 * tf / p, p / tf }'
+      fi
+      CEIL=""
+      [[ -n "$PEAK_GFLOPS" ]] && CEIL=$(awk -v a="$ITER_GFLOPS" -v p="$PEAK_GFLOPS" -v t="$TRAINC_TPS" \
+        -v q="$TORCH_TPS" 'BEGIN { printf " (at most %.2f at the FMA peak)", p / (a * q / t) }')
+      SUMMARY+=("$CASE ($PARAMS parameters): trainc $TRAINC_TPS tokens/s, PyTorch $TORCH_TPS, ratio $RATIO$CEIL")
     fi
   else
     SUMMARY+=("$CASE ($PARAMS parameters): trainc $TRAINC_TPS tokens/s")
