@@ -7,7 +7,7 @@
 // rounds (GEMM, forward, forward + backward, ...) and each figure is the best over the rounds
 // (argument 1, default 7), so that load from other processes on a shared machine affects all of
 // them alike; TRAINC_BENCH_CPU_TIME=1 times CPU time instead of wall-clock time (use it with
-// OMP_NUM_THREADS=1 on a loaded machine). FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for
+// OMP_NUM_THREADS=1 on a loaded machine); TRAINC_BENCH_ATTENTION_SHAPE=B,S,NH,NG,D another shape. FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for
 // the backward (forward + backward = 3.5 times). Then the same with attention dropout p = 0.1
 // (attention_dropout kernels: one Philox call per 4 probabilities, forward and backward).
 // Argument 2 `products`: also the kernels' block products alone (their sgemm calls at the same
@@ -78,7 +78,21 @@ bool call(const Backend &backend, const char *name, std::vector<TensorView> in,
 } // namespace
 
 int main(int argc, char **argv) {
-  const int64_t B = 1, S = 1024, NH = 8, NG = 8, D = 64;
+  // TRAINC_BENCH_ATTENTION_SHAPE=B,S,NH,NG,D replaces the default shape (e.g. 4,256,6,2,64: the
+  // llama-10m case of bench/train_throughput.sh).
+  int64_t B = 1, S = 1024, NH = 8, NG = 8, D = 64;
+  if (const char *shape = std::getenv("TRAINC_BENCH_ATTENTION_SHAPE")) {
+    long long b = 0, s = 0, nh = 0, ng = 0, d = 0;
+    if (std::sscanf(shape, "%lld,%lld,%lld,%lld,%lld", &b, &s, &nh, &ng, &d) != 5 || b <= 0 ||
+        s <= 0 || nh <= 0 || ng <= 0 || d <= 0 || nh % ng != 0) {
+      std::fprintf(stderr,
+                   "TRAINC_BENCH_ATTENTION_SHAPE='%s' is not B,S,NH,NG,D (positive, NG divides "
+                   "NH)\n",
+                   shape);
+      return 2;
+    }
+    B = b, S = s, NH = nh, NG = ng, D = d;
+  }
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
   std::unique_ptr<Backend> backend = createCpuBackend();
 
