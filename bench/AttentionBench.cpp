@@ -7,8 +7,9 @@
 // rounds (GEMM, forward, forward + backward, ...) and each figure is the best over the rounds
 // (argument 1, default 7), so that load from other processes on a shared machine affects all of
 // them alike; TRAINC_BENCH_CPU_TIME=1 times CPU time instead of wall-clock time (use it with
-// OMP_NUM_THREADS=1 on a loaded machine); TRAINC_BENCH_ATTENTION_SHAPE=B,S,NH,NG,D another shape. FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for
-// the backward (forward + backward = 3.5 times). Then the same with attention dropout p = 0.1
+// OMP_NUM_THREADS=1 on a loaded machine); TRAINC_BENCH_ATTENTION_SHAPE=B,S,NH,NG,D selects another
+// shape. FLOPs: the causal half of 4 * B * H * S^2 * D for the forward, 2.5 times that for the
+// backward (forward + backward = 3.5 times). Then the same with attention dropout p = 0.1
 // (attention_dropout kernels: one Philox call per 4 probabilities, forward and backward).
 // Argument 2 `products`: also the kernels' block products alone (their sgemm calls at the same
 // shapes, no softmax), the ceiling oneDNN's sgemm puts on the kernels; `nodropout`: without the
@@ -18,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "absl/strings/str_format.h"
 #include "runtime/core/Backend.h"
 #include "runtime/core/Kernel.h"
 #include "runtime/cpu/CpuKernels.h"
@@ -83,8 +85,9 @@ int main(int argc, char **argv) {
   int64_t B = 1, S = 1024, NH = 8, NG = 8, D = 64;
   if (const char *shape = std::getenv("TRAINC_BENCH_ATTENTION_SHAPE")) {
     long long b = 0, s = 0, nh = 0, ng = 0, d = 0;
-    if (std::sscanf(shape, "%lld,%lld,%lld,%lld,%lld", &b, &s, &nh, &ng, &d) != 5 || b <= 0 ||
-        s <= 0 || nh <= 0 || ng <= 0 || d <= 0 || nh % ng != 0) {
+    int used = 0;
+    if (std::sscanf(shape, "%lld,%lld,%lld,%lld,%lld%n", &b, &s, &nh, &ng, &d, &used) != 5 ||
+        shape[used] != '\0' || b <= 0 || s <= 0 || nh <= 0 || ng <= 0 || d <= 0 || nh % ng != 0) {
       std::fprintf(stderr,
                    "TRAINC_BENCH_ATTENTION_SHAPE='%s' is not B,S,NH,NG,D (positive, NG divides "
                    "NH)\n",
@@ -240,15 +243,16 @@ int main(int argc, char **argv) {
   const double gemmRate = 2.0 * double(G) * double(G) * double(G) / tGemm * 1e-9;
   std::printf("gemm f32 M=N=K=%lld (oneDNN sgemm, default threads): %.1f GFLOP/s (best of %d "
               "interleaved rounds)\n", (long long)G, gemmRate, rounds);
-  std::printf("attention fwd  S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s, %.0f%% of the GEMM "
-              "rate)\n", (long long)S, (long long)NH, (long long)D, tFwd * 1e3,
-              fwdFlops / tFwd * 1e-9, 100 * fwdFlops / tFwd * 1e-9 / gemmRate);
-  std::printf("attention fwd+bwd S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s, %.0f%% of the GEMM "
-              "rate)\n", (long long)S, (long long)NH, (long long)D, tBoth * 1e3,
-              bothFlops / tBoth * 1e-9, 100 * bothFlops / tBoth * 1e-9 / gemmRate);
-  std::printf("attention bwd (fwd+bwd - fwd) S=%lld H=%lld D=%lld: %.2f ms (%.1f GFLOP/s)\n",
-              (long long)S, (long long)NH, (long long)D, (tBoth - tFwd) * 1e3,
-              2.5 * fwdFlops / (tBoth - tFwd) * 1e-9);
+  // The shape as B=, S=, H= (query heads), G= (key/value heads), D=.
+  auto shapeStr = absl::StrFormat("B=%d S=%d H=%d G=%d D=%d", B, S, NH, NG, D);
+  std::printf("attention fwd  %s: %.2f ms (%.1f GFLOP/s, %.0f%% of the GEMM rate)\n",
+              shapeStr.c_str(), tFwd * 1e3, fwdFlops / tFwd * 1e-9,
+              100 * fwdFlops / tFwd * 1e-9 / gemmRate);
+  std::printf("attention fwd+bwd %s: %.2f ms (%.1f GFLOP/s, %.0f%% of the GEMM rate)\n",
+              shapeStr.c_str(), tBoth * 1e3, bothFlops / tBoth * 1e-9,
+              100 * bothFlops / tBoth * 1e-9 / gemmRate);
+  std::printf("attention bwd (fwd+bwd - fwd) %s: %.2f ms (%.1f GFLOP/s)\n", shapeStr.c_str(),
+              (tBoth - tFwd) * 1e3, 2.5 * fwdFlops / (tBoth - tFwd) * 1e-9);
   if (withDropout)
     std::printf("attention_dropout p=0.1 fwd: %.2f ms (%.2fx attention), fwd+bwd: %.2f ms "
                 "(%.2fx)\n",

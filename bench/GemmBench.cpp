@@ -8,7 +8,7 @@
 // with its ratio to f32 (AVX512-BF16 / AMX make bf16 faster on CPUs that have them).
 // With arguments `MxKxN[:trans_a][:trans_b][:beta1][:cold] ...`, only those f32 sizes
 // (see benchSizes). With `--peak`, the machine's f32 FMA peak instead (see benchPeak): the rate
-// no f32 GEMM, and no training iteration, can exceed on this machine.
+// no f32 GEMM, and no f32 plan's iteration FLOP rate, can exceed on this machine.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -195,7 +196,8 @@ bool benchSizes(int argc, char **argv) {
 /// `iters` rounds of kChains independent fused multiply-adds on full vectors (each chain
 /// x = x * a + b, a and b read at run time so nothing folds): enough chains to cover the FMA
 /// latency times the number of FMA pipes on current x86 cores (4 cycles x 2 pipes). Returns a
-/// value depending on every chain so the loop is not removed. FLOPs: iters * kChains * lanes * 2.
+/// value depending on every chain so the loop is not removed. FLOPs per call (one thread): iters *
+/// kChains * lanes * 2.
 constexpr int kChains = 12;
 __attribute__((target("avx512f"))) float fmaChains512(int64_t iters, float a, float b) {
   __m512 x[kChains], va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
@@ -224,37 +226,60 @@ __attribute__((target("avx2,fma"))) float fmaChains256(int64_t iters, float a, f
   return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
 
-/// `bench_gemm --peak`: the f32 FMA peak of omp_get_max_threads() threads (OMP_NUM_THREADS), in
-/// GFLOP/s, for 256- and 512-bit vectors (best of 5 timed parallel regions of ~0.2 s each), and
-/// the larger of the two as "peak". Every f32 GEMM is bounded by it (2 FLOPs per FMA lane), and so
-/// is a training iteration's FLOP rate counted as bench/train_throughput.sh counts it (the plan's
-/// flops_per_iteration: matmul FLOPs only, while the iteration also runs non-FMA kernels).
-void benchPeak() {
+double threadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+/// GFLOP/s of `chains` (`lanes` floats per vector) on the OpenMP team, as benchPeak (below)
+/// describes; sets `threads` to the team's size.
+double fmaRate(int lanes, float (*chains)(int64_t, float, float), int &threads) {
   volatile float va = 0.999999f, vb = 1e-6f; // x converges to 1: no overflow, no denormals
-  int threads = omp_get_max_threads();
-  auto rate = [&](int lanes, float (*chains)(int64_t, float, float)) {
-    const int64_t iters = int64_t(1) << 26;
-    double best = 1e30;
-    float sink = 0;
-    for (int r = 0; r < 6; ++r) { // the first is warm-up (clock ramp, thread start)
-      auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel reduction(+ : sink)
+  const int64_t iters = int64_t(1) << 26;
+  const double flopsPerThread = double(iters) * kChains * lanes * 2;
+  double best = 0;
+  float sink = 0;
+  for (int r = 0; r < 6; ++r) { // the first is warm-up (clock ramp, thread start)
+    double sum = 0;
+    int team = 0;
+#pragma omp parallel reduction(+ : sink, sum, team)
+    {
+      team += 1;
+      double t0 = threadCpuSeconds();
       sink += chains(iters, va, vb);
-      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (r > 0)
-        best = std::min(best, t);
+      sum += flopsPerThread / (threadCpuSeconds() - t0);
     }
-    if (sink == 12345.f) // never: keeps the result alive
-      std::printf("%f\n", double(sink));
-    return double(threads) * double(iters) * kChains * lanes * 2 / best * 1e-9;
-  };
+    threads = team;
+    if (r > 0)
+      best = std::max(best, sum * 1e-9);
+  }
+  if (sink == 12345.f) // never: keeps the result alive
+    std::printf("%f\n", double(sink));
+  return best;
+}
+
+/// `bench_gemm --peak`: the f32 FMA peak of the OpenMP team (OMP_NUM_THREADS threads), in GFLOP/s,
+/// for 256- and 512-bit vectors, and the larger of the two as "peak". Each thread times its own
+/// CPU time (CLOCK_THREAD_CPUTIME_ID), so time lost to other processes on a loaded machine does not
+/// lower the figure; the rate of a region is the sum of its threads' rates, the figure the best of
+/// 5 regions (~0.1-0.3 s each) after a warm-up one. Every f32 GEMM is bounded by it (2 FLOPs per
+/// FMA lane), and so is an f32 plan's iteration FLOP rate as bench/train_throughput.sh counts it
+/// (the plan's flops_per_iteration: GEMM and attention FLOPs only, while the iteration also runs
+/// kernels that are not FMAs). Not a bound for bf16 GEMMs on CPUs with AVX512-BF16 or AMX.
+void benchPeak() {
+  int threads = 0;
   double r256 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                    ? rate(8, fmaChains256)
+                    ? fmaRate(8, fmaChains256, threads)
                     : 0;
-  double r512 = __builtin_cpu_supports("avx512f") ? rate(16, fmaChains512) : 0;
+  double r512 = __builtin_cpu_supports("avx512f") ? fmaRate(16, fmaChains512, threads) : 0;
+  if (r256 == 0 && r512 == 0) {
+    std::printf("fma f32 peak: not measured (this CPU has neither AVX2 with FMA nor AVX-512F)\n");
+    return;
+  }
   auto shown = [](double r) { return r > 0 ? absl::StrFormat("%.1f GFLOP/s", r) : "n/a"; };
-  std::printf("fma f32 peak, %d threads: 256-bit %s, 512-bit %s; peak %.1f GFLOP/s\n", threads,
-              shown(r256).c_str(), shown(r512).c_str(), std::max(r256, r512));
+  std::printf("fma f32 peak, %d threads (CPU time): 256-bit %s, 512-bit %s; peak %.1f GFLOP/s\n",
+              threads, shown(r256).c_str(), shown(r512).c_str(), std::max(r256, r512));
 }
 
 } // namespace

@@ -7,7 +7,7 @@
 # its own GEMMs overall and per problem size next to each size alone (from trainrun --trace and
 # bench_gemm); once, the GEMM rate (bench_gemm) and the initialisation time per 100M parameters
 # (bench_kernels) and the machine's f32 FMA peak (bench_gemm --peak) with, per case, the highest
-# ratio trainc's FLOPs allow at that peak; at the end, every reference GEMM measurement of the run
+# ratio the plan's FLOPs allow at that peak; at the end, every reference GEMM measurement of the run
 # and each iteration's share against their median and best. With LLMC_SRC, also llm.c's CPU
 # trainer on each GPT case's model.
 #
@@ -32,9 +32,9 @@
 #                               4 microbatches accumulated per step, 4096 tokens per step
 #                   gpt2-124m-ga   gpt2-124m at GPT-2's context, seq 1024, micro batch 1, global
 #                               batch 4: 4 microbatches accumulated, 4096 tokens per step
-#   ITERS         iterations per small case (default 3), ITERS_LARGE for the ~100M cases (default
-#                 2); trainc's first iteration is warm-up (log interval 1, the rest averaged);
-#                 PyTorch runs one more, its first two untimed. The
+#   ITERS         timed iterations + 1 per small case (default 3), ITERS_LARGE for the ~100M cases
+#                 (default 2): trainc and PyTorch each run ITERS + 1 iterations, the first two
+#                 warm-up (log interval 1, the rest averaged; one warm-up before 2026-12-04). The
 #                 defaults fit the shared, loaded 2-core machine (the whole run ~10 min at load 12)
 #   TORCH_PYTHON  python with torch (default /usr/bin/python3: Debian's python3-torch, installed
 #                 with the OpenMP OpenBLAS by scripts/setup.sh --torch). Debian's torch calls the
@@ -105,12 +105,14 @@ if [[ -n "$GEMM_GFLOPS" ]]; then
 else
   echo "GEMM rate: not measured ($BENCH_DIR/bench_gemm missing or failed: ninja -C build bench)"
 fi
-# The machine's f32 FMA peak (bench_gemm --peak): no GEMM and no iteration's FLOP rate exceeds it.
-# trainc's iteration runs the plan's FLOPs (flops_per_iteration: GEMMs and attention, whose
-# backward recomputes the scores), so peak / (those FLOPs at PyTorch's tokens/s) is the highest
-# trainc/PyTorch ratio trainc can reach on this machine, even with every other kernel free; the
-# same with the reference GEMM rate in place of the peak is what every FLOP at the rate of the
-# best GEMM measured here would give.
+# The machine's f32 FMA peak (bench_gemm --peak, from each thread's CPU time): no f32 GEMM exceeds
+# it, so neither does the rate of the plan's FLOPs (flops_per_iteration: the GEMMs' and
+# attention's, whose backward recomputes the scores; blocks a --reset-attention-mask plan skips
+# are still counted: none of the cases here) over trainc's iteration time. peak / (the plan's
+# FLOPs over PyTorch's iteration time) is therefore the highest trainc/PyTorch ratio trainc can
+# reach on this machine, even with every other kernel free. The same with the reference GEMM rate
+# (4096x1024x4096 through the runtime, measured at the start) in place of the peak is the ratio
+# if every FLOP ran at that rate (not a bound: other sizes may run faster).
 PEAK_GFLOPS=""
 if [[ -x "$BENCH_DIR/bench_gemm" ]]; then
   PEAK_GFLOPS=$("$BENCH_DIR/bench_gemm" --peak 2>/dev/null | grep -o 'peak [0-9.]* GFLOP/s' | awk '{print $2}') || true
@@ -119,6 +121,8 @@ if [[ -n "$PEAK_GFLOPS" ]]; then
   printf 'f32 FMA peak (%s threads, bench_gemm --peak): %s GFLOP/s' "$THREADS" "$PEAK_GFLOPS"
   [[ -n "$GEMM_GFLOPS" ]] && awk -v g="$GEMM_GFLOPS" -v p="$PEAK_GFLOPS" 'BEGIN { printf "; the GEMM rate is %.0f%% of it", 100 * g / p }'
   echo
+else
+  echo "f32 FMA peak: not measured (bench_gemm --peak missing or no AVX2/AVX-512F): no ceilings"
 fi
 if [[ -x "$BENCH_DIR/bench_kernels" ]]; then
   "$BENCH_DIR/bench_kernels" init >"$WORK/init.log" 2>&1 || true
@@ -154,23 +158,24 @@ for CASE in $CASES; do
   D="$WORK/$CASE"
   mkdir -p "$D"
   # shellcheck disable=SC2086
-  "$TRAINC" compile $FLAGS --lr 1e-4 --train-iters "$N" -o "$D/plan" >"$D/compile.log" 2>&1 ||
+  "$TRAINC" compile $FLAGS --lr 1e-4 --train-iters "$((N + 1))" -o "$D/plan" >"$D/compile.log" 2>&1 ||
     { cat "$D/compile.log"; exit 1; }
   PARAMS=$(grep -o '"num_parameters": [0-9]*' "$D/plan/plan.json" | grep -o '[0-9]*$')
-  echo "== $CASE: $PARAMS parameters; $FLAGS; $N iterations (the first is warm-up); load $(cut -d' ' -f1 /proc/loadavg)"
+  echo "== $CASE: $PARAMS parameters; $FLAGS; $((N + 1)) iterations (the first two are warm-up); load $(cut -d' ' -f1 /proc/loadavg)"
   "$TRAINRUN" "$D/plan" -- --mock-data --log-interval 1 --eval-iters 0 --log-throughput \
     --trace "$D/trace" >"$D/trainrun.log" 2>&1 || { cat "$D/trainrun.log"; exit 1; }
-  # Iterations 2..N: tokens/s is the harmonic mean of the per-iteration rates (equal token counts).
+  # Iterations 3..N+1: tokens/s is the harmonic mean of the per-iteration rates (equal token
+  # counts).
   TRAINC_TPS=$(grep -o 'tokens per second: [0-9.]*' "$D/trainrun.log" | awk '{print $4}' |
-    awk 'NR > 1 && $1 > 0 { n++; s += 1 / $1 } END { if (n) printf "%.1f", n / s }')
+    awk 'NR > 2 && $1 > 0 { n++; s += 1 / $1 } END { if (n) printf "%.1f", n / s }')
   TFLOPS=$(grep -o 'TFLOP/s/GPU): [0-9.]*' "$D/trainrun.log" | awk '{print $2}' |
-    awk 'NR > 1 { n++; s += $1 } END { if (n) printf "%.4f", s / n }')
-  [[ -n "$TRAINC_TPS" ]] || { echo "no 'tokens per second' after the first iteration in $D/trainrun.log" >&2; exit 1; }
+    awk 'NR > 2 { n++; s += $1 } END { if (n) printf "%.4f", s / n }')
+  [[ -n "$TRAINC_TPS" ]] || { echo "no 'tokens per second' after the second iteration in $D/trainrun.log" >&2; exit 1; }
   printf '  trainc          %10.1f tokens/s' "$TRAINC_TPS"
   # trainrun's TFLOP/s has one decimal: recompute the FLOP/s from the plan's count and the time.
   FLOPS=$(grep -o '"flops_per_iteration": [0-9.e+]*' "$D/plan/plan.json" | head -1 | awk '{print $2}')
   MS=$(grep -o 'elapsed time per iteration (ms): [0-9.]*' "$D/trainrun.log" | awk '{print $NF}' |
-    awk 'NR > 1 { n++; s += $1 } END { if (n) printf "%.3f", s / n }')
+    awk 'NR > 2 { n++; s += $1 } END { if (n) printf "%.3f", s / n }')
   if [[ -n "$FLOPS" && -n "$MS" ]]; then
     ITER_GFLOPS=$(awk -v f="$FLOPS" -v ms="$MS" 'BEGIN { printf "%.1f", f / (ms / 1e3) / 1e9 }')
   else
@@ -245,9 +250,9 @@ if us > 0:
         print(f"    {k:<34} {n:4d} calls {100 * d / us:5.1f}% of GEMM time {r:7.1f} GFLOP/s{of(r)}{a}")
 PY
   if (( TORCH_OK )); then
-    # Two warm-up iterations, then as many timed as trainc's: PyTorch's second iteration ran up
-    # to 1.5x slower than its later ones here (llama-10m 1090 ms against 640-800; llama-100m-ga
-    # 24-25.5 s against 21.7-24), trainc's second is as fast as its later ones.
+    # The same iterations: two warm-up, N - 1 timed. PyTorch's second iteration ran up to 1.5x
+    # slower than its later ones here (llama-10m 1090 ms against 640-800; llama-100m-ga 24-25.5 s
+    # against 21.7-24); trainc's second was within its later ones' spread.
     "${TORCH_ENV[@]}" "$TORCH_PYTHON" "$ROOT/bench/torch_bench.py" --plan "$D/plan" \
       --iters "$((N + 1))" --warmup 2 --threads "$THREADS" >"$D/torch.log" 2>&1 ||
       { cat "$D/torch.log"; exit 1; }
@@ -261,22 +266,25 @@ PY
     else
       RATIO=$(awk -v a="$TRAINC_TPS" -v b="$TORCH_TPS" 'BEGIN { printf "%.2f", a / b }')
       echo "  ratio trainc/PyTorch: $RATIO"
-      if [[ -n "$PEAK_GFLOPS" ]]; then
-        # The plan's FLOPs at PyTorch's tokens/s: trainc's rate scaled by the tokens/s ratio.
-        awk -v a="$ITER_GFLOPS" -v g="${GEMM_GFLOPS:-0}" -v p="$PEAK_GFLOPS" -v t="$TRAINC_TPS" \
-          -v q="$TORCH_TPS" 'BEGIN {
-          tf = a * q / t
-          printf "  against the FMA peak: trainc %.0f%%; the plan FLOPs at PyTorch tokens/s %.1f GFLOP/s = %.0f%%; the highest ratio trainc can reach here: %.2f at the FMA peak",
-            100 * a / p, tf, 100 * tf / p, p / tf
-          if (g > 0) printf ", %.2f with every FLOP at the GEMM rate", g / tf
-          printf "\n" }'
-      fi
       CEIL=""
-      [[ -n "$PEAK_GFLOPS" ]] && CEIL=$(awk -v a="$ITER_GFLOPS" -v p="$PEAK_GFLOPS" -v t="$TRAINC_TPS" \
-        -v q="$TORCH_TPS" -v g="${GEMM_GFLOPS:-0}" 'BEGIN { tf = a * q / t
-          printf " (at most %.2f at the FMA peak", p / tf
-          if (g > 0) printf ", %.2f at the GEMM rate", g / tf
-          printf ")" }')
+      if [[ -n "$PEAK_GFLOPS" && -n "$FLOPS" && -n "$MS" ]]; then
+        # The plan's FLOPs over PyTorch's iteration time: trainc's rate (from those FLOPs and its
+        # mean iteration time) scaled by the tokens/s ratio. Not a rate of PyTorch's own FLOPs.
+        read -r LINE CEIL < <(awk -v a="$ITER_GFLOPS" -v g="${GEMM_GFLOPS:-0}" -v p="$PEAK_GFLOPS" \
+          -v t="$TRAINC_TPS" -v q="$TORCH_TPS" 'BEGIN {
+          tf = a * q / t
+          if (p <= 0 || tf <= 0) { print "-", ""; exit }
+          line = sprintf("against_the_FMA_peak:_trainc_%.0f%%;_the_plan_FLOPs_over_PyTorch_iteration_time_%.1f_GFLOP/s_=_%.0f%%;_the_highest_ratio_trainc_can_reach_here:_%.2f",
+                         100 * a / p, tf, 100 * tf / p, p / tf)
+          ceil = sprintf("_(at_most_%.2f_at_the_FMA_peak", p / tf)
+          if (g > 0) {
+            line = line sprintf(";_%.2f_if_every_FLOP_ran_at_the_reference_GEMM_rate", g / tf)
+            ceil = ceil sprintf(",_%.2f_at_the_reference_GEMM_rate", g / tf)
+          }
+          print line, ceil ")" }')
+        [[ "$LINE" != - ]] && echo "  ${LINE//_/ }"
+        CEIL=${CEIL//_/ }
+      fi
       SUMMARY+=("$CASE ($PARAMS parameters): trainc $TRAINC_TPS tokens/s, PyTorch $TORCH_TPS, ratio $RATIO$CEIL")
     fi
   else
