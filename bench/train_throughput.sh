@@ -279,7 +279,7 @@ PY
           ceil = sprintf("_(at_most_%.2f_at_the_FMA_peak", p / tf)
           if (g > 0) {
             line = line sprintf(";_%.2f_if_every_FLOP_ran_at_the_reference_GEMM_rate", g / tf)
-            ceil = ceil sprintf(",_%.2f_at_the_reference_GEMM_rate", g / tf)
+            ceil = ceil sprintf(";_%.2f_if_every_FLOP_ran_at_the_reference_GEMM_rate", g / tf)
           }
           print line, ceil ")" }')
         [[ "$LINE" != - ]] && echo "  ${LINE//_/ }"
