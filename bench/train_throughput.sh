@@ -270,20 +270,24 @@ PY
       if [[ -n "$PEAK_GFLOPS" && -n "$FLOPS" && -n "$MS" ]]; then
         # The plan's FLOPs over PyTorch's iteration time: trainc's rate (from those FLOPs and its
         # mean iteration time) scaled by the tokens/s ratio. Not a rate of PyTorch's own FLOPs.
-        read -r LINE CEIL < <(awk -v a="$ITER_GFLOPS" -v g="${GEMM_GFLOPS:-0}" -v p="$PEAK_GFLOPS" \
+        # awk prints the case's line and the summary's suffix (nothing when the rates are 0).
+        mapfile -t OUT < <(awk -v a="$ITER_GFLOPS" -v g="${GEMM_GFLOPS:-0}" -v p="$PEAK_GFLOPS" \
           -v t="$TRAINC_TPS" -v q="$TORCH_TPS" 'BEGIN {
           tf = a * q / t
-          if (p <= 0 || tf <= 0) { print "-", ""; exit }
-          line = sprintf("against_the_FMA_peak:_trainc_%.0f%%;_the_plan_FLOPs_over_PyTorch_iteration_time_%.1f_GFLOP/s_=_%.0f%%;_the_highest_ratio_trainc_can_reach_here:_%.2f",
+          if (p <= 0 || tf <= 0) exit
+          line = sprintf("against the FMA peak: trainc %.0f%%; the plan FLOPs over PyTorch iteration time %.1f GFLOP/s = %.0f%%; the highest ratio trainc can reach here: %.2f",
                          100 * a / p, tf, 100 * tf / p, p / tf)
-          ceil = sprintf("_(at_most_%.2f_at_the_FMA_peak", p / tf)
+          ceil = sprintf(" (at most %.2f at the FMA peak", p / tf)
           if (g > 0) {
-            line = line sprintf(";_%.2f_if_every_FLOP_ran_at_the_reference_GEMM_rate", g / tf)
-            ceil = ceil sprintf(";_%.2f_if_every_FLOP_ran_at_the_reference_GEMM_rate", g / tf)
+            at = sprintf("%.2f if every FLOP ran at the reference GEMM rate", g / tf)
+            line = line "; " at
+            ceil = ceil "; " at
           }
-          print line, ceil ")" }')
-        [[ "$LINE" != - ]] && echo "  ${LINE//_/ }"
-        CEIL=${CEIL//_/ }
+          print line; print ceil ")" }')
+        if (( ${#OUT[@]} == 2 )); then
+          echo "  ${OUT[0]}"
+          CEIL=${OUT[1]}
+        fi
       fi
       SUMMARY+=("$CASE ($PARAMS parameters): trainc $TRAINC_TPS tokens/s, PyTorch $TORCH_TPS, ratio $RATIO$CEIL")
     fi
